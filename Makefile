@@ -25,12 +25,16 @@ ifeq ($(NO_CUDA),1)
   NVCC :=
 endif
 CUDA_SRC := $(wildcard kernels/cuda/*.cu)
+ifeq ($(CUDA_SRC),)
+  NVCC :=
+endif
 ifneq ($(NVCC),)
   CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80
   NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) --expt-relaxed-constexpr -Xcompiler -Wall,-Werror,-fPIC
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
   CFLAGS   += -DLLM3D_CUDA -I$(CUDA_HOME)/include
   LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
+  $(info llm3d: building the CUDA backend with $(NVCC))
 endif
 
 LIB_SRC  := $(wildcard common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c data/*.c checkpoint/*.c train/*.c)

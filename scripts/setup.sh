@@ -7,9 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
 need=()
-for p in build-essential libopenblas-dev libopenmpi-dev openmpi-bin nodejs npm; do
+for p in build-essential libopenblas-dev libopenmpi-dev openmpi-bin; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
+# node and npm: any install will do (NodeSource's nodejs ships npm itself and
+# conflicts with Debian's npm package), so look for the commands, not packages.
+command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 if [ ${#need[@]} -gt 0 ]; then
     echo "setup: apt-get install ${need[*]}"
     $SUDO apt-get update -qq

@@ -1,0 +1,57 @@
+/* kernels/backend.h — the one table through which model code reaches a device.
+ *
+ * The idea: the model is written once against this table; `device=cpu` fills
+ * it with the fp32 reference kernels of kernels/cpu/, `device=cuda` with the
+ * CUDA kernels of kernels/cuda/. Memory lives wherever the backend says, and
+ * the model only ever passes the pointers the backend gave it back to it. */
+#pragma once
+#include <stddef.h>
+#include "dtype.h"
+#include "embedding.h"
+#include "rmsnorm.h"
+#include "matmul.h"
+#include "rope.h"
+#include "attention.h"
+#include "swiglu.h"
+#include "cross_entropy.h"
+#include "adamw.h"
+#include "elementwise.h"
+
+typedef struct Backend {
+    const char *name;              /* "cpu" or "cuda" */
+    DType act;                     /* dtype of activations and compute weights */
+    /* memory: what is allocated here is only touched through this table */
+    void *(*alloc)(size_t bytes, const char *what);   /* zeroed; dies with a hint on out-of-memory */
+    void (*free)(void *p);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);
+    void (*download)(void *host_dst, const void *src, size_t bytes);
+    void (*zero)(void *p, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);
+    void (*synchronize)(void);
+    size_t (*memory_in_use)(void); /* bytes the device reports in use (0 on cpu) */
+    double peak_flops;             /* dense peak of the act dtype, for MFU; 0 if unknown */
+    /* ops, one family per header in kernels/ */
+    EmbeddingForward *embedding_forward;
+    EmbeddingBackward *embedding_backward;
+    RmsnormForward *rmsnorm_forward;
+    RmsnormBackward *rmsnorm_backward;
+    MatmulForward *matmul_forward;
+    MatmulBackward *matmul_backward;
+    Rope *rope_forward;
+    Rope *rope_backward;
+    AttentionForward *attention_forward;
+    AttentionBackward *attention_backward;
+    SwigluForward *swiglu_forward;
+    SwigluBackward *swiglu_backward;
+    CrossEntropy *cross_entropy;
+    AdamWUpdate *adamw_update;
+    Add *add;
+    SumSquares *sum_squares;
+    CastFromFp32 *cast_from_fp32;
+} Backend;
+
+/* The CPU backend: fp32 reference kernels, OpenMP, BLAS matmuls. */
+const Backend *backend_cpu(void);
+/* The CUDA backend for the given activation dtype. Dies with a clear message
+ * when this build has no CUDA, or there is no usable GPU. */
+const Backend *backend_cuda(DType act);

@@ -1,0 +1,50 @@
+/* kernels/cpu/matmul.c — fp32 linear layer through BLAS sgemm (OpenBLAS), with
+ * naive OpenMP loops where no BLAS was found at build time. Row-major:
+ * out(N,OC) = inp(N,IC) @ w(OC,IC)^T. */
+#include "../matmul.h"
+#include <stddef.h>
+#ifdef LLM3D_BLAS
+#include <cblas.h>
+#endif
+
+void matmul_forward_cpu(void *out_, const void *inp_, const void *w_, int N, int IC, int OC) {
+    float *out = out_;
+    const float *inp = inp_, *w = w_;
+#ifdef LLM3D_BLAS
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+#else
+#pragma omp parallel for collapse(2)
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            const float *x = inp + (size_t)n * IC, *wr = w + (size_t)o * IC;
+            float s = 0;
+            for (int i = 0; i < IC; i++) s += x[i] * wr[i];
+            out[(size_t)n * OC + o] = s;
+        }
+#endif
+}
+
+void matmul_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *inp_, const void *w_, int N, int IC, int OC) {
+    float *dinp = dinp_;
+    const float *dout = dout_, *inp = inp_, *w = w_;
+#ifdef LLM3D_BLAS
+    if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+#else
+    if (dinp) {
+#pragma omp parallel for
+        for (int n = 0; n < N; n++)
+            for (int i = 0; i < IC; i++) {
+                float s = 0;
+                for (int o = 0; o < OC; o++) s += dout[(size_t)n * OC + o] * w[(size_t)o * IC + i];
+                dinp[(size_t)n * IC + i] = s;
+            }
+    }
+#pragma omp parallel for
+    for (int o = 0; o < OC; o++)
+        for (int n = 0; n < N; n++) {
+            float d = dout[(size_t)n * OC + o];
+            for (int i = 0; i < IC; i++) dw[(size_t)o * IC + i] += d * inp[(size_t)n * IC + i];
+        }
+#endif
+}

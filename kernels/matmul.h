@@ -1,0 +1,12 @@
+/* kernels/matmul.h — the linear layer without bias, weights stored (out, in)
+ * as PyTorch and Hugging Face store them.
+ *   forward:  out = inp @ weight^T
+ *   backward: dinp = dout @ weight (overwritten; skipped when dinp is NULL)
+ *             dweight += dout^T @ inp (fp32, accumulated across micro-batches) */
+#pragma once
+typedef void MatmulForward(void *out /* (N,OC) */, const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */,
+                           int N, int IC, int OC);
+typedef void MatmulBackward(void *dinp /* (N,IC) or NULL */, float *dweight /* (OC,IC) += */, const void *dout /* (N,OC) */,
+                            const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */, int N, int IC, int OC);
+MatmulForward matmul_forward_cpu, matmul_forward_cuda;
+MatmulBackward matmul_backward_cpu, matmul_backward_cuda;

@@ -1,0 +1,12 @@
+/* kernels/rmsnorm.h — RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight.
+ * The forward saves rstd = 1/sqrt(mean(x^2)+eps) per row for the backward.
+ * The backward ADDS into dinp: dinp is the residual stream's gradient, and each
+ * branch's contribution accumulates there. */
+#pragma once
+typedef void RmsnormForward(void *out /* (N,C) */, float *rstd /* (N) */, const void *inp /* (N,C) */,
+                            const void *weight /* (C) */, int N, int C, float eps);
+typedef void RmsnormBackward(void *dinp /* (N,C) += */, float *dweight /* (C) += */, const void *dout /* (N,C) */,
+                             const void *inp /* (N,C) */, const void *weight /* (C) */, const float *rstd /* (N) */,
+                             int N, int C);
+RmsnormForward rmsnorm_forward_cpu, rmsnorm_forward_cuda;
+RmsnormBackward rmsnorm_backward_cpu, rmsnorm_backward_cuda;
