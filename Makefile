@@ -7,7 +7,7 @@ CC      ?= gcc
 CFLAGS  ?= -O3
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -MMD -MP
 LDLIBS  := -lm -fopenmp
-BUILD   := build
+BUILD   ?= build
 
 # --- BLAS: OpenBLAS where it is installed, else the naive loops in kernels/cpu/matmul.c
 BLAS_HEADER := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/aarch64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h))
@@ -70,7 +70,7 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libllm3d.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 test: all
-	@tests/run.sh
+	@BUILD=$(BUILD) tests/run.sh
 
 bench: all
 	@bench/run.sh

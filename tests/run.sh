@@ -6,7 +6,8 @@ set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 passed=0; failed=0; broken=()
-for t in build/tests/test_* tests/test_*.sh; do
+BUILD=${BUILD:-build}
+for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     [ -x "$t" ] || [ "${t##*.}" = sh ] || continue
     case "$t" in *.o|*.d) continue;; esac
     echo "== $t"

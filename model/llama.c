@@ -1,0 +1,295 @@
+/* model/llama.c — the LLaMA decoder on local shapes: layout, init, forward, backward.
+ *
+ * One step of data: ids -> embedding -> L x [RMSNorm -> qkv -> RoPE -> causal
+ * GQA attention -> wo -> +residual -> RMSNorm -> gate|up -> SwiGLU -> w2 ->
+ * +residual] -> RMSNorm -> LM head -> cross-entropy; backward in reverse.
+ * Tensor parallel: wqkv and w13 are column-parallel, wo and w2 row-parallel,
+ * so the forward sums their outputs over the tp group and the backward sums the
+ * gradient of each column-parallel input (Megatron's f and g operators). */
+#include "llama.h"
+#include "../common/util.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+static size_t act_size(const Model *m) { return dtype_size(m->be->act); }
+static void *act_at(const Model *m, void *base, size_t elements) { return (char *)base + elements * act_size(m); }
+
+static void add_tensor(Model *m, size_t *cursor, const char *name, int rows, int cols, int grows, int gcols,
+                       int row0, int col0, int is_norm) {
+    ParamTensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = *cursor;
+    t->rows = rows; t->cols = cols;
+    t->global_rows = grows; t->global_cols = gcols;
+    t->row0 = row0; t->col0 = col0;
+    t->is_norm = is_norm;
+    *cursor += (size_t)rows * cols;
+}
+
+/* Lay out this rank's parameters: HF names, local shapes, offsets. */
+static void build_layout(Model *m) {
+    const ModelConfig *c = &m->cfg;
+    int tp = m->comm->tp, r = m->comm->tp_rank, C = m->C, HD = m->HD;
+    m->tensors = callocCheck(9 * (size_t)m->n_local_layers + 4, sizeof(ParamTensor));
+    m->layer = callocCheck(m->n_local_layers, sizeof(LayerOffsets));
+    size_t at = 0;
+    char name[96];
+    if (m->has_embedding) {
+        m->off_embedding = at;
+        add_tensor(m, &at, "model.embed_tokens.weight", c->vocab_size, C, c->vocab_size, C, 0, 0, 0);
+    }
+    for (int i = 0; i < m->n_local_layers; i++) {
+        int l = m->layer0 + i;
+        LayerOffsets *o = &m->layer[i];
+#define LNAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", l, s), name)
+        o->attn_norm = at;
+        add_tensor(m, &at, LNAME("input_layernorm.weight"), 1, C, 1, C, 0, 0, 1);
+        o->wqkv = at;   /* q, k, v rows of this tp rank, adjacent: one fused matrix */
+        add_tensor(m, &at, LNAME("self_attn.q_proj.weight"), m->NH * HD, C, c->n_heads * HD, C, r * m->NH * HD, 0, 0);
+        add_tensor(m, &at, LNAME("self_attn.k_proj.weight"), m->NKV * HD, C, c->n_kv_heads * HD, C, r * m->NKV * HD, 0, 0);
+        add_tensor(m, &at, LNAME("self_attn.v_proj.weight"), m->NKV * HD, C, c->n_kv_heads * HD, C, r * m->NKV * HD, 0, 0);
+        o->wo = at;
+        add_tensor(m, &at, LNAME("self_attn.o_proj.weight"), C, m->NH * HD, C, c->n_heads * HD, 0, r * m->NH * HD, 0);
+        o->ffn_norm = at;
+        add_tensor(m, &at, LNAME("post_attention_layernorm.weight"), 1, C, 1, C, 0, 0, 1);
+        o->w13 = at;    /* gate and up rows of this tp rank, adjacent */
+        add_tensor(m, &at, LNAME("mlp.gate_proj.weight"), m->F, C, c->ffn_dim, C, r * m->F, 0, 0);
+        add_tensor(m, &at, LNAME("mlp.up_proj.weight"), m->F, C, c->ffn_dim, C, r * m->F, 0, 0);
+        o->w2 = at;
+        add_tensor(m, &at, LNAME("mlp.down_proj.weight"), C, m->F, C, c->ffn_dim, 0, r * m->F, 0);
+#undef LNAME
+    }
+    if (m->has_head) {
+        m->off_final_norm = at;
+        add_tensor(m, &at, "model.norm.weight", 1, C, 1, C, 0, 0, 1);
+        if (c->tie_embeddings) {
+            if (!m->has_embedding) die("tie_embeddings with pipeline stages is not supported: untie, or use pp=1");
+            m->off_lm_head = m->off_embedding;
+        } else {
+            m->off_lm_head = at;
+            add_tensor(m, &at, "lm_head.weight", c->vocab_size, C, c->vocab_size, C, 0, 0, 0);
+        }
+    }
+    (void)tp;
+    m->n_params = at;
+}
+
+/* Carve the activation views out of one allocation (or measure it when base is NULL). */
+static size_t layout_activations(Model *m, char *base) {
+    size_t B = m->B, T = m->T, N = B * T, a = act_size(m), at = 0;
+    size_t S = (size_t)m->QKV;
+    if ((size_t)2 * m->F > S) S = (size_t)2 * m->F;
+    if ((size_t)m->C > S) S = m->C;
+#define TAKE(bytes) (at += ((bytes) + 255) & ~(size_t)255, base ? (void *)(base + at - (((bytes) + 255) & ~(size_t)255)) : NULL)
+    for (int i = 0; i <= m->n_local_layers; i++) m->res[i] = TAKE(N * m->C * a);
+    for (int i = 0; i < m->n_local_layers; i++) {
+        LayerActs *L = &m->acts[i];
+        L->ln1 = TAKE(N * m->C * a);
+        L->ln1_rstd = TAKE(N * 4);
+        L->qkv = TAKE(N * m->QKV * a);
+        L->att = TAKE(N * m->NH * m->HD * a);
+        L->lse = TAKE(B * m->NH * T * 4);
+        L->res_mid = TAKE(N * m->C * a);
+        L->ln2 = TAKE(N * m->C * a);
+        L->ln2_rstd = TAKE(N * 4);
+        L->h13 = TAKE(N * 2 * m->F * a);
+        L->hs = TAKE(N * m->F * a);
+    }
+    m->lnf = TAKE(N * m->C * a);
+    m->lnf_rstd = TAKE(N * 4);
+    m->logits = TAKE(N * m->V * a);
+    m->losses = TAKE(N * 4);
+    m->dres = TAKE(N * m->C * a);
+    m->tmp = TAKE(N * m->C * a);
+    m->scratch1 = TAKE(N * S * a);
+    m->scratch2 = TAKE(N * S * a);
+    m->ids = TAKE(N * 4);
+    m->targets = TAKE(N * 4);
+#undef TAKE
+    return at;
+}
+
+void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->be = be;
+    m->comm = comm;
+    int tp = comm->tp, pp = comm->pp;
+    if (cfg->n_heads % tp || cfg->n_kv_heads % tp)
+        die("tp=%d must divide n_heads=%d and n_kv_heads=%d: each tensor-parallel rank holds whole heads", tp, cfg->n_heads, cfg->n_kv_heads);
+    if (cfg->ffn_dim % tp) die("tp=%d must divide ffn_dim=%d: each tensor-parallel rank holds ffn_dim/tp columns", tp, cfg->ffn_dim);
+    if (cfg->n_layers < pp) die("pp=%d stages but only n_layers=%d: each stage needs at least one layer", pp, cfg->n_layers);
+    m->C = cfg->dim;
+    m->HD = cfg->dim / cfg->n_heads;
+    m->NH = cfg->n_heads / tp;
+    m->NKV = cfg->n_kv_heads / tp;
+    m->F = cfg->ffn_dim / tp;
+    m->QKV = (m->NH + 2 * m->NKV) * m->HD;
+    m->V = cfg->vocab_size;
+    int per = cfg->n_layers / pp, extra = cfg->n_layers % pp, s = comm->pp_rank;
+    m->layer0 = s * per + (s < extra ? s : extra);
+    m->n_local_layers = per + (s < extra);
+    m->has_embedding = s == 0;
+    m->has_head = s == pp - 1;
+    build_layout(m);
+
+    size_t P = m->n_params;
+    m->params = be->alloc(P * sizeof(float), "fp32 master weights");
+    m->params_compute = be->act == DTYPE_FP32 ? (void *)m->params : be->alloc(P * act_size(m), "compute-dtype weights");
+    m->grads = be->alloc(P * sizeof(float), "gradients");
+
+    m->B = B; m->T = T;
+    m->res = callocCheck(m->n_local_layers + 1, sizeof(void *));
+    m->acts = callocCheck(m->n_local_layers, sizeof(LayerActs));
+    m->act_bytes = layout_activations(m, NULL);
+    m->act_memory = be->alloc(m->act_bytes, "activations");
+    layout_activations(m, m->act_memory);
+    m->host_losses = mallocCheck((size_t)B * T * sizeof(float));
+}
+
+void model_free(Model *m) {
+    const Backend *be = m->be;
+    if (m->params_compute != (void *)m->params) be->free(m->params_compute);
+    be->free(m->params);
+    be->free(m->grads);
+    be->free(m->act_memory);
+    free(m->tensors); free(m->layer); free(m->res); free(m->acts); free(m->host_losses);
+    memset(m, 0, sizeof *m);
+}
+
+const ParamTensor *model_find_tensor(const Model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+void model_init_weights(Model *m, uint64_t seed, float init_std) {
+    float *host = mallocCheck(m->n_params * sizeof(float));
+    float out_std = init_std / sqrtf(2.0f * m->cfg.n_layers);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        float *dst = host + t->offset;
+        if (t->is_norm) { for (int j = 0; j < t->cols; j++) dst[j] = 1.0f; continue; }
+        int is_out = strstr(t->name, "o_proj") || strstr(t->name, "down_proj");
+        float std = is_out ? out_std : init_std;
+        Rng rng;
+        rng_seed(&rng, seed ^ name_hash(t->name));
+        /* draw the whole tensor in row-major order, keep this rank's slice */
+        for (int r = 0; r < t->global_rows; r++)
+            for (int c = 0; c < t->global_cols; c++) {
+                float x = rng_normal(&rng) * std;
+                int lr = r - t->row0, lc = c - t->col0;
+                if (lr >= 0 && lr < t->rows && lc >= 0 && lc < t->cols) dst[(size_t)lr * t->cols + lc] = x;
+            }
+    }
+    model_set_params(m, host);
+    free(host);
+}
+
+void model_set_params(Model *m, const float *host) {
+    m->be->upload(m->params, host, m->n_params * sizeof(float));
+    if (m->params_compute != (void *)m->params) m->be->cast_from_fp32(m->params_compute, m->params, m->n_params);
+}
+
+void model_get_params(const Model *m, float *host) { m->be->download(host, m->params, m->n_params * sizeof(float)); }
+void model_get_grads(const Model *m, float *host) { m->be->download(host, m->grads, m->n_params * sizeof(float)); }
+void model_zero_grads(Model *m) { m->be->zero(m->grads, m->n_params * sizeof(float)); }
+
+/* ------------------------------------------------------------------ forward */
+
+double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss) {
+    const Backend *be = m->be;
+    const ModelConfig *c = &m->cfg;
+    if (B > m->B || T > m->T) die("internal: micro-batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    int N = B * T, C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
+    m->cur_B = B; m->cur_T = T;
+    void *W = m->params_compute;
+
+    be->upload(m->ids, ids, (size_t)N * sizeof(int));
+    be->embedding_forward(m->res[0], m->ids, act_at(m, W, m->off_embedding), N, C);
+
+    for (int i = 0; i < m->n_local_layers; i++) {
+        const LayerOffsets *o = &m->layer[i];
+        LayerActs *L = &m->acts[i];
+        be->rmsnorm_forward(L->ln1, L->ln1_rstd, m->res[i], act_at(m, W, o->attn_norm), N, C, c->norm_eps);
+        be->matmul_forward(L->qkv, L->ln1, act_at(m, W, o->wqkv), N, C, QKV);
+        be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, 0);
+        be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
+        be->matmul_forward(m->tmp, L->att, act_at(m, W, o->wo), N, NH * HD, C);
+        comm_allreduce_sum(m->comm, GROUP_TP, m->tmp, (size_t)N * C);      /* row-parallel: sum partial outputs */
+        be->add(L->res_mid, m->res[i], m->tmp, (size_t)N * C);
+        be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), N, C, c->norm_eps);
+        be->matmul_forward(L->h13, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);
+        be->swiglu_forward(L->hs, L->h13, N, F);
+        be->matmul_forward(m->tmp, L->hs, act_at(m, W, o->w2), N, F, C);
+        comm_allreduce_sum(m->comm, GROUP_TP, m->tmp, (size_t)N * C);
+        be->add(m->res[i + 1], L->res_mid, m->tmp, (size_t)N * C);
+    }
+
+    void *x = m->res[m->n_local_layers];
+    be->rmsnorm_forward(m->lnf, m->lnf_rstd, x, act_at(m, W, m->off_final_norm), N, C, c->norm_eps);
+    be->matmul_forward(m->logits, m->lnf, act_at(m, W, m->off_lm_head), N, C, m->V);
+    if (!targets) return 0;
+    be->upload(m->targets, targets, (size_t)N * sizeof(int));
+    be->cross_entropy(m->losses, m->logits, m->targets, N, m->V, dloss, IGNORE_INDEX);
+    be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
+    double sum = 0;
+    for (int n = 0; n < N; n++) sum += m->host_losses[n];
+    return sum;
+}
+
+/* ----------------------------------------------------------------- backward */
+
+void model_backward(Model *m) {
+    const Backend *be = m->be;
+    const ModelConfig *c = &m->cfg;
+    int B = m->cur_B, T = m->cur_T, N = B * T, C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
+    void *W = m->params_compute;
+    float *G = m->grads;
+    void *s1 = m->scratch1, *s2 = m->scratch2, *dres = m->dres;
+
+    /* head: dlogits (already in m->logits) -> dlnf -> dres */
+    void *x = m->res[m->n_local_layers];
+    be->matmul_backward(s1, G + m->off_lm_head, m->logits, m->lnf, act_at(m, W, m->off_lm_head), N, C, m->V);
+    be->zero(dres, (size_t)N * C * act_size(m));
+    be->rmsnorm_backward(dres, G + m->off_final_norm, s1, x, act_at(m, W, m->off_final_norm), m->lnf_rstd, N, C);
+
+    for (int i = m->n_local_layers - 1; i >= 0; i--) {
+        const LayerOffsets *o = &m->layer[i];
+        LayerActs *L = &m->acts[i];
+        /* MLP: dres is d(res[i+1]) */
+        be->matmul_backward(s1, G + o->w2, dres, L->hs, act_at(m, W, o->w2), N, F, C);                /* s1 = dhs (N,F) */
+        be->swiglu_backward(s2, s1, L->h13, N, F);                                                    /* s2 = dh13 (N,2F) */
+        be->matmul_backward(s1, G + o->w13, s2, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);           /* s1 = dln2 (N,C) */
+        comm_allreduce_sum(m->comm, GROUP_TP, s1, (size_t)N * C);                                   /* column-parallel input */
+        be->rmsnorm_backward(dres, G + o->ffn_norm, s1, L->res_mid, act_at(m, W, o->ffn_norm), L->ln2_rstd, N, C);
+        /* attention: dres is now d(res_mid) */
+        be->matmul_backward(s1, G + o->wo, dres, L->att, act_at(m, W, o->wo), N, NH * HD, C);        /* s1 = datt (N,NH*HD) */
+        be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD);                  /* s2 = dqkv (N,QKV) */
+        be->rope_backward(s2, B, T, NH, NKV, HD, c->rope_theta, 0);
+        be->matmul_backward(s1, G + o->wqkv, s2, L->ln1, act_at(m, W, o->wqkv), N, C, QKV);          /* s1 = dln1 (N,C) */
+        comm_allreduce_sum(m->comm, GROUP_TP, s1, (size_t)N * C);
+        be->rmsnorm_backward(dres, G + o->attn_norm, s1, m->res[i], act_at(m, W, o->attn_norm), L->ln1_rstd, N, C);
+    }
+    be->embedding_backward(G + m->off_embedding, dres, m->ids, N, C);
+}
+
+size_t model_count_params(const ModelConfig *c) {
+    size_t C = c->dim, HD = c->dim / c->n_heads, L = c->n_layers, V = c->vocab_size, F = c->ffn_dim;
+    size_t layer = 2 * C + (c->n_heads + 2 * c->n_kv_heads) * HD * C + c->n_heads * HD * C + 3 * F * C;
+    return V * C + L * layer + C + (c->tie_embeddings ? 0 : V * C);
+}
+
+double model_flops_per_token(const ModelConfig *c) {
+    double n_matmul = (double)model_count_params(c) - (double)c->vocab_size * c->dim;  /* embedding lookup is no matmul */
+    if (c->tie_embeddings) n_matmul += (double)c->vocab_size * c->dim;                   /* the tied head still is */
+    return 6.0 * n_matmul + 6.0 * c->n_layers * c->dim * (double)c->seq_len;
+}

@@ -1,0 +1,105 @@
+/* model/llama.h — the LLaMA decoder: parameter layout, activations, forward, backward.
+ *
+ * The idea: one model code for every backend and every parallel layout. It
+ * works on LOCAL shapes — the heads and FFN columns of this tensor-parallel
+ * rank, the layers of this pipeline stage — and reaches the device only through
+ * the Backend table. Parameters live in one contiguous buffer with named views
+ * (Hugging Face names), laid out layer by layer; inside a layer q,k,v are
+ * adjacent rows, so they form one fused (NH+2*NKV)*HD x C matrix, and gate,up
+ * form one 2F x C matrix. Gradients and optimizer state mirror that buffer. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include "../kernels/backend.h"
+#include "../parallel/comm.h"
+
+#define IGNORE_INDEX (-1)   /* a target equal to this adds no loss and no gradient */
+
+typedef struct {            /* the whole model's shape, as in config.json */
+    int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim, seq_len, tie_embeddings;
+    float rope_theta, norm_eps;
+} ModelConfig;
+
+typedef struct {            /* one named tensor of the parameter buffer */
+    char name[96];          /* Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight */
+    size_t offset;          /* elements into this rank's buffer */
+    int rows, cols;         /* local shape; vectors have rows = 1 */
+    int global_rows, global_cols, row0, col0;   /* the whole tensor, and where this slice sits in it */
+    int is_norm;            /* norm weights: init 1, no weight decay */
+} ParamTensor;
+
+typedef struct {            /* element offsets of one layer's tensors */
+    size_t attn_norm, wqkv /* wq|wk|wv */, wo, ffn_norm, w13 /* gate|up */, w2;
+} LayerOffsets;
+
+typedef struct {            /* the activations one layer keeps for its backward */
+    void *ln1;              /* (B,T,C)   attention-norm output */
+    float *ln1_rstd;        /* (B,T) */
+    void *qkv;              /* (B,T,QKV) q|k|v after RoPE */
+    void *att;              /* (B,T,NH*HD) attention output before wo */
+    float *lse;             /* (B,NH,T) softmax log-sum-exp */
+    void *res_mid;          /* (B,T,C)   residual after attention */
+    void *ln2;              /* (B,T,C)   ffn-norm output */
+    float *ln2_rstd;        /* (B,T) */
+    void *h13;              /* (B,T,2F)  gate|up */
+    void *hs;               /* (B,T,F)   silu(gate)*up */
+} LayerActs;
+
+typedef struct {
+    ModelConfig cfg;
+    const Backend *be;
+    const Comm *comm;
+    /* local shape */
+    int C, NH, NKV, HD, F, QKV, V;      /* QKV = (NH + 2*NKV) * HD */
+    int layer0, n_local_layers;         /* global index of this stage's first layer, and how many */
+    int has_embedding, has_head;        /* first / last pipeline stage */
+    /* parameters: fp32 master, the act-dtype compute copy (== params when act is fp32), fp32 grads */
+    ParamTensor *tensors;
+    int n_tensors;
+    size_t n_params;
+    LayerOffsets *layer;                /* (n_local_layers) */
+    size_t off_embedding, off_final_norm, off_lm_head;
+    float *params;                      /* (n_params) */
+    void *params_compute;               /* (n_params) */
+    float *grads;                       /* (n_params) */
+    /* activations, for micro-batches of at most B x T */
+    int B, T;
+    void *act_memory;                   /* the one allocation the views below point into */
+    size_t act_bytes;
+    void **res;                         /* (n_local_layers+1) x (B,T,C) residual stream at each layer boundary */
+    LayerActs *acts;                    /* (n_local_layers) */
+    void *lnf;                          /* (B,T,C) */
+    float *lnf_rstd;                    /* (B,T) */
+    void *logits;                       /* (B,T,V) logits, then their gradient */
+    float *losses;                      /* (B,T) */
+    void *dres, *scratch1, *scratch2, *tmp;  /* (B,T,C), (B,T,S), (B,T,S), (B,T,C) backward buffers; S = max width */
+    int *ids, *targets;                 /* (B,T) on the device */
+    /* the micro-batch in flight */
+    int cur_B, cur_T;
+    float *host_losses;                 /* (B,T) */
+} Model;
+
+/* Build the layout for this rank and allocate everything on the backend. */
+void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T);
+void model_free(Model *m);
+/* LLaMA init: N(0, init_std), output projections (wo, w2) scaled by 1/sqrt(2*n_layers), norms 1.
+ * Every tensor is drawn whole from its own seeded stream, then sliced, so the
+ * same seed gives the same model under any parallel layout. */
+void model_init_weights(Model *m, uint64_t seed, float init_std);
+/* Copy fp32 host values of all local parameters in (n_params) / out. */
+void model_set_params(Model *m, const float *host);
+void model_get_params(const Model *m, float *host);
+void model_get_grads(const Model *m, float *host);
+void model_zero_grads(Model *m);
+const ParamTensor *model_find_tensor(const Model *m, const char *name);
+/* Forward one micro-batch (B' <= B, T' <= T). With targets, returns the SUM of
+ * the per-token losses (ignored targets add 0) and, when dloss != 0, leaves the
+ * loss gradient (scaled by dloss) ready for model_backward. Without targets,
+ * leaves the logits in m->logits and returns 0. */
+double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss);
+/* Backward of the last forward: ADDS this micro-batch's gradients into m->grads. */
+void model_backward(Model *m);
+/* Matmul FLOPs per token for MFU, counted as the PyTorch peer does:
+ * 6 * (matmul parameters) + 6 * n_layers * dim * seq_len. */
+double model_flops_per_token(const ModelConfig *cfg);
+size_t model_count_params(const ModelConfig *cfg);

@@ -1,0 +1,344 @@
+/* train/config.c — the config table, presets, parser, validation, help and
+ * startup table. Everything a user can set is one row of config_fields[]. */
+#include "config.h"
+#include "../common/util.h"
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define F(name, type, def, lo, hi, choices, section, help) \
+    { #name, type, offsetof(Config, name), sizeof(((Config *)0)->name), def, lo, hi, choices, section, help }
+#define BIG 2147483647.0
+
+const ConfigField config_fields[] = {
+    F(preset, FIELD_STRING, "", 0, 0, NULL, "model", "named model and batch shape: tiny | l15m | l124m | l350m; later keys override it"),
+    F(vocab_size, FIELD_INT, "0", 0, BIG, NULL, "model", "vocabulary size; 0 = read it from the training shard's header"),
+    F(dim, FIELD_INT, "128", 8, 65536, NULL, "model", "model width (d_model)"),
+    F(n_layers, FIELD_INT, "4", 1, 1024, NULL, "model", "decoder blocks"),
+    F(n_heads, FIELD_INT, "4", 1, 1024, NULL, "model", "query heads; dim must divide by it"),
+    F(n_kv_heads, FIELD_INT, "2", 1, 1024, NULL, "model", "key/value heads (grouped-query attention); n_heads must divide by it"),
+    F(ffn_dim, FIELD_INT, "352", 1, BIG, NULL, "model", "hidden width of the SwiGLU MLP"),
+    F(seq_len, FIELD_INT, "128", 2, 1048576, NULL, "model", "tokens per sequence (T)"),
+    F(tie_embeddings, FIELD_BOOL, "0", 0, 1, NULL, "model", "share the token embedding with the LM head"),
+    F(rope_theta, FIELD_FLOAT, "10000", 1, 1e12, NULL, "model", "rotary embedding base"),
+    F(norm_eps, FIELD_FLOAT, "1e-5", 0, 1, NULL, "model", "RMSNorm epsilon"),
+    F(init_std, FIELD_FLOAT, "0.02", 0, 10, NULL, "model", "std of the normal init; output projections are scaled by 1/sqrt(2*n_layers)"),
+    F(batch_size, FIELD_INT, "16", 1, BIG, NULL, "training", "micro-batch: sequences per forward/backward (B)"),
+    F(total_batch_tokens, FIELD_INT, "0", 0, BIG, NULL, "training", "tokens per optimizer step over all ranks; 0 = batch_size*seq_len*dp (no accumulation)"),
+    F(max_steps, FIELD_INT, "1000", 0, BIG, NULL, "training", "optimizer steps to train"),
+    F(lr, FIELD_FLOAT, "1e-3", 0, 10, NULL, "training", "peak learning rate"),
+    F(min_lr_ratio, FIELD_FLOAT, "0.1", 0, 1, NULL, "training", "learning-rate floor at the end of decay, as a fraction of lr"),
+    F(warmup_steps, FIELD_INT, "50", 0, BIG, NULL, "training", "linear warm-up steps"),
+    F(lr_schedule, FIELD_CHOICE, "cosine", 0, 0, "cosine|linear|constant", "training", "decay after warm-up"),
+    F(weight_decay, FIELD_FLOAT, "0.1", 0, 10, NULL, "training", "AdamW decoupled weight decay (not applied to norm weights)"),
+    F(beta1, FIELD_FLOAT, "0.9", 0, 0.999999, NULL, "training", "AdamW beta1"),
+    F(beta2, FIELD_FLOAT, "0.95", 0, 0.999999, NULL, "training", "AdamW beta2"),
+    F(adam_eps, FIELD_FLOAT, "1e-8", 0, 1, NULL, "training", "AdamW epsilon"),
+    F(grad_clip, FIELD_FLOAT, "1.0", 0, 1e9, NULL, "training", "clip the global gradient norm to this; 0 = off"),
+    F(seed, FIELD_INT, "1337", 0, BIG, NULL, "training", "seed for init and data order"),
+    F(train_data, FIELD_STRING, "data/sotu/train_*.bin", 0, 0, NULL, "data", "training shards: a file, a glob or a comma list"),
+    F(val_data, FIELD_STRING, "data/sotu/val_*.bin", 0, 0, NULL, "data", "validation shards; empty = no eval"),
+    F(eval_every, FIELD_INT, "100", 0, BIG, NULL, "data", "evaluate every N steps (and at the end); 0 = never"),
+    F(eval_batches, FIELD_INT, "20", 1, BIG, NULL, "data", "micro-batches per evaluation"),
+    F(device, FIELD_CHOICE, "cpu", 0, 0, "cpu|cuda", "system", "where the model runs"),
+    F(precision, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16|fp16", "system", "compute dtype (master weights and gradients stay fp32)"),
+    F(log_every, FIELD_INT, "1", 1, BIG, NULL, "logging", "print a step line every N steps"),
+    F(log_jsonl, FIELD_STRING, "", 0, 0, NULL, "logging", "also write one JSON object per step/eval to this file"),
+    F(run_dir, FIELD_STRING, "runs/default", 0, 0, NULL, "logging", "folder for this run's outputs"),
+};
+const int config_n_fields = sizeof config_fields / sizeof config_fields[0];
+
+typedef struct { const char *name; const char *settings; const char *about; } Preset;
+static const Preset presets[] = {
+    {"tiny", "dim=128 n_layers=4 n_heads=4 n_kv_heads=2 ffn_dim=352 seq_len=128 batch_size=16 vocab_size=0",
+     "trains on a 2-core CPU in minutes"},
+    /* the three below are the shapes of CFGS in the PyTorch peer (shared/peers/torch_llama.py) */
+    {"l15m", "vocab_size=32000 dim=288 n_layers=6 n_heads=6 n_kv_heads=6 ffn_dim=768 seq_len=256 batch_size=128", "llama2.c's 15M"},
+    {"l124m", "vocab_size=32000 dim=768 n_layers=12 n_heads=12 n_kv_heads=4 ffn_dim=2048 seq_len=1024 batch_size=16", "GPT-2 small sized"},
+    {"l350m", "vocab_size=32000 dim=1024 n_layers=24 n_heads=16 n_kv_heads=4 ffn_dim=2816 seq_len=1024 batch_size=16", "~350M"},
+};
+
+const ConfigField *config_find(const char *key) {
+    for (int i = 0; i < config_n_fields; i++)
+        if (strcmp(config_fields[i].name, key) == 0) return &config_fields[i];
+    return NULL;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    int la = strlen(a), lb = strlen(b), d[64][64];
+    if (la > 63 || lb > 63) return 99;
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (tolower(a[i - 1]) != tolower(b[j - 1]));
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
+}
+
+static const char *nearest_key(const char *key) {
+    const char *best = NULL;
+    int best_d = 1 << 30;
+    for (int i = 0; i < config_n_fields; i++) {
+        int d = edit_distance(key, config_fields[i].name);
+        if (d < best_d) { best_d = d; best = config_fields[i].name; }
+    }
+    return best;
+}
+
+static int choice_index(const char *choices, const char *value) {
+    int idx = 0;
+    const char *p = choices;
+    size_t n = strlen(value);
+    while (*p) {
+        const char *end = strchr(p, '|');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, value, n) == 0) return idx;
+        if (!end) break;
+        p = end + 1;
+        idx++;
+    }
+    return -1;
+}
+
+static void choice_name(const char *choices, int index, char *out, size_t size) {
+    const char *p = choices;
+    for (int i = 0; i < index && p; i++) { p = strchr(p, '|'); if (p) p++; }
+    if (!p) { snprintf(out, size, "?"); return; }
+    const char *end = strchr(p, '|');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    snprintf(out, size, "%.*s", (int)len, p);
+}
+
+int config_set(Config *c, const char *key, const char *value, char *err, size_t err_size) {
+    const ConfigField *f = config_find(key);
+    if (!f) {
+        snprintf(err, err_size, "unknown config key '%s' (did you mean '%s'?); `build/train --help` lists every key", key, nearest_key(key));
+        return -1;
+    }
+    void *dst = (char *)c + f->offset;
+    char *end = NULL;
+    switch (f->type) {
+    case FIELD_INT: {
+        double v = strtod(value, &end);
+        if (!*value || *end || v != floor(v)) {
+            snprintf(err, err_size, "config key '%s': '%s' is not a whole number", key, value);
+            return -1;
+        }
+        if (v < f->min || v > f->max) {
+            snprintf(err, err_size, "config key '%s': %s is out of range [%.0f, %.0f]", key, value, f->min, f->max);
+            return -1;
+        }
+        *(int *)dst = (int)v;
+        break;
+    }
+    case FIELD_FLOAT: {
+        double v = strtod(value, &end);
+        if (!*value || *end || !isfinite(v)) {
+            snprintf(err, err_size, "config key '%s': '%s' is not a number", key, value);
+            return -1;
+        }
+        if (v < f->min || v > f->max) {
+            snprintf(err, err_size, "config key '%s': %s is out of range [%g, %g]", key, value, f->min, f->max);
+            return -1;
+        }
+        *(float *)dst = (float)v;
+        break;
+    }
+    case FIELD_BOOL:
+        if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes")) *(int *)dst = 1;
+        else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no")) *(int *)dst = 0;
+        else {
+            snprintf(err, err_size, "config key '%s': '%s' is not a boolean (use 1/0, true/false)", key, value);
+            return -1;
+        }
+        break;
+    case FIELD_STRING:
+        if (strlen(value) >= f->size) {
+            snprintf(err, err_size, "config key '%s': value is longer than %zu characters", key, f->size - 1);
+            return -1;
+        }
+        snprintf(dst, f->size, "%s", value);
+        break;
+    case FIELD_CHOICE: {
+        int i = choice_index(f->choices, value);
+        if (i < 0) {
+            snprintf(err, err_size, "config key '%s': '%s' is not one of %s", key, value, f->choices);
+            return -1;
+        }
+        *(int *)dst = i;
+        break;
+    }
+    }
+    if (f->offset == offsetof(Config, preset) && *value && config_apply_preset(c, value) != 0) {
+        snprintf(err, err_size, "config key 'preset': unknown preset '%s' (choose tiny, l15m, l124m or l350m)", value);
+        return -1;
+    }
+    return 0;
+}
+
+int config_apply_preset(Config *c, const char *name) {
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        if (strcmp(presets[i].name, name) != 0) continue;
+        char buf[512], err[256];
+        snprintf(buf, sizeof buf, "%s", presets[i].settings);
+        for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+            char *eq = strchr(tok, '=');
+            *eq = 0;
+            if (config_set(c, tok, eq + 1, err, sizeof err) != 0) die("preset %s: %s", name, err);
+        }
+        snprintf(c->preset, sizeof c->preset, "%s", name);
+        return 0;
+    }
+    return -1;
+}
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    char err[256];
+    for (int i = 0; i < config_n_fields; i++)
+        if (config_set(c, config_fields[i].name, config_fields[i].default_value, err, sizeof err) != 0)
+            die("internal: default of %s: %s", config_fields[i].name, err);
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+/* Reads "key = value" lines ([sections] and # comments ignored). With
+ * only_preset, applies just the preset key; otherwise every key but preset. */
+static void load_ini(Config *c, const char *path, int only_preset) {
+    FILE *f = fopen(path, "r");
+    if (!f) die("cannot read config file '%s'\n  hint: check the path given to --config", path);
+    char line[2048], err[512];
+    int lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *s = trim(line);
+        if (!*s || *s == '[') continue;
+        char *eq = strchr(s, '=');
+        if (!eq) { fclose(f); die("%s:%d: expected 'key = value', got '%s'", path, lineno, s); }
+        *eq = 0;
+        char *key = trim(s), *value = trim(eq + 1);
+        int is_preset = strcmp(key, "preset") == 0;
+        if (is_preset != only_preset) continue;
+        if (config_set(c, key, value, err, sizeof err) != 0) { fclose(f); die("%s:%d: %s", path, lineno, err); }
+    }
+    fclose(f);
+}
+
+void config_parse_args(Config *c, int argc, char **argv) {
+    config_defaults(c);
+    const char *ini = NULL, *preset = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0)
+            die("unexpected argument '%s': settings are --key=value (see `build/train --help`)", argv[i]);
+        if (!strncmp(argv[i], "--config=", 9)) ini = argv[i] + 9;
+        else if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) die("--config needs a file: --config=path.ini");
+            ini = argv[++i];
+        } else if (!strncmp(argv[i], "--preset=", 9)) preset = argv[i] + 9;
+    }
+    char err[512];
+    if (ini) load_ini(c, ini, 1);
+    if (preset && config_set(c, "preset", preset, err, sizeof err) != 0) die("%s", err);
+    if (ini) load_ini(c, ini, 0);
+    for (int i = 1; i < argc; i++) {
+        if (!strncmp(argv[i], "--config", 8) || !strncmp(argv[i], "--preset=", 9)) {
+            if (!strcmp(argv[i], "--config")) i++;
+            continue;
+        }
+        char key[128];
+        const char *arg = argv[i] + 2, *eq = strchr(arg, '=');
+        if (!eq) die("'%s' has no value: write --%s=VALUE", argv[i], arg);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
+        for (char *p = key; *p; p++) if (*p == '-') *p = '_';
+        if (config_set(c, key, eq + 1, err, sizeof err) != 0) die("%s", err);
+    }
+    config_validate(c);
+}
+
+int config_head_dim(const Config *c) { return c->dim / c->n_heads; }
+
+int config_grad_accum_steps(const Config *c, int dp) {
+    long per_micro = (long)c->batch_size * c->seq_len * dp;
+    return c->total_batch_tokens ? (int)(c->total_batch_tokens / per_micro) : 1;
+}
+
+void config_validate(const Config *c) {
+    if (c->dim % c->n_heads)
+        die("dim=%d does not divide by n_heads=%d: each head gets dim/n_heads channels; pick n_heads dividing dim", c->dim, c->n_heads);
+    if (c->n_heads % c->n_kv_heads)
+        die("n_heads=%d does not divide by n_kv_heads=%d: each KV head serves a whole group of query heads", c->n_heads, c->n_kv_heads);
+    if (config_head_dim(c) % 2)
+        die("head dim dim/n_heads = %d is odd: rotary embeddings rotate pairs of channels, so it must be even", config_head_dim(c));
+    long per_micro = (long)c->batch_size * c->seq_len;
+    if (c->total_batch_tokens && c->total_batch_tokens % per_micro)
+        die("total_batch_tokens=%d is not a multiple of batch_size*seq_len = %d*%d = %ld: gradient accumulation takes whole micro-batches",
+            c->total_batch_tokens, c->batch_size, c->seq_len, per_micro);
+    if (c->warmup_steps > c->max_steps && c->max_steps > 0)
+        die("warmup_steps=%d is longer than max_steps=%d; the learning rate would never reach lr", c->warmup_steps, c->max_steps);
+    if (c->device == DEVICE_CPU && c->precision != PRECISION_FP32)
+        die("precision=%s needs device=cuda; the CPU backend computes in fp32", c->precision == PRECISION_BF16 ? "bf16" : "fp16");
+}
+
+void config_format(const Config *c, const ConfigField *f, char *out, size_t size) {
+    const void *src = (const char *)c + f->offset;
+    switch (f->type) {
+    case FIELD_INT: case FIELD_BOOL: snprintf(out, size, "%d", *(const int *)src); break;
+    case FIELD_FLOAT: snprintf(out, size, "%.9g", *(const float *)src); break;
+    case FIELD_STRING: snprintf(out, size, "%s", (const char *)src); break;
+    case FIELD_CHOICE: choice_name(f->choices, *(const int *)src, out, size); break;
+    }
+}
+
+void config_print_help(FILE *out) {
+    fprintf(out, "usage: build/train [--config=FILE.ini] [--preset=NAME] [--key=value ...]\n"
+                 "       build/train prepare --help    (text -> token shards)\n\n"
+                 "Settings are applied in order: defaults, preset, config file, --key=value.\n");
+    const char *section = "";
+    for (int i = 0; i < config_n_fields; i++) {
+        const ConfigField *f = &config_fields[i];
+        if (strcmp(section, f->section)) { section = f->section; fprintf(out, "\n[%s]\n", section); }
+        char def[64];
+        snprintf(def, sizeof def, "%s", f->default_value);
+        fprintf(out, "  --%-20s %-24s %s%s%s\n", f->name, *def ? def : "\"\"", f->help,
+                f->type == FIELD_CHOICE ? "; one of " : "", f->type == FIELD_CHOICE ? f->choices : "");
+    }
+    fprintf(out, "\npresets:\n");
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        fprintf(out, "  %-6s %s\n         %s\n", presets[i].name, presets[i].about, presets[i].settings);
+}
+
+void config_print_table(const Config *c, FILE *out) {
+    Config d;
+    config_defaults(&d);
+    fprintf(out, "+----------------------+------------------------------------------+\n");
+    fprintf(out, "| %-20s | %-40s |\n", "config", "value (* = not the default)");
+    fprintf(out, "+----------------------+------------------------------------------+\n");
+    for (int i = 0; i < config_n_fields; i++) {
+        char v[1024], dv[1024];
+        config_format(c, &config_fields[i], v, sizeof v);
+        config_format(&d, &config_fields[i], dv, sizeof dv);
+        fprintf(out, "| %-20s | %-38.38s %s |\n", config_fields[i].name, v, strcmp(v, dv) ? "*" : " ");
+    }
+    fprintf(out, "+----------------------+------------------------------------------+\n");
+}
+
+size_t config_write_text(const Config *c, char *out, size_t size) {
+    size_t n = 0;
+    for (int i = 0; i < config_n_fields && n < size; i++) {
+        char v[1024];
+        config_format(c, &config_fields[i], v, sizeof v);
+        n += snprintf(out + n, size - n, "%s=%s\n", config_fields[i].name, v);
+    }
+    return n;
+}

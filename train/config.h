@@ -1,0 +1,72 @@
+/* train/config.h — the one config struct of llm3d and the table that describes it.
+ *
+ * The idea: every setting is one row of config_fields[] (name, type, default,
+ * range or choices, help). The parser (--config file.ini, then --key=value),
+ * --help, the startup table and the checkpoint header are all generated from
+ * that table, so a field is added in exactly two places: this struct and the table. */
+#pragma once
+#include <stddef.h>
+#include <stdio.h>
+
+enum { DEVICE_CPU, DEVICE_CUDA };
+enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };
+enum { SCHEDULE_COSINE, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
+
+typedef struct {
+    char preset[32];
+    /* model */
+    int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim, seq_len, tie_embeddings;
+    float rope_theta, norm_eps, init_std;
+    /* training */
+    int batch_size, total_batch_tokens, max_steps, warmup_steps, lr_schedule, seed;
+    float lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip;
+    /* data */
+    char train_data[1024], val_data[1024];
+    int eval_every, eval_batches;
+    /* system */
+    int device, precision;
+    /* logging */
+    int log_every;
+    char log_jsonl[1024], run_dir[1024];
+} Config;
+
+typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_STRING, FIELD_CHOICE } FieldType;
+
+typedef struct {
+    const char *name;
+    FieldType type;
+    size_t offset;          /* into Config */
+    size_t size;            /* bytes of a FIELD_STRING buffer */
+    const char *default_value;
+    double min, max;        /* FIELD_INT / FIELD_FLOAT range */
+    const char *choices;    /* FIELD_CHOICE: "a|b|c", stored as the index */
+    const char *section;
+    const char *help;
+} ConfigField;
+
+extern const ConfigField config_fields[];
+extern const int config_n_fields;
+
+/* Defaults, then the preset (from the file or the command line; the command
+ * line wins), then the --config file, then --key=value overrides; then
+ * config_validate. Dies with one clear message on any bad input.
+ * Arguments that are not --key=value are an error. */
+void config_parse_args(Config *c, int argc, char **argv);
+/* Set one field from text; returns 0, or -1 with a message in err. */
+int config_set(Config *c, const char *key, const char *value, char *err, size_t err_size);
+/* Apply a preset's fields; returns -1 for an unknown preset name. */
+int config_apply_preset(Config *c, const char *name);
+void config_defaults(Config *c);
+/* Cross-field checks (dim % n_heads, ...); dies naming the keys. */
+void config_validate(const Config *c);
+/* One field's value as text. */
+void config_format(const Config *c, const ConfigField *f, char *out, size_t size);
+void config_print_help(FILE *out);
+/* The startup table: every field, its value, and '*' where it differs from the default. */
+void config_print_table(const Config *c, FILE *out);
+/* "key=value\n" lines for every field (the checkpoint header); config_set reads them back. */
+size_t config_write_text(const Config *c, char *out, size_t size);
+const ConfigField *config_find(const char *key);
+/* Derived values. */
+int config_head_dim(const Config *c);
+int config_grad_accum_steps(const Config *c, int dp);

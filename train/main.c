@@ -1,0 +1,50 @@
+/* train/main.c — the `train` program: `build/train [--config=F] [--key=value ...]`
+ * trains; `build/train prepare ...` turns text into token shards.
+ * Everything a run does is decided by the Config (train/config.h). */
+#include "config.h"
+#include "trainer.h"
+#include "../common/util.h"
+#include "../data/prepare.h"
+#include <math.h>
+#include <string.h>
+
+static void print_banner(const Trainer *tr) {
+    const Model *m = &tr->model;
+    const Config *c = &tr->cfg;
+    char b1[32], b2[32];
+    printf("llm3d | device %s (%s) | %zu parameters (%s fp32) | activations %s\n", tr->be->name, dtype_name(tr->be->act),
+           m->n_params, format_bytes(m->n_params * 4.0, b1, sizeof b1), format_bytes((double)m->act_bytes, b2, sizeof b2));
+    printf("data  | train %lld samples of %d tokens in %d shard(s)", (long long)tr->train.n_samples, c->seq_len, tr->train.n_shards);
+    if (tr->has_val) printf(" | val %lld samples", (long long)tr->val.n_samples);
+    printf("\nbatch | %d x %d tokens x %d micro-batches x %d ranks = %ld tokens per step\n", c->batch_size, c->seq_len,
+           tr->accum, tr->comm.dp, (long)tr->accum * c->batch_size * c->seq_len * tr->comm.dp);
+    fflush(stdout);
+}
+
+static void log_eval(Trainer *tr, double val) {
+    printf("eval  | step %d | val_loss %.4f | val_ppl %.2f\n", tr->step, val, exp(val));
+    fflush(stdout);
+    if (tr->jsonl) {
+        fprintf(tr->jsonl, "{\"step\": %d, \"val_loss\": %.6f}\n", tr->step, val);
+        fflush(tr->jsonl);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "prepare")) return prepare_main(argc - 1, argv + 1);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
+    Config cfg;
+    config_parse_args(&cfg, argc, argv);
+    Trainer tr;
+    trainer_init(&tr, &cfg);
+    config_print_table(&tr.cfg, stdout);
+    print_banner(&tr);
+    while (tr.step < cfg.max_steps) {
+        StepStats s = trainer_step(&tr);
+        trainer_log_step(&tr, &s);
+        if (tr.has_val && (tr.step % cfg.eval_every == 0 || tr.step == cfg.max_steps)) log_eval(&tr, trainer_eval(&tr));
+    }
+    trainer_free(&tr);
+    return 0;
+}

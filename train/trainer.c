@@ -1,0 +1,147 @@
+/* train/trainer.c — one optimizer step, evaluation, LR schedule, step logging. */
+#include "trainer.h"
+#include "../common/util.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+float lr_at(const Config *c, int step) {
+    if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
+    if (c->lr_schedule == SCHEDULE_CONSTANT || c->max_steps <= c->warmup_steps) return c->lr;
+    float p = (float)(step - c->warmup_steps) / (float)(c->max_steps - c->warmup_steps);
+    if (p > 1) p = 1;
+    float lo = c->lr * c->min_lr_ratio;
+    if (c->lr_schedule == SCHEDULE_LINEAR) return c->lr - (c->lr - lo) * p;
+    return lo + (c->lr - lo) * 0.5f * (1.0f + cosf(3.14159265358979f * p));
+}
+
+void model_config_from(ModelConfig *mc, const Config *c, int vocab_size) {
+    memset(mc, 0, sizeof *mc);
+    mc->vocab_size = vocab_size;
+    mc->dim = c->dim; mc->n_layers = c->n_layers; mc->n_heads = c->n_heads; mc->n_kv_heads = c->n_kv_heads;
+    mc->ffn_dim = c->ffn_dim; mc->seq_len = c->seq_len; mc->tie_embeddings = c->tie_embeddings;
+    mc->rope_theta = c->rope_theta; mc->norm_eps = c->norm_eps;
+}
+
+void trainer_init(Trainer *tr, const Config *cfg) {
+    memset(tr, 0, sizeof *tr);
+    tr->cfg = *cfg;
+    const Config *c = &tr->cfg;
+    comm_init(&tr->comm, 1, 1, 1);
+    tr->be = c->device == DEVICE_CUDA ? backend_cuda(c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32)
+                                      : backend_cpu();
+    tr->accum = config_grad_accum_steps(c, tr->comm.dp);
+
+    loader_open(&tr->train, c->train_data, c->batch_size, c->seq_len, tr->comm.dp_rank, tr->comm.dp, c->seed, 1, c->vocab_size);
+    int vocab = c->vocab_size ? c->vocab_size : loader_header_vocab(&tr->train);
+    if (vocab <= 0)
+        die("vocab_size=0 asks to read the vocabulary size from '%s', but its header records none\n  hint: set --vocab_size", c->train_data);
+    tr->train.vocab_size = vocab;
+    tr->cfg.vocab_size = vocab;
+    if (c->val_data[0] && c->eval_every > 0) {
+        loader_open(&tr->val, c->val_data, c->batch_size, c->seq_len, tr->comm.dp_rank, tr->comm.dp, c->seed, 0, vocab);
+        tr->has_val = 1;
+    }
+
+    model_config_from(&tr->model_cfg, c, vocab);
+    model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, c->batch_size, c->seq_len);
+    model_init_weights(&tr->model, (uint64_t)c->seed, c->init_std);
+    optimizer_init(&tr->opt, &tr->model, c);
+    size_t per_step = (size_t)tr->accum * c->batch_size * c->seq_len;
+    tr->ids = mallocCheck(per_step * sizeof(int));
+    tr->targets = mallocCheck(per_step * sizeof(int));
+    if (c->log_jsonl[0]) tr->jsonl = fopenCheck(c->log_jsonl, "a");
+}
+
+void trainer_free(Trainer *tr) {
+    if (tr->jsonl) fclose(tr->jsonl);
+    optimizer_free(&tr->opt, tr->be);
+    model_free(&tr->model);
+    loader_close(&tr->train);
+    if (tr->has_val) loader_close(&tr->val);
+    free(tr->ids); free(tr->targets);
+    comm_free(&tr->comm);
+}
+
+StepStats trainer_step(Trainer *tr) {
+    const Config *c = &tr->cfg;
+    Model *m = &tr->model;
+    StepStats s = {0};
+    double t0 = now_seconds();
+    int B = c->batch_size, T = c->seq_len, BT = B * T;
+
+    /* every micro-batch of the step first: the loss is the mean over all valid targets */
+    long valid = 0;
+    for (int k = 0; k < tr->accum; k++) {
+        loader_next(&tr->train, tr->ids + (size_t)k * BT, tr->targets + (size_t)k * BT);
+        for (int i = 0; i < BT; i++) valid += tr->targets[(size_t)k * BT + i] != IGNORE_INDEX;
+    }
+    double total_valid = comm_allreduce_scalar(&tr->comm, GROUP_DP, (double)valid);
+    float dloss = total_valid > 0 ? (float)(1.0 / total_valid) : 0.0f;
+
+    model_zero_grads(m);
+    double loss_sum = 0;
+    for (int k = 0; k < tr->accum; k++) {
+        loss_sum += model_forward(m, tr->ids + (size_t)k * BT, tr->targets + (size_t)k * BT, B, T, dloss);
+        model_backward(m);
+    }
+    comm_allreduce_sum(&tr->comm, GROUP_DP, m->grads, m->n_params);
+    loss_sum = comm_allreduce_scalar(&tr->comm, GROUP_DP, loss_sum);
+
+    float lr = lr_at(c, tr->step);
+    double norm = optimizer_step(&tr->opt, m, lr);
+    if (!isfinite(norm)) fprintf(stderr, "warning: step %d: non-finite gradient norm; the update is skipped\n", tr->step + 1);
+    tr->be->synchronize();
+    tr->step++;
+
+    s.loss = total_valid > 0 ? loss_sum / total_valid : 0;
+    s.grad_norm = norm;
+    s.lr = lr;
+    s.ms = (now_seconds() - t0) * 1e3;
+    s.tokens_per_s = (double)tr->accum * BT * tr->comm.dp / (s.ms / 1e3);
+    s.mfu = tr->be->peak_flops > 0 ? s.tokens_per_s * model_flops_per_token(&tr->model_cfg) / (tr->be->peak_flops * tr->comm.world_size) : 0;
+    s.device_bytes = tr->be->memory_in_use();
+    return s;
+}
+
+double trainer_eval(Trainer *tr) {
+    if (!tr->has_val) return NAN;
+    const Config *c = &tr->cfg;
+    int BT = c->batch_size * c->seq_len;
+    int *ids = mallocCheck(BT * sizeof(int)), *targets = mallocCheck(BT * sizeof(int));
+    loader_reset(&tr->val);
+    int batches = c->eval_batches;
+    int64_t avail = tr->val.n_samples / ((int64_t)c->batch_size * tr->comm.dp);
+    if (batches > avail) batches = (int)avail;
+    double sum = 0, count = 0;
+    for (int b = 0; b < batches; b++) {
+        loader_next(&tr->val, ids, targets);
+        sum += model_forward(&tr->model, ids, targets, c->batch_size, c->seq_len, 0.0f);
+        for (int i = 0; i < BT; i++) count += targets[i] != IGNORE_INDEX;
+    }
+    free(ids); free(targets);
+    sum = comm_allreduce_scalar(&tr->comm, GROUP_DP, sum);
+    count = comm_allreduce_scalar(&tr->comm, GROUP_DP, count);
+    return count > 0 ? sum / count : NAN;
+}
+
+void trainer_log_step(Trainer *tr, const StepStats *s) {
+    const Config *c = &tr->cfg;
+    if (tr->comm.rank != 0) return;
+    if (tr->step % c->log_every == 0 || tr->step == c->max_steps) {
+        printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s", tr->step, c->max_steps, s->loss,
+               s->lr, s->grad_norm, s->ms, s->tokens_per_s);
+        if (s->mfu > 0) printf(" | mfu %4.1f%%", 100 * s->mfu);
+        if (s->device_bytes) { char b[32]; printf(" | mem %s", format_bytes((double)s->device_bytes, b, sizeof b)); }
+        printf("\n");
+        fflush(stdout);
+    }
+    if (tr->jsonl) {
+        fprintf(tr->jsonl, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, \"ms\": %.3f, \"tokens_per_s\": %.1f",
+                tr->step, s->loss, s->lr, s->grad_norm, s->ms, s->tokens_per_s);
+        if (s->mfu > 0) fprintf(tr->jsonl, ", \"mfu\": %.4f", s->mfu);
+        if (s->device_bytes) fprintf(tr->jsonl, ", \"device_bytes\": %zu", s->device_bytes);
+        fprintf(tr->jsonl, "}\n");
+        fflush(tr->jsonl);
+    }
+}

@@ -1,0 +1,40 @@
+/* train/trainer.h — the step loop: what one optimizer step and one evaluation are.
+ *
+ * The idea: a step loads all of its micro-batches first, so the loss can be the
+ * exact mean over every valid target of the step on every rank; then forward
+ * and backward accumulate fp32 gradients micro-batch by micro-batch; then the
+ * global gradient norm (over all ranks) is clipped, and AdamW updates the fp32
+ * master weights and refreshes their compute copy. */
+#pragma once
+#include <stdio.h>
+#include "config.h"
+#include "../model/llama.h"
+#include "../data/loader.h"
+#include "optimizer.h"
+
+typedef struct {
+    Config cfg;
+    Comm comm;
+    const Backend *be;
+    Model model;
+    ModelConfig model_cfg;
+    Optimizer opt;
+    Loader train, val;
+    int has_val;
+    int step;                   /* optimizer steps done */
+    int accum;                  /* micro-batches per step */
+    int *ids, *targets;         /* (accum, B, T) host staging of a step's batches */
+    FILE *jsonl;
+} Trainer;
+
+typedef struct { double loss, grad_norm, lr, ms, tokens_per_s, mfu; size_t device_bytes; } StepStats;
+
+/* Opens the data, builds and initialises the model and optimizer. */
+void trainer_init(Trainer *tr, const Config *cfg);
+void trainer_free(Trainer *tr);
+StepStats trainer_step(Trainer *tr);
+/* Mean loss over eval_batches validation micro-batches (from the start of the val split). */
+double trainer_eval(Trainer *tr);
+float lr_at(const Config *c, int step);
+void model_config_from(ModelConfig *mc, const Config *c, int vocab_size);
+void trainer_log_step(Trainer *tr, const StepStats *s);
