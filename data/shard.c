@@ -27,7 +27,8 @@ void shard_open(Shard *s, const char *path) {
     void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) die("cannot map '%s': %s", path, strerror(errno));
-    const int32_t *h = map;
+    int32_t h[8];                       /* a copy: the messages below outlive the mapping */
+    memcpy(h, map, sizeof h);
     if (h[0] != SHARD_MAGIC) {
         munmap(map, bytes);
         die("'%s' is not a token shard (magic 0x%08x, expected 0x%08x)\n  hint: make shards with `build/train prepare`",

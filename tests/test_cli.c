@@ -1,0 +1,119 @@
+/* tests/test_cli.c — bad input to build/train: each case must end with one clear
+ * error naming the key or file, a non-zero exit, and never a crash. Also the
+ * good path: --help, a short run, and its --log_jsonl lines. */
+#include "test.h"
+#include "../common/util.h"
+#include "../data/shard.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char train_bin[512], dir[256], out[1 << 16];
+
+/* Run build/train with args; capture stdout+stderr into out; return the exit code (or 128+signal). */
+static int run(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", train_bin, args);
+    FILE *p = popen(cmd, "r");
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void expect_error(const char *args, const char *needle) {
+    int rc = run(args);
+    CHECK(rc == 1 && strstr(out, needle) && strstr(out, "error:"), "`train %s`: want exit 1 and '%s', got exit %d:\n%s", args, needle, rc, out);
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopenCheck(path, "wb");
+    fwriteCheck(data, 1, n, f, path);
+    fclose(f);
+}
+
+int main(void) {
+    const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+    snprintf(train_bin, sizeof train_bin, "%s/train", build);
+    snprintf(dir, sizeof dir, "/tmp/llm3d_cli_%d", (int)getpid());
+    char cmd[600], good[300], args[2048];
+    snprintf(cmd, sizeof cmd, "mkdir -p %s", dir);
+    if (system(cmd) != 0) die("cannot make %s", dir);
+
+    /* a good shard and its broken relatives */
+    enum { N = 5000 };
+    uint32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i * 7919u) % 50);
+    snprintf(good, sizeof good, "%s/good.bin", dir);
+    shard_write(good, tok, N, 50);
+    FILE *f = fopenCheck(good, "rb");
+    static uint8_t bytes[1024 + 2 * N];
+    freadCheck(bytes, 1, sizeof bytes, f, good);
+    fclose(f);
+    char path[300];
+    snprintf(path, sizeof path, "%s/truncated.bin", dir);
+    write_bytes(path, bytes, sizeof bytes - 333);
+    snprintf(path, sizeof path, "%s/short.bin", dir);
+    write_bytes(path, bytes, 100);
+    bytes[0] ^= 0xff;
+    snprintf(path, sizeof path, "%s/magic.bin", dir);
+    write_bytes(path, bytes, sizeof bytes);
+    bytes[0] ^= 0xff;
+    bytes[4] = 9;
+    snprintf(path, sizeof path, "%s/version.bin", dir);
+    write_bytes(path, bytes, sizeof bytes);
+    snprintf(path, sizeof path, "%s/tiny.bin", dir);
+    shard_write(path, tok, 20, 50);
+    snprintf(path, sizeof path, "%s/bad.ini", dir);
+    write_bytes(path, "# a config\n[model]\ndim = 64\nthis line has no equals sign\n", 55);
+
+    const char *small = "--dim=32 --n_layers=1 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16 --batch_size=2 --val_data=";
+#define ARGS(...) (snprintf(args, sizeof args, __VA_ARGS__), args)
+    expect_error("--dimm=64", "unknown config key 'dimm' (did you mean 'dim'?)");
+    expect_error("--dim=abc", "'abc' is not a whole number");
+    expect_error("--lr=fast", "config key 'lr': 'fast' is not a number");
+    expect_error("--n_layers=0", "out of range");
+    expect_error("--lr_schedule=cosin", "'cosin' is not one of cosine|linear|constant");
+    expect_error("--tie_embeddings=maybe", "is not a boolean");
+    expect_error("--preset=huge", "unknown preset 'huge'");
+    expect_error("--dim=100 --n_heads=3", "dim=100 does not divide by n_heads=3");
+    expect_error("--n_heads=4 --n_kv_heads=3", "n_heads=4 does not divide by n_kv_heads=3");
+    expect_error("--dim=36 --n_heads=4 --n_kv_heads=2", "is odd");
+    expect_error("--batch_size=4 --seq_len=16 --total_batch_tokens=100", "total_batch_tokens=100 is not a multiple");
+    expect_error("--precision=bf16", "precision=bf16 needs device=cuda");
+    expect_error("oops", "unexpected argument 'oops'");
+    expect_error("--dim", "has no value");
+    expect_error(ARGS("--config=%s/bad.ini", dir), "bad.ini:4: expected 'key = value'");
+    expect_error(ARGS("--config=%s/none.ini", dir), "cannot read config file");
+    expect_error(ARGS("%s --train_data=%s/missing.bin", small, dir), "no token shard matches");
+    expect_error(ARGS("%s --train_data=%s/magic.bin", small, dir), "is not a token shard");
+    expect_error(ARGS("%s --train_data=%s/version.bin", small, dir), "has version 9");
+    expect_error(ARGS("%s --train_data=%s/truncated.bin", small, dir), "the file is truncated");
+    expect_error(ARGS("%s --train_data=%s/short.bin", small, dir), "shorter than its 1024-byte header");
+    expect_error(ARGS("%s --train_data=%s/tiny.bin", small, dir), "fewer than one step needs");
+    expect_error(ARGS("%s --train_data=%s --vocab_size=20", small, good), "but vocab_size is 20");
+
+    /* good paths */
+    int rc = run("--help");
+    CHECK(rc == 0 && strstr(out, "--n_kv_heads") && strstr(out, "--lr_schedule") && strstr(out, "l124m"), "--help lists the keys and presets (rc %d)", rc);
+    char jsonl[300];
+    snprintf(jsonl, sizeof jsonl, "%s/log.jsonl", dir);
+    rc = run(ARGS("%s --train_data=%s --val_data=%s --eval_every=2 --eval_batches=2 --max_steps=3 --warmup_steps=1 --log_jsonl=%s",
+                  small, good, good, jsonl));
+    CHECK(rc == 0 && strstr(out, "step     3/3 | loss") && strstr(out, "tok/s") && strstr(out, "val_loss"), "a 3-step run logs steps and eval (rc %d):\n%s", rc, out);
+    CHECK(strstr(out, "| dim                  | 32 ") != NULL, "the startup table shows the settings");
+    f = fopenCheck(jsonl, "r");
+    char line[512];
+    int steps = 0, evals = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "\"val_loss\"")) evals++;
+        else if (strstr(line, "\"step\"") && strstr(line, "\"loss\"") && strstr(line, "\"lr\"") && strstr(line, "\"grad_norm\"") && strstr(line, "\"tokens_per_s\"")) steps++;
+    }
+    fclose(f);
+    CHECK(steps == 3 && evals == 2, "jsonl has 3 step lines (%d) and 2 eval lines (%d)", steps, evals);
+
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return test_summary();
+}

@@ -1,0 +1,338 @@
+/* tests/test_ops.c — every CPU op against an independent computation.
+ *
+ * Forward: against a naive float64 loop written here. Backward: against central
+ * finite differences of the scalar objective sum(w * forward(x)) with random w,
+ * checked at sampled elements of every input. Shapes are random, odd sizes
+ * included, from a fixed seed. */
+#include "test.h"
+#include "../common/util.h"
+#include "../kernels/backend.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static Rng rng;
+static const Backend *be;
+
+static float *randn(size_t n, float std) {
+    float *x = mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = rng_normal(&rng) * std;
+    return x;
+}
+static int rand_int(int lo, int hi) { return lo + (int)(rng_u64(&rng) % (uint64_t)(hi - lo + 1)); }
+
+/* ||a - ref|| / ||ref|| over the whole tensor; NaN or inf anywhere fails. */
+static double max_rel(const float *a, const double *ref, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) return INFINITY;
+        num += (a[i] - ref[i]) * (a[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return sqrt(num / (den > 0 ? den : 1e-30));
+}
+
+/* ---- finite differences: objective = sum(w * y), y = forward(inputs) ---- */
+typedef double (*Objective)(void *ctx);
+
+static double dot(const float *w, const float *y, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)w[i] * y[i];
+    return s;
+}
+
+/* Compare the analytic gradient g of `x` (n elements) with central differences
+ * at up to 40 sampled elements; returns the worst error relative to the rms of g. */
+static double fd_check(Objective f, void *ctx, float *x, const float *g, size_t n, float h) {
+    double rms = 0;
+    for (size_t i = 0; i < n; i++) rms += (double)g[i] * g[i];
+    rms = sqrt(rms / n) + 1e-12;
+    double worst = 0;
+    for (int s = 0; s < 40; s++) {
+        size_t i = n <= 40 ? (size_t)s : (size_t)(rng_u64(&rng) % n);
+        if (i >= n) break;
+        float keep = x[i];
+        x[i] = keep + h; double fp = f(ctx);
+        x[i] = keep - h; double fm = f(ctx);
+        x[i] = keep;
+        double num = (fp - fm) / (2.0 * h);
+        worst = fmax(worst, fabs(num - g[i]) / rms);
+    }
+    return worst;
+}
+#define FD_TOL 2e-2   /* fp32 forward, h ~ 1e-2: central differences agree to ~1e-3 of the gradient's rms */
+
+/* ------------------------------------------------------------------ matmul */
+typedef struct { int N, IC, OC; float *inp, *w, *out, *gw; } MatmulCtx;
+static double matmul_obj(void *p) {
+    MatmulCtx *c = p;
+    be->matmul_forward(c->out, c->inp, c->w, c->N, c->IC, c->OC);
+    return dot(c->gw, c->out, (size_t)c->N * c->OC);
+}
+static void test_matmul(void) {
+    MatmulCtx c = {rand_int(1, 37), rand_int(1, 29), rand_int(1, 41), 0, 0, 0, 0};
+    c.inp = randn((size_t)c.N * c.IC, 1); c.w = randn((size_t)c.OC * c.IC, 1);
+    c.out = randn((size_t)c.N * c.OC, 1); c.gw = randn((size_t)c.N * c.OC, 1);
+    double *ref = mallocCheck(sizeof(double) * c.N * c.OC);
+    for (int n = 0; n < c.N; n++)
+        for (int o = 0; o < c.OC; o++) {
+            double s = 0;
+            for (int i = 0; i < c.IC; i++) s += (double)c.inp[n * c.IC + i] * c.w[o * c.IC + i];
+            ref[n * c.OC + o] = s;
+        }
+    matmul_obj(&c);
+    double e = max_rel(c.out, ref, (size_t)c.N * c.OC);
+    CHECK(e < 1e-5, "matmul forward %dx%dx%d rel err %.3g", c.N, c.IC, c.OC, e);
+    float *dinp = randn((size_t)c.N * c.IC, 1), *dw0 = randn((size_t)c.OC * c.IC, 1);
+    float *dw = mallocCheck(sizeof(float) * c.OC * c.IC);
+    memcpy(dw, dw0, sizeof(float) * c.OC * c.IC);
+    be->matmul_backward(dinp, dw, c.gw, c.inp, c.w, c.N, c.IC, c.OC);
+    for (size_t i = 0; i < (size_t)c.OC * c.IC; i++) dw[i] -= dw0[i];   /* dweight accumulates */
+    e = fd_check(matmul_obj, &c, c.inp, dinp, (size_t)c.N * c.IC, 1e-2f);
+    CHECK(e < FD_TOL, "matmul dinp vs finite differences: %.3g", e);
+    e = fd_check(matmul_obj, &c, c.w, dw, (size_t)c.OC * c.IC, 1e-2f);
+    CHECK(e < FD_TOL, "matmul dweight vs finite differences: %.3g", e);
+    be->matmul_backward(NULL, dw, c.gw, c.inp, c.w, c.N, c.IC, c.OC);   /* dinp NULL: weight gradient only */
+    CHECK(1, "matmul backward with dinp NULL");
+    free(c.inp); free(c.w); free(c.out); free(c.gw); free(ref); free(dinp); free(dw); free(dw0);
+}
+
+/* ----------------------------------------------------------------- rmsnorm */
+typedef struct { int N, C; float *inp, *w, *out, *rstd, *gw; } NormCtx;
+static double norm_obj(void *p) {
+    NormCtx *c = p;
+    be->rmsnorm_forward(c->out, c->rstd, c->inp, c->w, c->N, c->C, 1e-5f);
+    return dot(c->gw, c->out, (size_t)c->N * c->C);
+}
+static void test_rmsnorm(void) {
+    NormCtx c = {rand_int(1, 19), rand_int(2, 67), 0, 0, 0, 0, 0};
+    size_t NC = (size_t)c.N * c.C;
+    c.inp = randn(NC, 1); c.w = randn(c.C, 1); c.out = randn(NC, 1); c.rstd = randn(c.N, 1); c.gw = randn(NC, 1);
+    double *ref = mallocCheck(sizeof(double) * NC);
+    for (int n = 0; n < c.N; n++) {
+        double ss = 0;
+        for (int i = 0; i < c.C; i++) ss += (double)c.inp[n * c.C + i] * c.inp[n * c.C + i];
+        double r = 1.0 / sqrt(ss / c.C + 1e-5);
+        for (int i = 0; i < c.C; i++) ref[n * c.C + i] = c.inp[n * c.C + i] * r * c.w[i];
+    }
+    norm_obj(&c);
+    double e = max_rel(c.out, ref, NC);
+    CHECK(e < 1e-5, "rmsnorm forward %dx%d rel err %.3g", c.N, c.C, e);
+    float *d0 = randn(NC, 1), *dinp = mallocCheck(NC * 4), *dw = calloc(c.C, 4);
+    memcpy(dinp, d0, NC * 4);
+    be->rmsnorm_backward(dinp, dw, c.gw, c.inp, c.w, c.rstd, c.N, c.C);
+    for (size_t i = 0; i < NC; i++) dinp[i] -= d0[i];                    /* dinp accumulates */
+    e = fd_check(norm_obj, &c, c.inp, dinp, NC, 1e-2f);
+    CHECK(e < FD_TOL, "rmsnorm dinp vs finite differences: %.3g", e);
+    e = fd_check(norm_obj, &c, c.w, dw, c.C, 1e-2f);
+    CHECK(e < FD_TOL, "rmsnorm dweight vs finite differences: %.3g", e);
+    free(c.inp); free(c.w); free(c.out); free(c.rstd); free(c.gw); free(ref); free(d0); free(dinp); free(dw);
+}
+
+/* --------------------------------------------------- rope + attention (GQA) */
+typedef struct { int B, T, NH, NKV, HD; float *qkv, *work, *out, *lse, *gw; } AttCtx;
+static double rope_obj(void *p) {
+    AttCtx *c = p;
+    size_t n = (size_t)c->B * c->T * (c->NH + 2 * c->NKV) * c->HD;
+    memcpy(c->work, c->qkv, n * 4);
+    be->rope_forward(c->work, c->B, c->T, c->NH, c->NKV, c->HD, 10000.0f, 3);
+    return dot(c->gw, c->work, n);
+}
+static double att_obj(void *p) {
+    AttCtx *c = p;
+    be->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->HD);
+    return dot(c->gw, c->out, (size_t)c->B * c->T * c->NH * c->HD);
+}
+static void test_rope_attention(void) {
+    int NKV = rand_int(1, 3);
+    AttCtx c = {rand_int(1, 3), rand_int(1, 23), NKV * rand_int(1, 3), NKV, 2 * rand_int(1, 6), 0, 0, 0, 0, 0};
+    int QKV = (c.NH + 2 * c.NKV) * c.HD;
+    size_t n = (size_t)c.B * c.T * QKV, no = (size_t)c.B * c.T * c.NH * c.HD;
+    c.qkv = randn(n, 1); c.work = randn(n, 1); c.gw = randn(n, 1);
+    /* rope forward vs float64 rotate-half, positions from 3 */
+    double *ref = mallocCheck(sizeof(double) * n);
+    for (size_t i = 0; i < n; i++) ref[i] = c.qkv[i];
+    int half = c.HD / 2;
+    for (int b = 0; b < c.B; b++)
+        for (int t = 0; t < c.T; t++)
+            for (int h = 0; h < c.NH + c.NKV; h++)
+                for (int i = 0; i < half; i++) {
+                    size_t at = ((size_t)b * c.T + t) * QKV + (size_t)h * c.HD;
+                    double ang = (3 + t) * pow(10000.0, -2.0 * i / c.HD);
+                    double x1 = c.qkv[at + i], x2 = c.qkv[at + i + half];
+                    ref[at + i] = x1 * cos(ang) - x2 * sin(ang);
+                    ref[at + i + half] = x2 * cos(ang) + x1 * sin(ang);
+                }
+    rope_obj(&c);
+    double e = max_rel(c.work, ref, n);
+    CHECK(e < 1e-5, "rope forward rel err %.3g (angles in fp32 as Hugging Face computes them)", e);
+    float *g = mallocCheck(n * 4);
+    memcpy(g, c.gw, n * 4);
+    be->rope_backward(g, c.B, c.T, c.NH, c.NKV, c.HD, 10000.0f, 3);
+    e = fd_check(rope_obj, &c, c.qkv, g, n, 1e-2f);
+    CHECK(e < FD_TOL, "rope backward vs finite differences: %.3g", e);
+
+    /* attention forward vs float64 with K/V expanded per head (GQA by copying, the slow obvious way) */
+    c.out = randn(no, 1); c.lse = randn((size_t)c.B * c.NH * c.T, 1);
+    float *gw_out = randn(no, 1);
+    free(c.gw); c.gw = gw_out;
+    att_obj(&c);
+    double *oref = calloc(no, sizeof(double)), *lref = calloc((size_t)c.B * c.NH * c.T, sizeof(double));
+    int G = c.NH / c.NKV;
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.NH; h++)
+            for (int t = 0; t < c.T; t++) {
+                double s[64], mx = -1e300, sum = 0;
+                const float *q = c.qkv + ((size_t)b * c.T + t) * QKV + h * c.HD;
+                for (int u = 0; u <= t; u++) {
+                    const float *k = c.qkv + ((size_t)b * c.T + u) * QKV + (c.NH + h / G) * c.HD;
+                    s[u] = 0;
+                    for (int i = 0; i < c.HD; i++) s[u] += (double)q[i] * k[i];
+                    s[u] /= sqrt((double)c.HD);
+                    mx = fmax(mx, s[u]);
+                }
+                for (int u = 0; u <= t; u++) sum += exp(s[u] - mx);
+                for (int u = 0; u <= t; u++) {
+                    const float *v = c.qkv + ((size_t)b * c.T + u) * QKV + (c.NH + c.NKV + h / G) * c.HD;
+                    for (int i = 0; i < c.HD; i++) oref[((size_t)b * c.T + t) * c.NH * c.HD + h * c.HD + i] += exp(s[u] - mx) / sum * v[i];
+                }
+                lref[((size_t)b * c.NH + h) * c.T + t] = mx + log(sum);
+            }
+    e = max_rel(c.out, oref, no);
+    CHECK(e < 1e-5, "attention forward B=%d T=%d NH=%d NKV=%d HD=%d rel err %.3g", c.B, c.T, c.NH, c.NKV, c.HD, e);
+    e = max_rel(c.lse, lref, (size_t)c.B * c.NH * c.T);
+    CHECK(e < 1e-5, "attention lse rel err %.3g", e);
+    float *dqkv = randn(n, 1);   /* poisoned: the backward must overwrite every element */
+    be->attention_backward(dqkv, c.gw, c.qkv, c.out, c.lse, c.B, c.T, c.NH, c.NKV, c.HD);
+    e = fd_check(att_obj, &c, c.qkv, dqkv, n, 1e-2f);
+    CHECK(e < FD_TOL, "attention backward vs finite differences: %.3g", e);
+    free(c.qkv); free(c.work); free(c.gw); free(c.out); free(c.lse); free(ref); free(g); free(oref); free(lref); free(dqkv);
+}
+
+/* ------------------------------------------------------------------ swiglu */
+typedef struct { int N, F; float *h13, *out, *gw; } SwiCtx;
+static double swi_obj(void *p) {
+    SwiCtx *c = p;
+    be->swiglu_forward(c->out, c->h13, c->N, c->F);
+    return dot(c->gw, c->out, (size_t)c->N * c->F);
+}
+static void test_swiglu(void) {
+    SwiCtx c = {rand_int(1, 17), rand_int(1, 45), 0, 0, 0};
+    size_t nf = (size_t)c.N * c.F;
+    c.h13 = randn(2 * nf, 2); c.out = randn(nf, 1); c.gw = randn(nf, 1);
+    double *ref = mallocCheck(nf * sizeof(double));
+    for (int n = 0; n < c.N; n++)
+        for (int f = 0; f < c.F; f++) {
+            double g = c.h13[n * 2 * c.F + f], u = c.h13[n * 2 * c.F + c.F + f];
+            ref[n * c.F + f] = g / (1 + exp(-g)) * u;
+        }
+    swi_obj(&c);
+    double e = max_rel(c.out, ref, nf);
+    CHECK(e < 1e-5, "swiglu forward rel err %.3g", e);
+    float *d = randn(2 * nf, 1);
+    be->swiglu_backward(d, c.gw, c.h13, c.N, c.F);
+    e = fd_check(swi_obj, &c, c.h13, d, 2 * nf, 1e-2f);
+    CHECK(e < FD_TOL, "swiglu backward vs finite differences: %.3g", e);
+    free(c.h13); free(c.out); free(c.gw); free(ref); free(d);
+}
+
+/* ----------------------------------------------------------- cross-entropy */
+typedef struct { int N, V; float *logits, *work, *losses; int *targets; } CeCtx;
+static double ce_obj(void *p) {
+    CeCtx *c = p;
+    memcpy(c->work, c->logits, sizeof(float) * c->N * c->V);
+    be->cross_entropy(c->losses, c->work, c->targets, c->N, c->V, 0.0f, -1);
+    double s = 0;
+    for (int n = 0; n < c->N; n++) s += c->losses[n];
+    return s;
+}
+static void test_cross_entropy(void) {
+    CeCtx c = {rand_int(2, 23), rand_int(2, 301), 0, 0, 0, 0};
+    size_t nv = (size_t)c.N * c.V;
+    c.logits = randn(nv, 3); c.work = mallocCheck(nv * 4); c.losses = mallocCheck(c.N * 4);
+    c.targets = mallocCheck(c.N * sizeof(int));
+    for (int n = 0; n < c.N; n++) c.targets[n] = n == 1 ? -1 : rand_int(0, c.V - 1);
+    double *ref = mallocCheck(c.N * sizeof(double));
+    for (int n = 0; n < c.N; n++) {
+        double mx = -1e300, s = 0;
+        for (int i = 0; i < c.V; i++) mx = fmax(mx, c.logits[n * c.V + i]);
+        for (int i = 0; i < c.V; i++) s += exp(c.logits[n * c.V + i] - mx);
+        ref[n] = c.targets[n] < 0 ? 0 : mx + log(s) - c.logits[n * c.V + c.targets[n]];
+    }
+    ce_obj(&c);
+    double e = max_rel(c.losses, ref, c.N);
+    CHECK(e < 1e-5, "cross-entropy losses N=%d V=%d rel err %.3g", c.N, c.V, e);
+    CHECK(c.losses[1] == 0.0f, "ignored target adds no loss (%g)", c.losses[1]);
+    float *d = mallocCheck(nv * 4);
+    memcpy(d, c.logits, nv * 4);
+    be->cross_entropy(c.losses, d, c.targets, c.N, c.V, 1.0f, -1);
+    int ignored_zero = 1;
+    for (int i = 0; i < c.V; i++) ignored_zero &= d[c.V + i] == 0.0f;
+    CHECK(ignored_zero, "ignored target's logit gradient is zero");
+    e = fd_check(ce_obj, &c, c.logits, d, nv, 1e-2f);
+    CHECK(e < FD_TOL, "cross-entropy dlogits vs finite differences: %.3g", e);
+    free(c.logits); free(c.work); free(c.losses); free(c.targets); free(ref); free(d);
+}
+
+/* ---------------------------------------------------------------- embedding */
+static void test_embedding(void) {
+    int V = rand_int(1, 50), C = rand_int(1, 33), N = rand_int(1, 40);
+    float *wte = randn((size_t)V * C, 1), *out = randn((size_t)N * C, 1), *dout = randn((size_t)N * C, 1);
+    int *ids = mallocCheck(N * sizeof(int));
+    for (int n = 0; n < N; n++) ids[n] = rand_int(0, V - 1);
+    be->embedding_forward(out, ids, wte, N, C);
+    int same = 1;
+    for (int n = 0; n < N; n++) same &= !memcmp(out + (size_t)n * C, wte + (size_t)ids[n] * C, C * 4);
+    CHECK(same, "embedding forward copies the rows");
+    float *dw = calloc((size_t)V * C, 4);
+    double *ref = calloc((size_t)V * C, sizeof(double));
+    be->embedding_backward(dw, dout, ids, N, C);
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < C; i++) ref[(size_t)ids[n] * C + i] += dout[(size_t)n * C + i];
+    double e = max_rel(dw, ref, (size_t)V * C);
+    CHECK(e < 1e-5, "embedding backward (repeated ids accumulate) rel err %.3g", e);
+    free(wte); free(out); free(dout); free(ids); free(dw); free(ref);
+}
+
+/* ------------------------------------------------------- adamw, add, norms */
+static void test_adamw_elementwise(void) {
+    size_t n = (size_t)rand_int(5, 500);
+    float *p = randn(n, 1), *g = randn(n, 1), *m = randn(n, 0.1f), *v = randn(n, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    double *pr = mallocCheck(n * 8);
+    AdamWSlice sl[2] = {{0, n / 2, 0.1f}, {n / 2, n - n / 2, 0.0f}};
+    AdamWHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = 3};
+    for (size_t i = 0; i < n; i++) {
+        double wd = i < n / 2 ? 0.1 : 0.0, gi = g[i] * 0.5;
+        double mi = 0.9 * m[i] + 0.1 * gi, vi = 0.95 * v[i] + 0.05 * gi * gi;
+        double mh = mi / (1 - pow(0.9, 3)), vh = vi / (1 - pow(0.95, 3));
+        pr[i] = p[i] * (1 - 1e-2 * wd) - 1e-2 * mh / (sqrt(vh) + 1e-8);
+    }
+    be->adamw_update(p, NULL, g, m, v, sl, 2, h);
+    double e = max_rel(p, pr, n);
+    CHECK(e < 1e-5, "adamw update vs float64 rel err %.3g", e);
+    float *a = randn(n, 1), *b = randn(n, 1), *o = mallocCheck(n * 4);
+    be->add(o, a, b, n);
+    double ss = 0, *sref = mallocCheck(n * 8);
+    for (size_t i = 0; i < n; i++) { sref[i] = (double)a[i] + b[i]; ss += (double)a[i] * a[i]; }
+    CHECK(max_rel(o, sref, n) < 1e-6, "add");
+    CHECK(fabs(be->sum_squares(a, n) - ss) < 1e-6 * ss, "sum of squares");
+    a[n / 2] = NAN;
+    CHECK(isnan(be->sum_squares(a, n)), "sum of squares propagates NaN (the overflow check relies on it)");
+    free(p); free(g); free(m); free(v); free(pr); free(a); free(b); free(o); free(sref);
+}
+
+int main(void) {
+    rng_seed(&rng, 42);
+    be = backend_cpu();
+    for (int rep = 0; rep < 6; rep++) {
+        test_matmul();
+        test_rmsnorm();
+        test_rope_attention();
+        test_swiglu();
+        test_cross_entropy();
+        test_embedding();
+        test_adamw_elementwise();
+    }
+    return test_summary();
+}
