@@ -12,3 +12,11 @@ typedef void AttentionBackward(void *dqkv /* (B,T,(NH+2*NKV)*HD) */, const void 
                                const float *lse /* (B,NH,T) */, int B, int T, int NH, int NKV, int HD);
 AttentionForward attention_forward_cpu, attention_forward_cuda;
 AttentionBackward attention_backward_cpu, attention_backward_cuda;
+
+/* Generation with a KV cache: T new tokens at positions pos0 .. pos0+T-1.
+ * Their k and v are first written from qkv into the caches at those positions,
+ * then each new query attends causally to cache positions 0 .. its own, so a
+ * new token never recomputes the prefix. No lse: this path has no backward. */
+typedef void AttentionCached(void *out /* (B,T,NH*HD) */, void *kcache /* (B,Tmax,NKV*HD) */, void *vcache /* (B,Tmax,NKV*HD) */,
+                             const void *qkv /* (B,T,(NH+2*NKV)*HD) */, int B, int T, int pos0, int Tmax, int NH, int NKV, int HD);
+AttentionCached attention_cached_cpu, attention_cached_cuda;

@@ -41,6 +41,7 @@ typedef struct Backend {
     Rope *rope_backward;
     AttentionForward *attention_forward;
     AttentionBackward *attention_backward;
+    AttentionCached *attention_cached;
     SwigluForward *swiglu_forward;
     SwigluBackward *swiglu_backward;
     CrossEntropy *cross_entropy;

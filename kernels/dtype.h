@@ -7,4 +7,18 @@
 typedef enum { DTYPE_FP32 = 0, DTYPE_BF16 = 1, DTYPE_FP16 = 2 } DType;
 
 static inline size_t dtype_size(DType t) { return t == DTYPE_FP32 ? 4 : 2; }
+/* Element i of a host array of dtype t, as float (bf16: the top 16 bits of an
+ * fp32; fp16: IEEE half, subnormals included). */
+static inline float dtype_to_float(const void *p, DType t, size_t i) {
+    if (t == DTYPE_FP32) return ((const float *)p)[i];
+    unsigned short h = ((const unsigned short *)p)[i];
+    union { unsigned int u; float f; } x;
+    if (t == DTYPE_BF16) { x.u = (unsigned int)h << 16; return x.f; }
+    unsigned int sign = (h & 0x8000u) << 16, e = (h >> 10) & 0x1f, mant = h & 0x3ff;
+    if (e == 0x1f) x.u = sign | 0x7f800000u | (mant << 13);                      /* inf, nan */
+    else if (e == 0) { x.f = mant * (1.0f / 16777216.0f); x.u |= sign; }         /* zero, subnormal: mant * 2^-24 */
+    else x.u = sign | ((e + 112) << 23) | (mant << 13);
+    return x.f;
+}
+
 static inline const char *dtype_name(DType t) { return t == DTYPE_FP32 ? "fp32" : t == DTYPE_BF16 ? "bf16" : "fp16"; }

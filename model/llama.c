@@ -155,6 +155,8 @@ void model_free(Model *m) {
     be->free(m->params);
     be->free(m->grads);
     be->free(m->act_memory);
+    for (int i = 0; m->kcache && i < m->n_local_layers; i++) { be->free(m->kcache[i]); be->free(m->vcache[i]); }
+    free(m->kcache); free(m->vcache); free(m->host_logits); free(m->host_row);
     free(m->tensors); free(m->layer); free(m->res); free(m->acts); free(m->host_losses);
     memset(m, 0, sizeof *m);
 }
@@ -205,37 +207,44 @@ void model_zero_grads(Model *m) { m->be->zero(m->grads, m->n_params * sizeof(flo
 
 /* ------------------------------------------------------------------ forward */
 
-double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss) {
+/* One decoder block, forward, on res[i] -> res[i+1]. Training attention saves
+ * lse for the backward; generation (cached) attends through the KV cache at
+ * positions pos0 .. pos0+T-1 instead. */
+static void block_forward(Model *m, int i, int B, int T, int pos0, int cached) {
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
-    if (B > m->B || T > m->T) die("internal: micro-batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
     int N = B * T, C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
+    void *W = m->params_compute;
+    const LayerOffsets *o = &m->layer[i];
+    LayerActs *L = &m->acts[i];
+    be->rmsnorm_forward(L->ln1, L->ln1_rstd, m->res[i], act_at(m, W, o->attn_norm), N, C, c->norm_eps);
+    be->matmul_forward(L->qkv, L->ln1, act_at(m, W, o->wqkv), N, C, QKV);
+    be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, pos0);
+    if (cached) be->attention_cached(L->att, m->kcache[i], m->vcache[i], L->qkv, B, T, pos0, m->T, NH, NKV, HD);
+    else be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
+    be->matmul_forward(m->tmp, L->att, act_at(m, W, o->wo), N, NH * HD, C);
+    comm_allreduce_sum(m->comm, GROUP_TP, m->tmp, (size_t)N * C);      /* row-parallel: sum partial outputs */
+    be->add(L->res_mid, m->res[i], m->tmp, (size_t)N * C);
+    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), N, C, c->norm_eps);
+    be->matmul_forward(L->h13, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);
+    be->swiglu_forward(L->hs, L->h13, N, F);
+    be->matmul_forward(m->tmp, L->hs, act_at(m, W, o->w2), N, F, C);
+    comm_allreduce_sum(m->comm, GROUP_TP, m->tmp, (size_t)N * C);
+    be->add(m->res[i + 1], L->res_mid, m->tmp, (size_t)N * C);
+}
+
+double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss) {
+    const Backend *be = m->be;
+    if (B > m->B || T > m->T) die("internal: micro-batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    int N = B * T, C = m->C;
     m->cur_B = B; m->cur_T = T;
     void *W = m->params_compute;
 
     be->upload(m->ids, ids, (size_t)N * sizeof(int));
     be->embedding_forward(m->res[0], m->ids, act_at(m, W, m->off_embedding), N, C);
-
-    for (int i = 0; i < m->n_local_layers; i++) {
-        const LayerOffsets *o = &m->layer[i];
-        LayerActs *L = &m->acts[i];
-        be->rmsnorm_forward(L->ln1, L->ln1_rstd, m->res[i], act_at(m, W, o->attn_norm), N, C, c->norm_eps);
-        be->matmul_forward(L->qkv, L->ln1, act_at(m, W, o->wqkv), N, C, QKV);
-        be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, 0);
-        be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
-        be->matmul_forward(m->tmp, L->att, act_at(m, W, o->wo), N, NH * HD, C);
-        comm_allreduce_sum(m->comm, GROUP_TP, m->tmp, (size_t)N * C);      /* row-parallel: sum partial outputs */
-        be->add(L->res_mid, m->res[i], m->tmp, (size_t)N * C);
-        be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), N, C, c->norm_eps);
-        be->matmul_forward(L->h13, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);
-        be->swiglu_forward(L->hs, L->h13, N, F);
-        be->matmul_forward(m->tmp, L->hs, act_at(m, W, o->w2), N, F, C);
-        comm_allreduce_sum(m->comm, GROUP_TP, m->tmp, (size_t)N * C);
-        be->add(m->res[i + 1], L->res_mid, m->tmp, (size_t)N * C);
-    }
-
+    for (int i = 0; i < m->n_local_layers; i++) block_forward(m, i, B, T, 0, 0);
     void *x = m->res[m->n_local_layers];
-    be->rmsnorm_forward(m->lnf, m->lnf_rstd, x, act_at(m, W, m->off_final_norm), N, C, c->norm_eps);
+    be->rmsnorm_forward(m->lnf, m->lnf_rstd, x, act_at(m, W, m->off_final_norm), N, C, m->cfg.norm_eps);
     be->matmul_forward(m->logits, m->lnf, act_at(m, W, m->off_lm_head), N, C, m->V);
     if (!targets) return 0;
     be->upload(m->targets, targets, (size_t)N * sizeof(int));
@@ -244,6 +253,34 @@ double model_forward(Model *m, const int *ids, const int *targets, int B, int T,
     double sum = 0;
     for (int n = 0; n < N; n++) sum += m->host_losses[n];
     return sum;
+}
+
+const float *model_decode(Model *m, const int *ids, int T, int pos0) {
+    const Backend *be = m->be;
+    int C = m->C, KV = m->NKV * m->HD;
+    if (pos0 + T > m->T) die("internal: decode to position %d past the context of %d", pos0 + T, m->T);
+    if (!be->attention_cached) die("generation is not available on the %s backend yet: sample on device=cpu", be->name);
+    if (!m->kcache) {
+        m->kcache = callocCheck(m->n_local_layers, sizeof(void *));
+        m->vcache = callocCheck(m->n_local_layers, sizeof(void *));
+        for (int i = 0; i < m->n_local_layers; i++) {
+            m->kcache[i] = be->alloc((size_t)m->T * KV * act_size(m), "KV cache");
+            m->vcache[i] = be->alloc((size_t)m->T * KV * act_size(m), "KV cache");
+        }
+        m->host_logits = mallocCheck((size_t)m->V * sizeof(float));
+        m->host_row = mallocCheck((size_t)m->V * act_size(m));
+    }
+    void *W = m->params_compute;
+    be->upload(m->ids, ids, (size_t)T * sizeof(int));
+    be->embedding_forward(m->res[0], m->ids, act_at(m, W, m->off_embedding), T, C);
+    for (int i = 0; i < m->n_local_layers; i++) block_forward(m, i, 1, T, pos0, 1);
+    /* only the last position's logits are needed */
+    void *last = act_at(m, m->res[m->n_local_layers], (size_t)(T - 1) * C);
+    be->rmsnorm_forward(m->lnf, m->lnf_rstd, last, act_at(m, W, m->off_final_norm), 1, C, m->cfg.norm_eps);
+    be->matmul_forward(m->logits, m->lnf, act_at(m, W, m->off_lm_head), 1, C, m->V);
+    be->download(m->host_row, m->logits, (size_t)m->V * act_size(m));
+    for (int v = 0; v < m->V; v++) m->host_logits[v] = dtype_to_float(m->host_row, be->act, v);
+    return m->host_logits;
 }
 
 /* ----------------------------------------------------------------- backward */

@@ -74,6 +74,10 @@ typedef struct {
     float *losses;                      /* (B,T) */
     void *dres, *scratch1, *scratch2, *tmp;  /* (B,T,C), (B,T,S), (B,T,S), (B,T,C) backward buffers; S = max width */
     int *ids, *targets;                 /* (B,T) on the device */
+    /* generation */
+    void **kcache, **vcache;            /* (n_local_layers) x (1,T,NKV*HD), made by the first model_decode */
+    float *host_logits;                 /* (V) */
+    void *host_row;                     /* (V) act dtype */
     /* the micro-batch in flight */
     int cur_B, cur_T;
     float *host_losses;                 /* (B,T) */
@@ -97,6 +101,11 @@ const ParamTensor *model_find_tensor(const Model *m, const char *name);
  * loss gradient (scaled by dloss) ready for model_backward. Without targets,
  * leaves the logits in m->logits and returns 0. */
 double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss);
+/* Generation, batch 1: run T new tokens at positions pos0 .. pos0+T-1 through
+ * the model, reading and filling the KV cache; returns the next-token logits
+ * after the last of them (V floats, host memory, valid until the next call).
+ * pos0 + T must not exceed the model's T. */
+const float *model_decode(Model *m, const int *ids, int T, int pos0);
 /* Backward of the last forward: ADDS this micro-batch's gradients into m->grads. */
 void model_backward(Model *m);
 /* Matmul FLOPs per token for MFU, counted as the PyTorch peer does:

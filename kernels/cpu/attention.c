@@ -95,3 +95,46 @@ void attention_backward_cpu(void *dqkv_, const void *dout_, const void *qkv_, co
                 }
         }
 }
+
+void attention_cached_cpu(void *out_, void *kcache_, void *vcache_, const void *qkv_, int B, int T, int pos0, int Tmax,
+                          int NH, int NKV, int HD) {
+    float *out = out_, *kc = kcache_, *vc = vcache_;
+    const float *qkv = qkv_;
+    int QKV = (NH + 2 * NKV) * HD, KV = NKV * HD, G = NH / NKV;
+    float scale = 1.0f / sqrtf((float)HD);
+    for (int b = 0; b < B; b++)   /* append the new keys and values */
+        for (int t = 0; t < T; t++) {
+            const float *row = qkv + ((size_t)b * T + t) * QKV;
+            memcpy(kc + ((size_t)b * Tmax + pos0 + t) * KV, row + NH * HD, KV * sizeof(float));
+            memcpy(vc + ((size_t)b * Tmax + pos0 + t) * KV, row + (NH + NKV) * HD, KV * sizeof(float));
+        }
+#pragma omp parallel
+    {
+        float *s = malloc(sizeof(float) * (pos0 + T));
+#pragma omp for collapse(3)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int t = 0; t < T; t++) {
+                    const float *q = qkv + ((size_t)b * T + t) * QKV + h * HD;
+                    int n = pos0 + t + 1, kvh = h / G;
+                    float mx = -INFINITY;
+                    for (int u = 0; u < n; u++) {
+                        const float *k = kc + ((size_t)b * Tmax + u) * KV + kvh * HD;
+                        float d = 0;
+                        for (int i = 0; i < HD; i++) d += q[i] * k[i];
+                        s[u] = d * scale;
+                        mx = s[u] > mx ? s[u] : mx;
+                    }
+                    double sum = 0;
+                    for (int u = 0; u < n; u++) { s[u] = expf(s[u] - mx); sum += s[u]; }
+                    float *o = out + ((size_t)b * T + t) * NH * HD + h * HD;
+                    memset(o, 0, sizeof(float) * HD);
+                    for (int u = 0; u < n; u++) {
+                        const float *v = vc + ((size_t)b * Tmax + u) * KV + kvh * HD;
+                        float p = (float)(s[u] / sum);
+                        for (int i = 0; i < HD; i++) o[i] += p * v[i];
+                    }
+                }
+        free(s);
+    }
+}
