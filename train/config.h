@@ -25,6 +25,10 @@ typedef struct {
     int eval_every, eval_batches;
     /* system */
     int device, precision;
+    /* sampling */
+    int sample_every, sample_tokens, top_k;
+    float temperature;
+    char sample_prompt[1024], tokenizer[1024];
     /* logging */
     int log_every;
     char log_jsonl[1024], run_dir[1024];

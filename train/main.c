@@ -44,6 +44,7 @@ int main(int argc, char **argv) {
         StepStats s = trainer_step(&tr);
         trainer_log_step(&tr, &s);
         if (tr.has_val && (tr.step % cfg.eval_every == 0 || tr.step == cfg.max_steps)) log_eval(&tr, trainer_eval(&tr));
+        if ((cfg.sample_every && tr.step % cfg.sample_every == 0) || tr.step == cfg.max_steps) trainer_sample(&tr);
     }
     trainer_free(&tr);
     return 0;

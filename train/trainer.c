@@ -1,6 +1,8 @@
 /* train/trainer.c — one optimizer step, evaluation, LR schedule, step logging. */
 #include "trainer.h"
 #include "../common/util.h"
+#include "sample.h"
+#include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,10 +53,42 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     tr->ids = mallocCheck(per_step * sizeof(int));
     tr->targets = mallocCheck(per_step * sizeof(int));
     if (c->log_jsonl[0]) tr->jsonl = fopenCheck(c->log_jsonl, "a");
+    if (c->sample_tokens > 0) {   /* load the vocabulary and check the prompt now, not after training */
+        char path[1100];
+        if (c->tokenizer[0]) snprintf(path, sizeof path, "%s", c->tokenizer);
+        else {
+            char shard[1024];
+            snprintf(shard, sizeof shard, "%s", tr->train.shards[0].path);
+            snprintf(path, sizeof path, "%s/tokenizer.bin", dirname(shard));
+        }
+        FILE *f = fopen(path, "rb");
+        if (!f) die("sample_tokens=%d needs the vocabulary the shards were made with, and '%s' cannot be read\n"
+                    "  hint: set --tokenizer=PATH, or --sample_tokens=0 to train without samples", c->sample_tokens, path);
+        fclose(f);
+        tr->tokenizer = tokenizer_load(path);
+        if (tokenizer_vocab_size(tr->tokenizer) > vocab)
+            die("the tokenizer '%s' has %d tokens but the model's vocab_size is %d", path, tokenizer_vocab_size(tr->tokenizer), vocab);
+        int *ids;
+        sample_encode_prompt(tr->tokenizer, c->sample_prompt, c->seq_len, &ids);
+        free(ids);
+        rng_seed(&tr->sample_rng, (uint64_t)c->seed + 17);
+    }
+}
+
+void trainer_sample(Trainer *tr) {
+    const Config *c = &tr->cfg;
+    if (!tr->tokenizer || tr->comm.rank != 0) return;
+    SampleOptions o = {.temperature = c->temperature, .top_k = c->top_k, .max_tokens = c->sample_tokens};
+    printf("sample | step %d | temperature %.2f top_k %d\n---\n", tr->step, c->temperature, c->top_k);
+    double t0 = now_seconds();
+    int n = sample_generate(&tr->model, tr->tokenizer, c->sample_prompt, &o, &tr->sample_rng, stdout);
+    printf("\n--- %d tokens, %.0f tokens/s\n", n, n / (now_seconds() - t0));
+    fflush(stdout);
 }
 
 void trainer_free(Trainer *tr) {
     if (tr->jsonl) fclose(tr->jsonl);
+    if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     optimizer_free(&tr->opt, tr->be);
     model_free(&tr->model);
     loader_close(&tr->train);

@@ -11,6 +11,8 @@
 #include "../model/llama.h"
 #include "../data/loader.h"
 #include "optimizer.h"
+#include "../data/tokenizer.h"
+#include "../common/util.h"
 
 typedef struct {
     Config cfg;
@@ -25,6 +27,8 @@ typedef struct {
     int accum;                  /* micro-batches per step */
     int *ids, *targets;         /* (accum, B, T) host staging of a step's batches */
     FILE *jsonl;
+    Tokenizer *tokenizer;       /* for samples; NULL when sample_tokens = 0 */
+    Rng sample_rng;
 } Trainer;
 
 typedef struct { double loss, grad_norm, lr, ms, tokens_per_s, mfu; size_t device_bytes; } StepStats;
@@ -35,6 +39,8 @@ void trainer_free(Trainer *tr);
 StepStats trainer_step(Trainer *tr);
 /* Mean loss over eval_batches validation micro-batches (from the start of the val split). */
 double trainer_eval(Trainer *tr);
+/* Print sample_tokens of generated text from the current weights. */
+void trainer_sample(Trainer *tr);
 float lr_at(const Config *c, int step);
 void model_config_from(ModelConfig *mc, const Config *c, int vocab_size);
 void trainer_log_step(Trainer *tr, const StepStats *s);

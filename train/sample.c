@@ -1,0 +1,77 @@
+/* train/sample.c — temperature / top-k sampling over the KV-cache decode. */
+#include "sample.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sample_token(const float *logits, int V, float temperature, int top_k, Rng *rng) {
+    int best = 0;
+    for (int v = 1; v < V; v++) if (logits[v] > logits[best]) best = v;
+    if (temperature <= 0) return best;
+    /* the k-th largest logit is the cut-off (ties kept): a partial selection on a copy */
+    float cut = -INFINITY;
+    if (top_k > 0 && top_k < V) {
+        float *tmp = mallocCheck(sizeof(float) * V);
+        memcpy(tmp, logits, sizeof(float) * V);
+        int lo = 0, hi = V - 1, k = top_k - 1;          /* quickselect for descending order */
+        while (lo < hi) {
+            float pivot = tmp[(lo + hi) / 2];
+            int i = lo, j = hi;
+            while (i <= j) {
+                while (tmp[i] > pivot) i++;
+                while (tmp[j] < pivot) j--;
+                if (i <= j) { float t = tmp[i]; tmp[i] = tmp[j]; tmp[j] = t; i++; j--; }
+            }
+            if (k <= j) hi = j; else if (k >= i) lo = i; else break;
+        }
+        cut = tmp[k];
+        free(tmp);
+    }
+    double sum = 0;
+    for (int v = 0; v < V; v++) if (logits[v] >= cut) sum += exp((logits[v] - logits[best]) / temperature);
+    double r = rng_uniform(rng) * sum;
+    for (int v = 0; v < V; v++) {
+        if (logits[v] < cut) continue;
+        r -= exp((logits[v] - logits[best]) / temperature);
+        if (r <= 0) return v;
+    }
+    return best;
+}
+
+int sample_encode_prompt(const Tokenizer *tok, const char *prompt, int seq_len, int **ids) {
+    uint32_t *enc = NULL;
+    size_t cap = 0, n = tokenizer_encode(tok, (const uint8_t *)prompt, strlen(prompt), &enc, &cap);
+    *ids = mallocCheck(sizeof(int) * (n + 1));
+    int count = 0;
+    (*ids)[count++] = tokenizer_eot(tok);          /* every document starts after end-of-text, as in training */
+    for (size_t i = 0; i < n; i++) (*ids)[count++] = (int)enc[i];
+    free(enc);
+    if (count >= seq_len)
+        die("the sample prompt is %d tokens but the context (seq_len) holds %d, leaving no room to generate\n"
+            "  hint: shorten sample_prompt to fewer than %d tokens", count, seq_len, seq_len - 1);
+    return count;
+}
+
+static void put_token(const Tokenizer *tok, int id, FILE *out) {
+    size_t len;
+    const uint8_t *bytes = tokenizer_token(tok, (uint32_t)id, &len);
+    if (bytes && id != tokenizer_eot(tok)) fwrite(bytes, 1, len, out);
+}
+
+int sample_generate(Model *m, const Tokenizer *tok, const char *prompt, const SampleOptions *o, Rng *rng, FILE *out) {
+    int *ids;
+    int n = sample_encode_prompt(tok, prompt, m->T, &ids);
+    for (int i = 1; i < n; i++) put_token(tok, ids[i], out);
+    const float *logits = model_decode(m, ids, n, 0);
+    int pos = n, made = 0;
+    while (made < o->max_tokens && pos < m->T) {
+        int next = sample_token(logits, m->V, o->temperature, o->top_k, rng);
+        made++;
+        if (next == tokenizer_eot(tok)) break;
+        put_token(tok, next, out);
+        fflush(out);
+        logits = model_decode(m, &next, 1, pos++);
+    }
+    free(ids);
+    return made;
+}
