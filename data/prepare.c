@@ -81,7 +81,7 @@ static void walk(FileList *l, const char *dir, const char *ext, const char *skip
     for (struct dirent *e; (e = readdir(d));)
         if (e->d_name[0] != '.') add_path(&names, e->d_name);
     closedir(d);
-    qsort(names.path, names.n, sizeof *names.path, compare_names);
+    if (names.n) qsort(names.path, names.n, sizeof *names.path, compare_names);
     for (size_t i = 0; i < names.n; i++) {
         char path[PATH_MAX], real[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, names.path[i]);
@@ -289,11 +289,11 @@ int prepare_main(int argc, char **argv) {
     }
     if (n_docs == 0) die("prepare: no text in '%s': %zu file%s, all empty", input, files.n, files.n == 1 ? "" : "s");
     char buf[32];
-    printf("prepare: %s: %zu files, %zu documents, %s (%zu bytes)\n", input, files.n, n_docs,
+    printf("prepare: %s: %zu file%s, %zu documents, %s (%zu bytes)\n", input, files.n, files.n == 1 ? "" : "s", n_docs,
            format_bytes((double)bytes, buf, sizeof buf), bytes);
     if (invalid)
-        fprintf(stderr, "warning: %zu bytes in %zu files are not valid UTF-8; byte-level BPE encodes them as raw bytes "
-                "and decodes them back exactly\n", invalid, bad_files);
+        fprintf(stderr, "warning: %zu bytes in %zu file%s are not valid UTF-8; byte-level BPE encodes them as raw bytes "
+                "and decodes them back exactly\n", invalid, bad_files, bad_files == 1 ? "" : "s");
 
     /* the validation documents: the first n_val of a seeded shuffle */
     size_t n_val = (size_t)llround(o.val_fraction * (double)n_docs);
