@@ -201,6 +201,72 @@ static size_t bpe_piece(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t
     return n;
 }
 
+/* The same for long pieces in O(n log n): symbols in a linked list, every
+ * ranked adjacent pair in a min-heap by (rank, position). Each round takes
+ * all entries of the lowest rank, keeps the pair of the last one (the JS
+ * choice), and merges its occurrences left to right; pairs made in the round
+ * wait for the next one, exactly as in the JS loop. */
+typedef struct { uint32_t rank, pos, a, b; } HeapItem;
+
+static int heap_less(HeapItem x, HeapItem y) { return x.rank < y.rank || (x.rank == y.rank && x.pos < y.pos); }
+
+static void heap_push(HeapItem *h, size_t *n, HeapItem x) {
+    size_t i = (*n)++;
+    for (; i > 0 && heap_less(x, h[(i - 1) / 2]); i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+    h[i] = x;
+}
+
+static HeapItem heap_pop(HeapItem *h, size_t *n) {
+    HeapItem top = h[0], x = h[--(*n)];
+    size_t i = 0;
+    for (size_t c; (c = 2 * i + 1) < *n; i = c) {
+        if (c + 1 < *n && heap_less(h[c + 1], h[c])) c++;
+        if (!heap_less(h[c], x)) break;
+        h[i] = h[c];
+    }
+    h[i] = x;
+    return top;
+}
+
+static size_t bpe_long_piece(const Tokenizer *t, const uint8_t *s, size_t n, uint32_t *out) {
+    uint32_t *sym = mallocCheck(n * sizeof *sym), *next = mallocCheck(n * sizeof *next), *prev = mallocCheck(n * sizeof *prev);
+    HeapItem *heap = mallocCheck(3 * n * sizeof *heap), *round = mallocCheck(n * sizeof *round);
+    size_t heap_n = 0;
+    const uint32_t dead = UINT32_MAX, end = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) sym[i] = t->byte_id[s[i]], next[i] = (uint32_t)i + 1, prev[i] = (uint32_t)i - 1;
+    #define PUSH_PAIR(p) do { if ((p) != dead && next[p] != end) { const PairSlot *q = pair_find(t, sym[p], sym[next[p]]); \
+        if (q) heap_push(heap, &heap_n, (HeapItem){q->rank, (p), sym[p], sym[next[p]]}); } } while (0)
+    #define VALID(e) (sym[(e).pos] == (e).a && next[(e).pos] != end && sym[next[(e).pos]] == (e).b)
+    for (uint32_t i = 0; i < end; i++) PUSH_PAIR(i);
+    while (heap_n > 0) {
+        HeapItem top = heap_pop(heap, &heap_n);
+        if (!VALID(top)) continue;
+        size_t k = 0;
+        round[k++] = top;
+        while (heap_n > 0 && heap[0].rank == top.rank) {
+            HeapItem e = heap_pop(heap, &heap_n);
+            if (VALID(e)) round[k++] = e;
+        }
+        uint32_t a = round[k - 1].a, b = round[k - 1].b, merged = pair_find(t, a, b)->merged;
+        for (size_t j = 0; j < k; j++) {
+            HeapItem e = round[j];
+            if (e.a != a || e.b != b) { heap_push(heap, &heap_n, e); continue; }   /* same rank, other pair: later */
+            if (!VALID(e)) continue;   /* its left symbol went into the previous merge */
+            uint32_t p = e.pos, q = next[p];
+            sym[p] = merged, sym[q] = dead, next[p] = next[q];
+            if (next[q] != end) prev[next[q]] = p;
+            PUSH_PAIR(prev[p]);
+            PUSH_PAIR(p);
+        }
+    }
+    #undef PUSH_PAIR
+    #undef VALID
+    size_t m = 0;
+    for (uint32_t i = 0; i != end; i = next[i]) out[m++] = sym[i];
+    free(sym), free(next), free(prev), free(heap), free(round);
+    return m;
+}
+
 /* The word cache: piece bytes -> ids, one per thread, emptied when full or
  * when used with another tokenizer. Pieces longer than CACHE_MAX_PIECE skip it. */
 enum { CACHE_SLOTS = 1 << 17, CACHE_BYTES = 1 << 22, CACHE_MAX_PIECE = 64 };
@@ -242,7 +308,7 @@ size_t tokenizer_encode(const Tokenizer *t, const uint8_t *text, size_t n, uint3
         start += len;
         ids_reserve(ids, cap, count + len);
         uint32_t *out = *ids + count;
-        if (len > CACHE_MAX_PIECE) { count += bpe_piece(t, s, len, out); continue; }
+        if (len > CACHE_MAX_PIECE) { count += bpe_long_piece(t, s, len, out); continue; }
         uint64_t h = hash_bytes(s, len), slot = h & (CACHE_SLOTS - 1);
         CacheSlot *c;
         for (;; slot = (slot + 1) & (CACHE_SLOTS - 1)) {
@@ -427,7 +493,8 @@ Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe) 
         pairs[n_pairs][0] = (uint32_t)ia, pairs[n_pairs][1] = (uint32_t)ib, pairs[n_pairs][2] = (uint32_t)im;
         pairs[n_pairs++][3] = (uint32_t)rank;
         /* The JS looks ranks up by the string "left,right", so a pair that
-         * splits that same string at another comma gets this rank too. */
+         * splits that same string at another comma gets this rank too (11
+         * such pairs in GPT-2; in practice the real merges win first). */
         size_t lk = la + 1 + lb;
         memcpy(key, tmp, la), key[la] = ',', memcpy(key + la + 1, tmp + la, lb);
         for (size_t c = 0; c < lk && memchr(tmp, ',', la + lb); c++) {

@@ -1,7 +1,8 @@
 // tests/js/gen_sample.js — writes tests/data/random_unicode.txt: seeded random
 // text that stresses GPT-2's pre-tokenization (every JS whitespace, letters
 // and numbers of many scripts, marks, astral characters, contractions, long
-// runs), a few documents separated by <|endoftext|>. Valid UTF-8 by design,
+// runs, punctuation full of commas and quotes), documents separated by
+// <|endoftext|>. Valid UTF-8 by design,
 // so the JS reference sees the same bytes as the C side.
 //     node tests/js/gen_sample.js > tests/data/random_unicode.txt
 'use strict';
@@ -42,5 +43,19 @@ for (let doc = 0; doc < 12; doc++) {
     for (let i = 0; i < n; i++) text += pool();
   }
   out += (doc ? '<|endoftext|>' : '') + text;
+}
+// Long pieces (over 64 bytes take the heap path in C) and punctuation runs
+// full of commas and quotes, where the JS ranks pairs by "left,right" strings.
+const runs = [
+  () => cp(0x61, 0x7a), () => pick(['a', 'b', 'e', 'r', 't', 'h', 'E', '\u00e9', '\u00df']), () => cp(0x30, 0x39),
+  () => pick(['"', ',', '"', '],[', '},{', '",', ',"', "',", ",'", '.,', ')', '(', ']', '[', '.', '"]']),
+  () => pick([' ', ' ', '\t', '\n', '\u3000']), () => cp(0x4e00, 0x4fff), () => cp(0x0900, 0x097f),
+];
+for (const run of runs) {
+  for (const n of [5, 30, 70, 300, 3000]) {
+    let text = ' ';
+    for (let i = 0; i < n; i++) text += run();
+    out += '<|endoftext|>' + text + ' x' + text.slice(0, 40) + '\n';
+  }
 }
 process.stdout.write(out);
