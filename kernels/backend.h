@@ -20,6 +20,7 @@
 typedef struct Backend {
     const char *name;              /* "cpu" or "cuda" */
     DType act;                     /* dtype of activations and compute weights */
+    int emulated;                  /* 1: values are rounded to act's precision but stored as fp32 (CPU emulation) */
     /* memory: what is allocated here is only touched through this table */
     void *(*alloc)(size_t bytes, const char *what);   /* zeroed; dies with a hint on out-of-memory */
     void (*free)(void *p);
@@ -51,8 +52,16 @@ typedef struct Backend {
     CastFromFp32 *cast_from_fp32;
 } Backend;
 
+/* The dtype activation bytes are stored in: act, or fp32 where emulated. */
+static inline DType backend_storage(const Backend *be) { return be->emulated ? DTYPE_FP32 : be->act; }
+
 /* The CPU backend: fp32 reference kernels, OpenMP, BLAS matmuls. */
 const Backend *backend_cpu(void);
+/* The CPU backend with bf16 or fp16 activations emulated: every op runs in
+ * fp32 and rounds what it writes in the activation dtype to that dtype's
+ * precision and range (fp16 overflows to inf), so mixed precision and loss
+ * scaling are testable without a GPU. DTYPE_FP32 gives backend_cpu(). */
+const Backend *backend_cpu_emulated(DType act);
 /* The CUDA backend for the given activation dtype. Dies with a clear message
  * when this build has no CUDA, or there is no usable GPU. */
 const Backend *backend_cuda(DType act);

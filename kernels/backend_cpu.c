@@ -43,3 +43,123 @@ const Backend *backend_cuda(DType act) {
         "rebuild with `make clean && make`, or run with --device=cpu");
 }
 #endif
+
+/* ---------------------------------------------------------------------------
+ * bf16 / fp16 emulation: each op runs in fp32, then what it wrote in the
+ * activation dtype is rounded to that dtype (round to nearest even; fp16
+ * saturates to inf past 65504, as the hardware does). fp32 outputs (rstd, lse,
+ * losses, gradients of weights) are left as they are, as on the GPU. */
+
+static DType emu;   /* the dtype being emulated by the wrappers below */
+
+static void round_to(void *p, size_t n) {
+    float *x = p;
+    if (emu == DTYPE_BF16) {
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) {
+            union { float f; unsigned int u; } v = {x[i]};
+            if ((v.u & 0x7f800000u) == 0x7f800000u) continue;     /* inf, nan stay */
+            v.u += 0x7fffu + ((v.u >> 16) & 1u);
+            v.u &= 0xffff0000u;
+            x[i] = v.f;
+        }
+    } else if (emu == DTYPE_FP16) {
+#pragma omp parallel for
+        for (size_t i = 0; i < n; i++) x[i] = (float)(_Float16)x[i];
+    }
+}
+
+static void emu_embedding_forward(void *out, const int *ids, const void *wte, int N, int C) {
+    embedding_forward_cpu(out, ids, wte, N, C);
+}
+static void emu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
+    rmsnorm_forward_cpu(out, rstd, inp, w, N, C, eps);
+    round_to(out, (size_t)N * C);
+}
+static void emu_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, const float *rstd, int N, int C) {
+    rmsnorm_backward_cpu(dinp, dw, dout, inp, w, rstd, N, C);
+    round_to(dinp, (size_t)N * C);
+}
+static void emu_matmul_forward(void *out, const void *inp, const void *w, int N, int IC, int OC) {
+    matmul_forward_cpu(out, inp, w, N, IC, OC);
+    round_to(out, (size_t)N * OC);
+}
+static void emu_matmul_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC) {
+    matmul_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC);
+    if (dinp) round_to(dinp, (size_t)N * IC);
+}
+static void emu_rope_forward(void *qkv, int B, int T, int NH, int NKV, int HD, float theta, int pos0) {
+    rope_forward_cpu(qkv, B, T, NH, NKV, HD, theta, pos0);
+    round_to(qkv, (size_t)B * T * (NH + 2 * NKV) * HD);
+}
+static void emu_rope_backward(void *dqkv, int B, int T, int NH, int NKV, int HD, float theta, int pos0) {
+    rope_backward_cpu(dqkv, B, T, NH, NKV, HD, theta, pos0);
+    round_to(dqkv, (size_t)B * T * (NH + 2 * NKV) * HD);
+}
+static void emu_attention_forward(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HD) {
+    attention_forward_cpu(out, lse, qkv, B, T, NH, NKV, HD);
+    round_to(out, (size_t)B * T * NH * HD);
+}
+static void emu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                   int B, int T, int NH, int NKV, int HD) {
+    attention_backward_cpu(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+    round_to(dqkv, (size_t)B * T * (NH + 2 * NKV) * HD);
+}
+static void emu_attention_cached(void *out, void *kc, void *vc, const void *qkv, int B, int T, int pos0, int Tmax, int NH, int NKV, int HD) {
+    attention_cached_cpu(out, kc, vc, qkv, B, T, pos0, Tmax, NH, NKV, HD);
+    round_to(out, (size_t)B * T * NH * HD);
+}
+static void emu_swiglu_forward(void *out, const void *h13, int N, int F) {
+    swiglu_forward_cpu(out, h13, N, F);
+    round_to(out, (size_t)N * F);
+}
+static void emu_swiglu_backward(void *dh13, const void *dout, const void *h13, int N, int F) {
+    swiglu_backward_cpu(dh13, dout, h13, N, F);
+    round_to(dh13, (size_t)N * 2 * F);
+}
+static void emu_cross_entropy(float *losses, void *logits, const int *targets, int N, int V, float dloss, int ignore_index) {
+    cross_entropy_cpu(losses, logits, targets, N, V, dloss, ignore_index);
+    if (dloss != 0) round_to(logits, (size_t)N * V);
+}
+static void emu_adamw_update(float *params, void *params_compute, const float *grads, float *m, float *v,
+                             const AdamWSlice *slices, int n_slices, AdamWHyper h) {
+    adamw_update_cpu(params, params_compute, grads, m, v, slices, n_slices, h);
+    for (int s = 0; params_compute && s < n_slices; s++)
+        round_to((float *)params_compute + slices[s].offset, slices[s].count);
+}
+static void emu_add(void *out, const void *a, const void *b, size_t n) {
+    add_cpu(out, a, b, n);
+    round_to(out, n);
+}
+static void emu_cast_from_fp32(void *out, const float *inp, size_t n) {
+    cast_from_fp32_cpu(out, inp, n);
+    round_to(out, n);
+}
+
+static Backend cpu_emulated;
+
+const Backend *backend_cpu_emulated(DType act) {
+    if (act == DTYPE_FP32) return &cpu;
+    emu = act;
+    cpu_emulated = cpu;
+    cpu_emulated.name = "cpu";
+    cpu_emulated.act = act;
+    cpu_emulated.emulated = 1;
+    cpu_emulated.embedding_forward = emu_embedding_forward;
+    cpu_emulated.rmsnorm_forward = emu_rmsnorm_forward;
+    cpu_emulated.rmsnorm_backward = emu_rmsnorm_backward;
+    cpu_emulated.matmul_forward = emu_matmul_forward;
+    cpu_emulated.matmul_backward = emu_matmul_backward;
+    cpu_emulated.rope_forward = emu_rope_forward;
+    cpu_emulated.rope_backward = emu_rope_backward;
+    cpu_emulated.attention_forward = emu_attention_forward;
+    cpu_emulated.attention_backward = emu_attention_backward;
+    cpu_emulated.attention_cached = emu_attention_cached;
+    cpu_emulated.swiglu_forward = emu_swiglu_forward;
+    cpu_emulated.swiglu_backward = emu_swiglu_backward;
+    cpu_emulated.cross_entropy = emu_cross_entropy;
+    cpu_emulated.adamw_update = emu_adamw_update;
+    cpu_emulated.add = emu_add;
+    cpu_emulated.cast_from_fp32 = emu_cast_from_fp32;
+    return &cpu_emulated;
+}

@@ -13,7 +13,7 @@
 #include <string.h>
 
 
-static size_t act_size(const Model *m) { return dtype_size(m->be->act); }
+static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
 static void *act_at(const Model *m, void *base, size_t elements) { return (char *)base + elements * act_size(m); }
 
 static void add_tensor(Model *m, size_t *cursor, const char *name, int rows, int cols, int grows, int gcols,
@@ -279,7 +279,7 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
     be->rmsnorm_forward(m->lnf, m->lnf_rstd, last, act_at(m, W, m->off_final_norm), 1, C, m->cfg.norm_eps);
     be->matmul_forward(m->logits, m->lnf, act_at(m, W, m->off_lm_head), 1, C, m->V);
     be->download(m->host_row, m->logits, (size_t)m->V * act_size(m));
-    for (int v = 0; v < m->V; v++) m->host_logits[v] = dtype_to_float(m->host_row, be->act, v);
+    for (int v = 0; v < m->V; v++) m->host_logits[v] = dtype_to_float(m->host_row, backend_storage(be), v);
     return m->host_logits;
 }
 
