@@ -269,7 +269,7 @@ static size_t bpe_long_piece(const Tokenizer *t, const uint8_t *s, size_t n, uin
 
 /* The word cache: piece bytes -> ids, one per thread, emptied when full or
  * when used with another tokenizer. Pieces longer than CACHE_MAX_PIECE skip it. */
-enum { CACHE_SLOTS = 1 << 17, CACHE_BYTES = 1 << 22, CACHE_MAX_PIECE = 64 };
+enum { CACHE_SLOTS = 1 << 17, CACHE_BYTES = 1 << 21, CACHE_MAX_PIECE = 64 };   /* about 11 MB a thread */
 typedef struct { uint64_t hash; uint32_t at, len, ids_at, n_ids; } CacheSlot;   /* hash 0 = empty */
 typedef struct {
     uint64_t serial;
