@@ -8,6 +8,7 @@ CFLAGS  ?= -O3
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -MMD -MP
 LDLIBS  := -lm -fopenmp
 BUILD   ?= build
+.DEFAULT_GOAL := all
 
 # --- BLAS: OpenBLAS where it is installed, else the naive loops in kernels/cpu/matmul.c
 BLAS_HEADER := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/aarch64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h))
@@ -36,6 +37,23 @@ ifneq ($(NVCC),)
   LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
   $(info llm3d: building the CUDA backend with $(NVCC))
 endif
+# GPU-only programs, built on demand by tests/gpu/run.sh (`make gpu`), never by `make`
+# or `make test` (CI has no GPU): tests/gpu/test_*.c and bench/gpu/bench_*.c
+GPU_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.c)) \
+           $(patsubst bench/gpu/%.c,$(BUILD)/gpu/%,$(wildcard bench/gpu/bench_*.c))
+.PHONY: gpu
+ifneq ($(NVCC),)
+gpu: $(GPU_BIN)
+else
+gpu:
+	@echo "error: make gpu needs nvcc and the CUDA libraries (none found, or NO_CUDA=1)"; exit 1
+endif
+$(BUILD)/gpu/test_%: $(BUILD)/obj/tests/gpu/test_%.o $(BUILD)/libllm3d.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+$(BUILD)/gpu/bench_%: $(BUILD)/obj/bench/gpu/bench_%.o $(BUILD)/libllm3d.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 LIB_SRC  := $(wildcard common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c data/*.c checkpoint/*.c train/*.c)
 LIB_SRC  := $(filter-out train/main.c,$(LIB_SRC))

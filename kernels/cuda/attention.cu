@@ -1,0 +1,291 @@
+/* kernels/cuda/attention.cu — causal grouped-query attention read in place from
+ * the fused qkv activation: the readable hand-written kernels, and the launchers
+ * that pick between them and the tensor-core path.
+ *
+ * The idea (flash attention, written for reading): a block owns 8 queries of one
+ * (b, head), one warp each, and walks the keys in tiles of 32 staged in shared
+ * memory as fp32. Lane j scores key j of the tile; the warp keeps a running max
+ * and sum (online softmax) and each lane accumulates the output channels
+ * d = lane, lane+32, ... . The forward saves lse; the backward recomputes the
+ * probabilities from q, k and lse, in two kernels that each own what they write:
+ * one per query (dq), one per key and KV head (dk, dv, summing over the query
+ * heads of the group), so no atomics are needed and results are deterministic.
+ * All arithmetic is fp32; storage is the act dtype. HD <= 128, even.
+ * attention_forward_cuda / attention_backward_cuda run the tensor-core kernels
+ * of attention_mma.cu where they apply (bf16/fp16, HD = 64) unless
+ * LLM3D_ATTENTION=simple, and these readable kernels everywhere else. */
+#include "common.cuh"
+#include <math.h>
+extern "C" {
+#include "../attention.h"
+#include "../../common/util.h"
+#include "cuda_extras.h"
+}
+
+#define ATT_WARPS 8      /* queries (or keys) per block */
+#define ATT_TILE 32      /* keys (or queries) per shared-memory tile */
+#define ATT_MAXR 4       /* output channels per lane: HD <= 32 * ATT_MAXR */
+
+/* tile (rows,HD) of one head from a (B,T,stride) tensor into shared fp32 rows of pitch HD+1 */
+template <typename T> __device__ void load_tile(float *dst, const T *base, int t0, int rows, int T_, size_t stride, int HD) {
+    for (int e = threadIdx.x; e < rows * HD; e += blockDim.x) {
+        int r = e / HD, d = e % HD, t = t0 + r;
+        dst[r * (HD + 1) + d] = t < T_ ? to_f(base[(size_t)t * stride + d]) : 0.0f;
+    }
+}
+
+/* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD) */
+template <typename T> __global__ void attention_forward_kernel(T *out, float *lse, const T *qkv, int T_, int NH, int NKV,
+                                                               int HD, float scale) {
+    extern __shared__ float sm[];
+    float *q_s = sm;                               /* (ATT_WARPS, HD+1) */
+    float *k_s = q_s + ATT_WARPS * (HD + 1);       /* (ATT_TILE, HD+1) */
+    float *v_s = k_s + ATT_TILE * (HD + 1);        /* (ATT_TILE, HD+1) */
+    int b = blockIdx.z, h = blockIdx.y, kvh = h / (NH / NKV);
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int t0 = blockIdx.x * ATT_WARPS, t = t0 + w;
+    size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const T *base = qkv + (size_t)b * T_ * QKV;
+    load_tile(q_s, base + h * HD, t0, ATT_WARPS, T_, QKV, HD);
+    float mx = -INFINITY, sum = 0, o[ATT_MAXR] = {0};
+    int last = min(t0 + ATT_WARPS, T_) - 1;        /* the block's last query sees keys 0..last */
+    for (int u0 = 0; u0 <= last; u0 += ATT_TILE) {
+        __syncthreads();
+        load_tile(k_s, base + (NH + kvh) * HD, u0, ATT_TILE, T_, QKV, HD);
+        load_tile(v_s, base + (NH + NKV + kvh) * HD, u0, ATT_TILE, T_, QKV, HD);
+        __syncthreads();
+        if (t >= T_ || u0 > t) continue;
+        float s = 0;
+        for (int d = 0; d < HD; d++) s += q_s[w * (HD + 1) + d] * k_s[lane * (HD + 1) + d];
+        s = u0 + lane <= t ? s * scale : -INFINITY;
+        float m2 = fmaxf(mx, warp_max(s));
+        float p = expf(s - m2), corr = expf(mx - m2);
+        sum = sum * corr + warp_sum(p);
+        mx = m2;
+#pragma unroll
+        for (int r = 0; r < ATT_MAXR; r++) o[r] *= corr;
+        for (int j = 0; j < ATT_TILE; j++) {
+            float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+            for (int r = 0; r < ATT_MAXR; r++) {
+                int d = lane + 32 * r;
+                if (d < HD) o[r] += pj * v_s[j * (HD + 1) + d];
+            }
+        }
+    }
+    if (t >= T_) return;
+    T *y = out + ((size_t)b * T_ + t) * NH * HD + h * HD;
+#pragma unroll
+    for (int r = 0; r < ATT_MAXR; r++) {
+        int d = lane + 32 * r;
+        if (d < HD) y[d] = from_f<T>(o[r] / sum);
+    }
+    if (lane == 0) lse[((size_t)b * NH + h) * T_ + t] = mx + logf(sum);
+}
+
+/* Dsum (B,NH,T) = sum_d dout * out, per query: one warp per (b, t, h) */
+template <typename T> __global__ void attention_dsum_kernel(float *Dsum, const T *dout, const T *out, int B, int T_, int NH,
+                                                            int HD) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;   /* (b, t, h) */
+    int lane = threadIdx.x % 32;
+    if (row >= (size_t)B * T_ * NH) return;
+    const T *dy = dout + row * HD, *y = out + row * HD;
+    float s = 0;
+    for (int d = lane; d < HD; d += 32) s += to_f(dy[d]) * to_f(y[d]);
+    s = warp_sum(s);
+    int h = row % NH;
+    size_t bt = row / NH;
+    int t = bt % T_, b = bt / T_;
+    if (lane == 0) Dsum[((size_t)b * NH + h) * T_ + t] = s;
+}
+
+/* dq part of dqkv: one warp per query t of head h; keys 0..t in tiles */
+template <typename T> __global__ void attention_backward_dq_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse,
+                                                                   const float *Dsum, int T_, int NH, int NKV, int HD,
+                                                                   float scale) {
+    extern __shared__ float sm[];
+    float *q_s = sm;                               /* (ATT_WARPS, HD+1) */
+    float *dy_s = q_s + ATT_WARPS * (HD + 1);      /* (ATT_WARPS, HD+1) */
+    float *k_s = dy_s + ATT_WARPS * (HD + 1);      /* (ATT_TILE, HD+1) */
+    float *v_s = k_s + ATT_TILE * (HD + 1);        /* (ATT_TILE, HD+1) */
+    int b = blockIdx.z, h = blockIdx.y, kvh = h / (NH / NKV);
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int t0 = blockIdx.x * ATT_WARPS, t = t0 + w;
+    size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const T *base = qkv + (size_t)b * T_ * QKV;
+    load_tile(q_s, base + h * HD, t0, ATT_WARPS, T_, QKV, HD);
+    load_tile(dy_s, dout + (size_t)b * T_ * NH * HD + h * HD, t0, ATT_WARPS, T_, (size_t)NH * HD, HD);
+    float L = 0, D = 0, dq[ATT_MAXR] = {0};
+    if (t < T_) { L = lse[((size_t)b * NH + h) * T_ + t]; D = Dsum[((size_t)b * NH + h) * T_ + t]; }
+    int last = min(t0 + ATT_WARPS, T_) - 1;
+    for (int u0 = 0; u0 <= last; u0 += ATT_TILE) {
+        __syncthreads();
+        load_tile(k_s, base + (NH + kvh) * HD, u0, ATT_TILE, T_, QKV, HD);
+        load_tile(v_s, base + (NH + NKV + kvh) * HD, u0, ATT_TILE, T_, QKV, HD);
+        __syncthreads();
+        if (t >= T_ || u0 > t) continue;
+        float s = 0, dp = 0;
+        for (int d = 0; d < HD; d++) {
+            s += q_s[w * (HD + 1) + d] * k_s[lane * (HD + 1) + d];
+            dp += dy_s[w * (HD + 1) + d] * v_s[lane * (HD + 1) + d];
+        }
+        float p = u0 + lane <= t ? expf(s * scale - L) : 0.0f;
+        float ds = p * (dp - D) * scale;
+        for (int j = 0; j < ATT_TILE; j++) {
+            float dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+            for (int r = 0; r < ATT_MAXR; r++) {
+                int d = lane + 32 * r;
+                if (d < HD) dq[r] += dsj * k_s[j * (HD + 1) + d];
+            }
+        }
+    }
+    if (t >= T_) return;
+    T *g = dqkv + ((size_t)b * T_ + t) * QKV + h * HD;
+#pragma unroll
+    for (int r = 0; r < ATT_MAXR; r++) {
+        int d = lane + 32 * r;
+        if (d < HD) g[d] = from_f<T>(dq[r]);
+    }
+}
+
+/* dk, dv parts of dqkv: one warp per key u of KV head kvh; queries u..T-1 of every head in the group */
+template <typename T> __global__ void attention_backward_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse,
+                                                                    const float *Dsum, int T_, int NH, int NKV, int HD,
+                                                                    float scale) {
+    extern __shared__ float sm[];
+    float *k_s = sm;                               /* (ATT_WARPS, HD+1) */
+    float *v_s = k_s + ATT_WARPS * (HD + 1);       /* (ATT_WARPS, HD+1) */
+    float *q_s = v_s + ATT_WARPS * (HD + 1);       /* (ATT_TILE, HD+1) */
+    float *dy_s = q_s + ATT_TILE * (HD + 1);       /* (ATT_TILE, HD+1) */
+    float *L_s = dy_s + ATT_TILE * (HD + 1);       /* (ATT_TILE) */
+    float *D_s = L_s + ATT_TILE;                   /* (ATT_TILE) */
+    int b = blockIdx.z, kvh = blockIdx.y, G = NH / NKV;
+    int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int u0 = blockIdx.x * ATT_WARPS, u = u0 + w;
+    size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+    const T *base = qkv + (size_t)b * T_ * QKV;
+    load_tile(k_s, base + (NH + kvh) * HD, u0, ATT_WARPS, T_, QKV, HD);
+    load_tile(v_s, base + (NH + NKV + kvh) * HD, u0, ATT_WARPS, T_, QKV, HD);
+    float dk[ATT_MAXR] = {0}, dv[ATT_MAXR] = {0};
+    for (int h = kvh * G; h < (kvh + 1) * G; h++) {
+        const float *Lh = lse + ((size_t)b * NH + h) * T_, *Dh = Dsum + ((size_t)b * NH + h) * T_;
+        for (int q0 = u0 / ATT_TILE * ATT_TILE; q0 < T_; q0 += ATT_TILE) {
+            __syncthreads();
+            load_tile(q_s, base + h * HD, q0, ATT_TILE, T_, QKV, HD);
+            load_tile(dy_s, dout + (size_t)b * T_ * NH * HD + h * HD, q0, ATT_TILE, T_, (size_t)NH * HD, HD);
+            if (threadIdx.x < ATT_TILE) {
+                int tq = q0 + threadIdx.x;
+                L_s[threadIdx.x] = tq < T_ ? Lh[tq] : 0.0f;
+                D_s[threadIdx.x] = tq < T_ ? Dh[tq] : 0.0f;
+            }
+            __syncthreads();
+            if (u >= T_ || q0 + ATT_TILE <= u) continue;
+            int tq = q0 + lane;   /* this lane's query */
+            float s = 0, dp = 0;
+            for (int d = 0; d < HD; d++) {
+                s += q_s[lane * (HD + 1) + d] * k_s[w * (HD + 1) + d];
+                dp += dy_s[lane * (HD + 1) + d] * v_s[w * (HD + 1) + d];
+            }
+            float p = (tq >= u && tq < T_) ? expf(s * scale - L_s[lane]) : 0.0f;
+            float ds = p * (dp - D_s[lane]) * scale;
+            for (int j = 0; j < ATT_TILE; j++) {
+                float pj = __shfl_sync(0xffffffffu, p, j), dsj = __shfl_sync(0xffffffffu, ds, j);
+#pragma unroll
+                for (int r = 0; r < ATT_MAXR; r++) {
+                    int d = lane + 32 * r;
+                    if (d < HD) {
+                        dv[r] += pj * dy_s[j * (HD + 1) + d];
+                        dk[r] += dsj * q_s[j * (HD + 1) + d];
+                    }
+                }
+            }
+        }
+    }
+    if (u >= T_) return;
+    T *gk = dqkv + ((size_t)b * T_ + u) * QKV + (NH + kvh) * HD, *gv = gk + (size_t)NKV * HD;
+#pragma unroll
+    for (int r = 0; r < ATT_MAXR; r++) {
+        int d = lane + 32 * r;
+        if (d < HD) { gk[d] = from_f<T>(dk[r]); gv[d] = from_f<T>(dv[r]); }
+    }
+}
+
+static void check_shape(int NH, int NKV, int HD) {
+    if (HD > 32 * ATT_MAXR || HD % 2 || NKV <= 0 || NH % NKV)
+        die("attention on CUDA needs an even head_dim <= %d and n_head divisible by n_kv_head (got HD=%d, NH=%d, NKV=%d)",
+            32 * ATT_MAXR, HD, NH, NKV);
+}
+
+/* Dsum (B,NH,T) = rowwise dout . out, in a scratch buffer of this file */
+static float *attention_dsum(const void *dout, const void *out, int B, int T_, int NH, int HD) {
+    static void *buf = 0;
+    static size_t cap = 0;
+    float *Dsum = (float *)cuda_scratch(&buf, &cap, (size_t)B * NH * T_ * sizeof(float), "attention backward row sums");
+    ACT_SWITCH(T, {
+        attention_dsum_kernel<T><<<ceil_div((size_t)B * T_ * NH, 8), 256, 0, cuda_stream>>>(Dsum, (const T *)dout,
+                                                                                        (const T *)out, B, T_, NH, HD);
+    });
+    launchCheck();
+    return Dsum;
+}
+
+/* the readable kernels, callable on their own (the tests compare both paths) */
+extern "C" void attention_forward_cuda_simple(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV, int HD) {
+    check_shape(NH, NKV, HD);
+    if (B * T_ == 0) return;
+    size_t smem = (size_t)(ATT_WARPS + 2 * ATT_TILE) * (HD + 1) * sizeof(float);
+    dim3 grid(ceil_div(T_, ATT_WARPS), NH, B);
+    ACT_SWITCH(T, {
+        attention_forward_kernel<T><<<grid, ATT_WARPS * 32, smem, cuda_stream>>>((T *)out, lse, (const T *)qkv, T_, NH, NKV,
+                                                                                HD, 1.0f / sqrtf((float)HD));
+    });
+    launchCheck();
+}
+
+extern "C" void attention_backward_cuda_simple(void *dqkv, const void *dout, const void *qkv, const void *out,
+                                               const float *lse, int B, int T_, int NH, int NKV, int HD) {
+    check_shape(NH, NKV, HD);
+    if (B * T_ == 0) return;
+    float *Dsum = attention_dsum(dout, out, B, T_, NH, HD);
+    float scale = 1.0f / sqrtf((float)HD);
+    size_t smem_q = (size_t)(2 * ATT_WARPS + 2 * ATT_TILE) * (HD + 1) * sizeof(float);
+    size_t smem_kv = smem_q + 2 * ATT_TILE * sizeof(float);
+    ACT_SWITCH(T, {
+        attention_backward_dq_kernel<T><<<dim3(ceil_div(T_, ATT_WARPS), NH, B), ATT_WARPS * 32, smem_q, cuda_stream>>>(
+            (T *)dqkv, (const T *)dout, (const T *)qkv, lse, Dsum, T_, NH, NKV, HD, scale);
+        launchCheck();
+        attention_backward_dkv_kernel<T><<<dim3(ceil_div(T_, ATT_WARPS), NKV, B), ATT_WARPS * 32, smem_kv, cuda_stream>>>(
+            (T *)dqkv, (const T *)dout, (const T *)qkv, lse, Dsum, T_, NH, NKV, HD, scale);
+    });
+    launchCheck();
+}
+
+/* the tensor-core path of attention_mma.cu: bf16/fp16, HD = 64, 16-byte aligned tensors */
+extern "C" int attention_mma_supported(int HD, const void *a, const void *b, const void *c);
+extern "C" void attention_forward_mma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
+extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum,
+                                       int B, int T, int NH, int NKV);
+
+int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=simple */
+
+extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HD) {
+    check_shape(NH, NKV, HD);
+    if (!cuda_attention_simple && attention_mma_supported(HD, out, qkv, qkv)) {
+        if (B > 0 && T > 0) attention_forward_mma(out, lse, qkv, B, T, NH, NKV);
+        return;
+    }
+    attention_forward_cuda_simple(out, lse, qkv, B, T, NH, NKV, HD);
+}
+
+extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                        int B, int T_, int NH, int NKV, int HD) {
+    check_shape(NH, NKV, HD);
+    if (cuda_attention_simple || !attention_mma_supported(HD, dqkv, dout, qkv) || !attention_mma_supported(HD, out, out, out)) {
+        attention_backward_cuda_simple(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HD);
+        return;
+    }
+    if (B * T_ == 0) return;
+    float *Dsum = attention_dsum(dout, out, B, T_, NH, HD);
+    attention_backward_mma(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV);
+}

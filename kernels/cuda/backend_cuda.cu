@@ -1,0 +1,162 @@
+/* kernels/cuda/backend_cuda.cu — the CUDA backend: device memory, the cuBLASLt
+ * handle and its one workspace, the checked-call reporting, and the Backend
+ * table of the *_cuda launchers for the activation dtype asked for.
+ *
+ * The idea: backend_cuda(act) is the only door. It checks the GPU can run the
+ * dtype, sets the file-static state every kernel file reads (cuda_act,
+ * cuda_stream, the cuBLASLt handle), and returns one table per dtype. All work
+ * goes to one stream, so ops run in the order the model calls them. */
+#include "common.cuh"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+extern "C" {
+#include "../backend.h"
+#include "../../common/util.h"
+#include "cuda_extras.h"
+}
+
+DType cuda_act = DTYPE_FP32;
+cudaStream_t cuda_stream = 0;
+cublasLtHandle_t cuda_cublaslt = 0;
+void *cuda_cublaslt_workspace = 0;
+size_t cuda_cublaslt_workspace_size = 64u << 20;   /* 64 MiB: enough for Hopper's split-K and stream-K kernels */
+int cuda_num_sms = 0;
+
+/* ---- error reporting -------------------------------------------------------------------- */
+extern "C" void cuda_fail(const char *what, const char *err, const char *hint, const char *file, int line) {
+    fprintf(stderr, "error: %s:%d: %s failed: %s\n", file, line, what, err);
+    if (hint && *hint) fprintf(stderr, "  hint: %s\n", hint);
+    fflush(stderr);
+    exit(1);
+}
+const char *cuda_hint(cudaError_t e) {
+    switch (e) {
+    case cudaErrorMemoryAllocation: return "out of GPU memory: try a smaller batch_size, recompute, or optimizer=adamw8bit";
+    case cudaErrorNoDevice: case cudaErrorInsufficientDriver: case cudaErrorInitializationError:
+        return "no usable NVIDIA GPU or driver here (check nvidia-smi); run with device=cpu";
+    case cudaErrorNoKernelImageForDevice: case cudaErrorUnsupportedPtxVersion:
+        return "this build has no kernels for this GPU: rebuild with CUDA_ARCH naming its compute capability";
+    case cudaErrorIllegalAddress: case cudaErrorLaunchFailure:
+        return "a kernel read or wrote outside its buffers: run under compute-sanitizer to find which (tests/gpu/run.sh does)";
+    case cudaErrorInvalidValue: return "a launcher was given a bad size or pointer; check the shapes passed";
+    default: return "see the CUDA error above; CUDA_LAUNCH_BLOCKING=1 makes the failing launch report itself";
+    }
+}
+const char *cublas_hint(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_ALLOC_FAILED: return "out of GPU memory: try a smaller batch_size, recompute, or optimizer=adamw8bit";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "cuBLASLt has no kernel for this dtype/shape/alignment on this GPU; try dtype=fp32";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS could not start: is the GPU visible (nvidia-smi)? else run with device=cpu";
+    default: return "see the cuBLAS status above";
+    }
+}
+
+/* ---- memory --------------------------------------------------------------------------------- */
+static void *cuda_alloc(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        char b1[32], b2[32], b3[32];
+        die("out of GPU memory allocating %s for %s (%s free of %s): %s\n"
+            "  hint: try a smaller batch_size, recompute, or optimizer=adamw8bit",
+            format_bytes((double)bytes, b1, sizeof b1), what, format_bytes((double)free_b, b2, sizeof b2),
+            format_bytes((double)total_b, b3, sizeof b3), cudaGetErrorString(e));
+    }
+    cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_stream));
+    return p;
+}
+static void cuda_free_(void *p) { if (p) cudaCheck(cudaFree(p)); }
+static void cuda_upload(void *dst, const void *src, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream));
+    cudaCheck(cudaStreamSynchronize(cuda_stream));   /* the host buffer may be reused at once */
+}
+static void cuda_download(void *dst, const void *src, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream));
+    cudaCheck(cudaStreamSynchronize(cuda_stream));
+}
+static void cuda_zero(void *p, size_t bytes) { cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_stream)); }
+static void cuda_copy(void *dst, const void *src, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream));
+}
+static void cuda_synchronize(void) { cudaCheck(cudaStreamSynchronize(cuda_stream)); cudaCheck(cudaGetLastError()); }
+static size_t cuda_memory_in_use(void) {
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    return total_b - free_b;
+}
+
+void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what) {
+    if (bytes > *capacity) {
+        if (*buf) cudaCheck(cudaFree(*buf));   /* cudaFree waits for the work that used it */
+        *buf = cuda_alloc(bytes, what);
+        *capacity = bytes;
+    }
+    return *buf;
+}
+
+/* ---- the table -------------------------------------------------------------------------------- */
+#define CUDA_OPS \
+    .alloc = cuda_alloc, .free = cuda_free_, .upload = cuda_upload, .download = cuda_download, .zero = cuda_zero, \
+    .copy = cuda_copy, .synchronize = cuda_synchronize, .memory_in_use = cuda_memory_in_use, .peak_flops = 0, \
+    .embedding_forward = embedding_forward_cuda, .embedding_backward = embedding_backward_cuda, \
+    .rmsnorm_forward = rmsnorm_forward_cuda, .rmsnorm_backward = rmsnorm_backward_cuda, \
+    .matmul_forward = matmul_forward_cuda, .matmul_backward = matmul_backward_cuda, \
+    .rope_forward = rope_forward_cuda, .rope_backward = rope_backward_cuda, \
+    .attention_forward = attention_forward_cuda, .attention_backward = attention_backward_cuda, \
+    .swiglu_forward = swiglu_forward_cuda, .swiglu_backward = swiglu_backward_cuda, \
+    .cross_entropy = cross_entropy_cuda, .adamw_update = adamw_update_cuda, \
+    .add = add_cuda, .sum_squares = sum_squares_cuda, .cast_from_fp32 = cast_from_fp32_cuda
+static Backend tables[3] = {
+    {.name = "cuda", .act = DTYPE_FP32, CUDA_OPS},
+    {.name = "cuda", .act = DTYPE_BF16, CUDA_OPS},
+    {.name = "cuda", .act = DTYPE_FP16, CUDA_OPS},
+};
+
+/* Dense tensor-core peak of the act dtype, for MFU. bf16/fp16: H100 SXM and H200
+ * (sm_90) 989 TFLOP/s, H100 PCIe 756. fp32 runs exact fp32 GEMMs (no TF32) by
+ * default, so its peak is left 0 (unknown); with LLM3D_TF32=1 it is the TF32
+ * tensor-core figure, 494 TFLOP/s on sm_90. Other GPUs: 0. */
+static double peak_flops_for(const cudaDeviceProp *p, DType act, int tf32) {
+    if (p->major != 9 || p->minor != 0) return 0;
+    double half = strstr(p->name, "PCIe") ? 756e12 : 989e12;
+    if (act != DTYPE_FP32) return half;
+    return tf32 ? half / 2 : 0;
+}
+
+int cuda_tf32 = 0;   /* read by matmul.cu: fp32 GEMMs through TF32 tensor cores (LLM3D_TF32=1) */
+
+extern "C" const Backend *backend_cuda(DType act) {
+    static int opened = 0;
+    if (!opened) {
+        int n = 0;
+        cudaError_t e = cudaGetDeviceCount(&n);
+        if (e != cudaSuccess || n == 0)
+            die("device=cuda, but no usable NVIDIA GPU was found (%s)\n  hint: check nvidia-smi, or run with device=cpu",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaDeviceProp prop;
+        cudaCheck(cudaGetDeviceProperties(&prop, dev));
+        if (prop.major < 8)
+            die("GPU %d (%s) has compute capability %d.%d; this build's kernels need 8.0 or newer%s\n"
+                "  hint: %s", dev, prop.name, prop.major, prop.minor,
+                act == DTYPE_BF16 ? " (bf16 needs 8.0: Ampere or later)" : "",
+                act == DTYPE_BF16 ? "use dtype=fp16 or dtype=fp32 and rebuild with CUDA_ARCH naming this GPU, or run with device=cpu"
+                                  : "rebuild with CUDA_ARCH naming this GPU, or run with device=cpu");
+        cuda_num_sms = prop.multiProcessorCount;
+        const char *t = getenv("LLM3D_TF32");
+        cuda_tf32 = t && atoi(t) != 0;
+        const char *a = getenv("LLM3D_ATTENTION");
+        cuda_attention_simple = a && strcmp(a, "simple") == 0;
+        cublasCheck(cublasLtCreate(&cuda_cublaslt));
+        cudaCheck(cudaMalloc(&cuda_cublaslt_workspace, cuda_cublaslt_workspace_size));
+        for (int d = 0; d < 3; d++) tables[d].peak_flops = peak_flops_for(&prop, (DType)d, cuda_tf32);
+        opened = 1;
+    }
+    cuda_act = act;   /* the launchers run in the dtype of the latest call (tests switch between dtypes) */
+    return &tables[act];
+}

@@ -1,0 +1,16 @@
+/* kernels/cuda/cuda_extras.h — the few CUDA-backend entry points that are not
+ * in the Backend table: the readable attention kernels on their own (the GPU
+ * tests compare them with the fast path) and the knobs the tests turn.
+ * Plain C, so the GPU tests in C include it. */
+#pragma once
+#include "../attention.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+AttentionForward attention_forward_cuda_simple;
+AttentionBackward attention_backward_cuda_simple;
+extern int cuda_tf32;             /* fp32 GEMMs through TF32 tensor cores; set from LLM3D_TF32=1 when the backend opens */
+extern int cuda_attention_simple; /* 1: attention_*_cuda runs the readable kernels; from LLM3D_ATTENTION=simple */
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — the GPU tests in one command, on a machine with an NVIDIA
+# GPU: builds the CUDA backend and the GPU programs (`make gpu`), runs the op
+# test (every CUDA op against the CPU reference, fp32/bf16/fp16), then the same
+# test with TF32 matmuls, then the op test under compute-sanitizer memcheck.
+# `--bench` also times every op at the l124m shape (bench/gpu/bench_cuda_ops).
+# Logs go to build/gpu/*.log. Not part of `make test`: CI has no GPU.
+# Ends with the summed "N passed, N failed"; exits non-zero on any failure.
+set -u
+cd "$(dirname "$0")/../.."
+bench=0; [ "${1:-}" = "--bench" ] && bench=1
+
+mkdir -p build/gpu
+make -j"$(nproc)" gpu >build/gpu-make.log 2>&1 || { tail -40 build/gpu-make.log; echo "0 passed, 1 failed"; exit 1; }
+
+# The CUDA libraries may live outside the loader's path (e.g. cuDNN or cuBLAS
+# from Python wheels under site-packages/nvidia/*/lib): add them if needed.
+if ldd build/gpu/test_cuda_ops | grep -q 'not found'; then
+    for d in $(python3 -c 'import site,glob; print(" ".join(p for s in site.getsitepackages() for p in glob.glob(s + "/nvidia/*/lib")))' 2>/dev/null); do
+        LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+    done
+    export LD_LIBRARY_PATH
+    ldd build/gpu/test_cuda_ops | grep 'not found' && { echo "error: CUDA libraries missing (above)"; echo "0 passed, 1 failed"; exit 1; }
+fi
+
+passed=0; failed=0
+tally() {   # $1: log file; adds its closing line to the totals
+    local last p f
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+    if [ -z "$last" ]; then echo "   (no closing line: crashed?)"; failed=$((failed + 1)); return; fi
+    p=${last%% passed*}; f=${last#*passed, }; f=${f%% failed*}
+    passed=$((passed + p)); failed=$((failed + f))
+    [ "$2" -ne 0 ] && [ "$f" -eq 0 ] && failed=$((failed + 1))
+    echo "   $last"
+}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+
+echo "== op test"
+build/gpu/test_cuda_ops >build/gpu/test_cuda_ops.log 2>&1; rc=$?
+grep -E '^FAIL|^error|hint' build/gpu/test_cuda_ops.log | head -40
+tally build/gpu/test_cuda_ops.log $rc
+
+echo "== op test, TF32 matmuls (LLM3D_TF32=1)"
+LLM3D_TF32=1 build/gpu/test_cuda_ops >build/gpu/test_cuda_ops_tf32.log 2>&1; rc=$?
+grep -E '^FAIL|^error|hint' build/gpu/test_cuda_ops_tf32.log | head -20
+tally build/gpu/test_cuda_ops_tf32.log $rc
+
+if command -v compute-sanitizer >/dev/null; then
+    echo "== op test under compute-sanitizer memcheck"
+    compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 build/gpu/test_cuda_ops \
+        >build/gpu/test_cuda_ops_memcheck.log 2>&1; rc=$?
+    grep -E '^FAIL|^error|=========' build/gpu/test_cuda_ops_memcheck.log | head -30
+    tally build/gpu/test_cuda_ops_memcheck.log $rc
+else
+    echo "== compute-sanitizer not found: memcheck skipped"
+fi
+
+if [ $bench = 1 ]; then
+    echo "== l124m op timings (bf16)"
+    build/gpu/bench_cuda_ops bf16 2>&1 | tee build/gpu/bench_cuda_ops.log
+fi
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,408 @@
+/* tests/gpu/test_cuda_ops.c — every CUDA op against the fp32 CPU reference, in
+ * fp32, bf16 and fp16, on random shapes including odd ones.
+ *
+ * The idea: draw random fp32 inputs, round them to the act dtype, and give the
+ * same values to both backends (the CPU one in fp32). Outputs are poisoned
+ * (NaN bytes) before each GPU run, so an element the kernel forgot to write
+ * fails; accumulating outputs (+=) start from the same random values on both.
+ * The error is the norm ratio |gpu - cpu| / |cpu|; NaN never passes.
+ * Tolerances: fp32 1e-5 (exact fp32 everywhere, matmuls included; with
+ * LLM3D_TF32=1 matmuls get 2e-3: TF32 keeps 10 mantissa bits, ~5e-4 per
+ * product), bf16 and fp16 1e-2 (the GPU rounds outputs to 8 or 11 bits).
+ * Run on a GPU machine: tests/gpu/run.sh. */
+#include "../../kernels/backend.h"
+#include "../../kernels/cuda/cuda_extras.h"
+#include "../../common/util.h"
+#include "../test.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const Backend *cpu, *gpu;
+static DType act;
+static Rng rng;
+static double tol_act, tol_matmul;
+
+/* ---- host dtype helpers ---- */
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fff + ((u >> 16) & 1);   /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+static uint16_t to_fp16(float f) { _Float16 h = (_Float16)f; uint16_t u; memcpy(&u, &h, 2); return u; }
+static float from_fp16(uint16_t u) { _Float16 h; memcpy(&h, &u, 2); return (float)h; }
+static float round_act(float f) {
+    return act == DTYPE_FP32 ? f : act == DTYPE_BF16 ? from_bf16(to_bf16(f)) : from_fp16(to_fp16(f));
+}
+
+/* host fp32 (n), already rounded to act -> new device tensor in act dtype */
+static void *up_act(const float *h, size_t n) {
+    size_t es = dtype_size(act);
+    void *d = gpu->alloc(n * es + 16, "test tensor");
+    void *tmp = mallocCheck(n * es + 1);
+    for (size_t i = 0; i < n; i++) {
+        if (act == DTYPE_FP32) ((float *)tmp)[i] = h[i];
+        else ((uint16_t *)tmp)[i] = act == DTYPE_BF16 ? to_bf16(h[i]) : to_fp16(h[i]);
+    }
+    gpu->upload(d, tmp, n * es);
+    free(tmp);
+    return d;
+}
+static void down_act(float *h, const void *d, size_t n) {
+    size_t es = dtype_size(act);
+    void *tmp = mallocCheck(n * es + 1);
+    gpu->download(tmp, d, n * es);
+    for (size_t i = 0; i < n; i++)
+        h[i] = act == DTYPE_FP32 ? ((float *)tmp)[i] : act == DTYPE_BF16 ? from_bf16(((uint16_t *)tmp)[i]) : from_fp16(((uint16_t *)tmp)[i]);
+    free(tmp);
+}
+static float *up_f32(const float *h, size_t n) {
+    float *d = gpu->alloc(n * 4 + 16, "test tensor");
+    gpu->upload(d, h, n * 4);
+    return d;
+}
+static void poison(void *d, size_t bytes) {   /* 0xff bytes: NaN in fp32, bf16 and fp16 */
+    void *tmp = mallocCheck(bytes + 1);
+    memset(tmp, 0xff, bytes);
+    gpu->upload(d, tmp, bytes);
+    free(tmp);
+}
+static float *rand_act(size_t n, float scale) {   /* random, rounded to act */
+    float *h = mallocCheck(n * sizeof(float) + 4);
+    for (size_t i = 0; i < n; i++) h[i] = round_act(rng_normal(&rng) * scale);
+    return h;
+}
+static float *copy_f(const float *x, size_t n) { float *y = mallocCheck(n * 4 + 4); memcpy(y, x, n * 4); return y; }
+
+/* |got - ref| / |ref|; NaN or inf in got fails */
+static void compare(const char *what, const float *got, const float *ref, size_t n, double tol, const char *shape) {
+    double num = 0, den = 0;
+    size_t bad = n;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(got[i]) && bad == n) bad = i;
+        double d = (double)got[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    double rel = sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
+    int ok = bad == n && rel <= tol;
+    printf("%s %-5s %-26s %-28s rel %.2e (tol %.0e)%s\n", ok ? "ok  " : "FAIL", dtype_name(act), what, shape, rel, tol,
+           bad < n ? "  NON-FINITE OUTPUT" : "");
+    CHECK(ok, "%s %s %s: rel %.3e > %.0e or non-finite at %zu (got %g, ref %g)", dtype_name(act), what, shape, rel, tol,
+          bad, bad < n ? got[bad] : 0.0, bad < n ? ref[bad] : 0.0);
+}
+
+/* ---- the ops ---- */
+static void test_matmul(int N, int IC, int OC) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d IC=%d OC=%d", N, IC, OC);
+    float *x = rand_act((size_t)N * IC, 1), *w = rand_act((size_t)OC * IC, 0.1f), *dy = rand_act((size_t)N * OC, 1);
+    float *dw0 = rand_act((size_t)OC * IC, 1);
+    float *out = mallocCheck((size_t)N * OC * 4), *dx = mallocCheck((size_t)N * IC * 4), *dw = copy_f(dw0, (size_t)OC * IC);
+    cpu->matmul_forward(out, x, w, N, IC, OC);
+    cpu->matmul_backward(dx, dw, dy, x, w, N, IC, OC);
+    void *gx = up_act(x, (size_t)N * IC), *gw = up_act(w, (size_t)OC * IC), *gdy = up_act(dy, (size_t)N * OC);
+    void *gout = gpu->alloc((size_t)N * OC * dtype_size(act), "t"), *gdx = gpu->alloc((size_t)N * IC * dtype_size(act), "t");
+    float *gdw = up_f32(dw0, (size_t)OC * IC);
+    poison(gout, (size_t)N * OC * dtype_size(act));
+    poison(gdx, (size_t)N * IC * dtype_size(act));
+    gpu->matmul_forward(gout, gx, gw, N, IC, OC);
+    gpu->matmul_backward(gdx, gdw, gdy, gx, gw, N, IC, OC);
+    float *h = mallocCheck(((size_t)N * OC + (size_t)N * IC + (size_t)OC * IC) * 4);
+    down_act(h, gout, (size_t)N * OC);
+    compare("matmul_forward", h, out, (size_t)N * OC, tol_matmul, shape);
+    down_act(h, gdx, (size_t)N * IC);
+    compare("matmul_backward dinp", h, dx, (size_t)N * IC, tol_matmul, shape);
+    gpu->download(h, gdw, (size_t)OC * IC * 4);
+    compare("matmul_backward dweight", h, dw, (size_t)OC * IC, tol_matmul, shape);
+    /* dinp = NULL must skip dinp and still accumulate dweight */
+    gpu->matmul_backward(NULL, gdw, gdy, gx, gw, N, IC, OC);
+    cpu->matmul_backward(NULL, dw, dy, x, w, N, IC, OC);
+    gpu->download(h, gdw, (size_t)OC * IC * 4);
+    compare("matmul_backward dw twice", h, dw, (size_t)OC * IC, tol_matmul, shape);
+    gpu->free(gx); gpu->free(gw); gpu->free(gdy); gpu->free(gout); gpu->free(gdx); gpu->free(gdw);
+    free(x); free(w); free(dy); free(dw0); free(out); free(dx); free(dw); free(h);
+}
+
+static void test_embedding(int N, int C, int V) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
+    int *ids = mallocCheck(N * sizeof(int));
+    for (int n = 0; n < N; n++) ids[n] = (int)(rng_u64(&rng) % (uint64_t)(n % 3 ? V : 3));   /* many repeats */
+    float *wte = rand_act((size_t)V * C, 1), *dy = rand_act((size_t)N * C, 1), *dw0 = rand_act((size_t)V * C, 1);
+    float *out = mallocCheck((size_t)N * C * 4), *dw = copy_f(dw0, (size_t)V * C);
+    cpu->embedding_forward(out, ids, wte, N, C);
+    cpu->embedding_backward(dw, dy, ids, N, C);
+    int *gids = gpu->alloc(N * sizeof(int), "t");
+    gpu->upload(gids, ids, N * sizeof(int));
+    void *gwte = up_act(wte, (size_t)V * C), *gdy = up_act(dy, (size_t)N * C), *gout = gpu->alloc((size_t)N * C * dtype_size(act), "t");
+    float *gdw = up_f32(dw0, (size_t)V * C);
+    poison(gout, (size_t)N * C * dtype_size(act));
+    gpu->embedding_forward(gout, gids, gwte, N, C);
+    gpu->embedding_backward(gdw, gdy, gids, N, C);
+    float *h = mallocCheck(((size_t)N + V) * C * 4);
+    down_act(h, gout, (size_t)N * C);
+    compare("embedding_forward", h, out, (size_t)N * C, 0, shape);
+    gpu->download(h, gdw, (size_t)V * C * 4);
+    compare("embedding_backward", h, dw, (size_t)V * C, act == DTYPE_FP32 ? 1e-6 : tol_act, shape);
+    /* determinism: the same backward twice gives the same bits */
+    float *h2 = mallocCheck((size_t)V * C * 4);
+    gpu->upload(gdw, dw0, (size_t)V * C * 4);
+    gpu->embedding_backward(gdw, gdy, gids, N, C);
+    gpu->download(h2, gdw, (size_t)V * C * 4);
+    CHECK(memcmp(h, h2, (size_t)V * C * 4) == 0, "embedding_backward is not deterministic (%s)", shape);
+    gpu->free(gids); gpu->free(gwte); gpu->free(gdy); gpu->free(gout); gpu->free(gdw);
+    free(ids); free(wte); free(dy); free(dw0); free(out); free(dw); free(h); free(h2);
+}
+
+static void test_rmsnorm(int N, int C) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+    float *x = rand_act((size_t)N * C, 2), *w = rand_act(C, 1), *dy = rand_act((size_t)N * C, 1), *dx0 = rand_act((size_t)N * C, 1);
+    float *dw0 = rand_act(C, 1);
+    float *out = mallocCheck((size_t)N * C * 4), *rstd = mallocCheck(N * 4), *dx = copy_f(dx0, (size_t)N * C), *dw = copy_f(dw0, C);
+    cpu->rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f);
+    cpu->rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+    void *gx = up_act(x, (size_t)N * C), *gw = up_act(w, C), *gdy = up_act(dy, (size_t)N * C), *gdx = up_act(dx0, (size_t)N * C);
+    void *gout = gpu->alloc((size_t)N * C * dtype_size(act), "t");
+    float *grstd = gpu->alloc(N * 4, "t"), *gdw = up_f32(dw0, C), *grstd_cpu = up_f32(rstd, N);
+    poison(gout, (size_t)N * C * dtype_size(act));
+    poison(grstd, N * 4);
+    gpu->rmsnorm_forward(gout, grstd, gx, gw, N, C, 1e-5f);
+    gpu->rmsnorm_backward(gdx, gdw, gdy, gx, gw, grstd_cpu, N, C);
+    float *h = mallocCheck((size_t)N * C * 4);
+    down_act(h, gout, (size_t)N * C);
+    compare("rmsnorm_forward", h, out, (size_t)N * C, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+    gpu->download(h, grstd, N * 4);
+    compare("rmsnorm_forward rstd", h, rstd, N, 1e-5, shape);
+    down_act(h, gdx, (size_t)N * C);
+    compare("rmsnorm_backward dinp (+=)", h, dx, (size_t)N * C, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+    gpu->download(h, gdw, C * 4);
+    compare("rmsnorm_backward dweight", h, dw, C, 1e-5, shape);
+    gpu->free(gx); gpu->free(gw); gpu->free(gdy); gpu->free(gdx); gpu->free(gout); gpu->free(grstd); gpu->free(gdw); gpu->free(grstd_cpu);
+    free(x); free(w); free(dy); free(dx0); free(dw0); free(out); free(rstd); free(dx); free(dw); free(h);
+}
+
+static void test_rope(int B, int T, int NH, int NKV, int HD, int pos0) {
+    char shape[80];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d p0=%d", B, T, NH, NKV, HD, pos0);
+    size_t n = (size_t)B * T * (NH + 2 * NKV) * HD;
+    float *x = rand_act(n, 1), *f = copy_f(x, n), *b = copy_f(x, n);
+    cpu->rope_forward(f, B, T, NH, NKV, HD, 10000.0f, pos0);
+    cpu->rope_backward(b, B, T, NH, NKV, HD, 10000.0f, pos0);
+    void *gf = up_act(x, n), *gb = up_act(x, n);
+    gpu->rope_forward(gf, B, T, NH, NKV, HD, 10000.0f, pos0);
+    gpu->rope_backward(gb, B, T, NH, NKV, HD, 10000.0f, pos0);
+    float *h = mallocCheck(n * 4);
+    down_act(h, gf, n);
+    compare("rope_forward", h, f, n, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+    down_act(h, gb, n);
+    compare("rope_backward", h, b, n, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+    gpu->free(gf); gpu->free(gb);
+    free(x); free(f); free(b); free(h);
+}
+
+typedef void AttF(void *, float *, const void *, int, int, int, int, int);
+typedef void AttB(void *, const void *, const void *, const void *, const float *, int, int, int, int, int);
+static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T, int NH, int NKV, int HD) {
+    char shape[80], name[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d", B, T, NH, NKV, HD);
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
+    float *qkv = rand_act(nq, 1.5f), *dy = rand_act(no, 1);
+    float *out = mallocCheck(no * 4), *lse = mallocCheck(nl * 4), *dqkv = mallocCheck(nq * 4);
+    cpu->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    for (size_t i = 0; i < no; i++) out[i] = round_act(out[i]);   /* the backward's input, as the model would store it */
+    cpu->attention_backward(dqkv, dy, qkv, out, lse, B, T, NH, NKV, HD);
+    void *gqkv = up_act(qkv, nq), *gdy = up_act(dy, no), *gout_cpu = up_act(out, no);
+    void *gout = gpu->alloc(no * dtype_size(act), "t"), *gdqkv = gpu->alloc(nq * dtype_size(act), "t");
+    float *glse = gpu->alloc(nl * 4, "t"), *glse_cpu = up_f32(lse, nl);
+    poison(gout, no * dtype_size(act));
+    poison(glse, nl * 4);
+    poison(gdqkv, nq * dtype_size(act));
+    fwd(gout, glse, gqkv, B, T, NH, NKV, HD);
+    bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD);
+    float *h = mallocCheck(nq * 4);
+    double tol = act == DTYPE_FP32 ? 1e-5 : tol_act;
+    snprintf(name, sizeof name, "attention_fwd %s", path);
+    down_act(h, gout, no);
+    compare(name, h, out, no, tol, shape);
+    snprintf(name, sizeof name, "attention_fwd lse %s", path);
+    gpu->download(h, glse, nl * 4);
+    compare(name, h, lse, nl, act == DTYPE_FP32 ? 1e-5 : 1e-3, shape);
+    snprintf(name, sizeof name, "attention_bwd %s", path);
+    down_act(h, gdqkv, nq);
+    compare(name, h, dqkv, nq, tol, shape);
+    gpu->free(gqkv); gpu->free(gdy); gpu->free(gout_cpu); gpu->free(gout); gpu->free(gdqkv); gpu->free(glse); gpu->free(glse_cpu);
+    free(qkv); free(dy); free(out); free(lse); free(dqkv); free(h);
+}
+
+static void test_swiglu(int N, int F) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d F=%d", N, F);
+    float *h13 = rand_act((size_t)N * 2 * F, 2), *dy = rand_act((size_t)N * F, 1);
+    float *out = mallocCheck((size_t)N * F * 4), *d = mallocCheck((size_t)N * 2 * F * 4);
+    cpu->swiglu_forward(out, h13, N, F);
+    cpu->swiglu_backward(d, dy, h13, N, F);
+    void *gh = up_act(h13, (size_t)N * 2 * F), *gdy = up_act(dy, (size_t)N * F);
+    void *gout = gpu->alloc((size_t)N * F * dtype_size(act), "t"), *gd = gpu->alloc((size_t)N * 2 * F * dtype_size(act), "t");
+    poison(gout, (size_t)N * F * dtype_size(act));
+    poison(gd, (size_t)N * 2 * F * dtype_size(act));
+    gpu->swiglu_forward(gout, gh, N, F);
+    gpu->swiglu_backward(gd, gdy, gh, N, F);
+    float *h = mallocCheck((size_t)N * 2 * F * 4);
+    down_act(h, gout, (size_t)N * F);
+    compare("swiglu_forward", h, out, (size_t)N * F, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+    down_act(h, gd, (size_t)N * 2 * F);
+    compare("swiglu_backward", h, d, (size_t)N * 2 * F, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+    gpu->free(gh); gpu->free(gdy); gpu->free(gout); gpu->free(gd);
+    free(h13); free(dy); free(out); free(d); free(h);
+}
+
+static void test_cross_entropy(int N, int V) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d V=%d", N, V);
+    float *z = rand_act((size_t)N * V, 3), *zc = copy_f(z, (size_t)N * V), *loss = mallocCheck(N * 4);
+    int *y = mallocCheck(N * sizeof(int));
+    for (int n = 0; n < N; n++) y[n] = n % 5 == 4 ? -100 : (int)(rng_u64(&rng) % (uint64_t)V);
+    y[0] = V - 1;
+    float dloss = 1.0f / N;
+    cpu->cross_entropy(loss, zc, y, N, V, dloss, -100);
+    int *gy = gpu->alloc(N * sizeof(int), "t");
+    gpu->upload(gy, y, N * sizeof(int));
+    void *gz = up_act(z, (size_t)N * V), *gz2 = up_act(z, (size_t)N * V);
+    float *gl = gpu->alloc(N * 4, "t"), *gl2 = gpu->alloc(N * 4, "t");
+    poison(gl, N * 4);
+    poison(gl2, N * 4);
+    gpu->cross_entropy(gl, gz, gy, N, V, dloss, -100);
+    gpu->cross_entropy(gl2, gz2, gy, N, V, 0.0f, -100);   /* dloss 0: losses only, logits untouched */
+    float *h = mallocCheck((size_t)N * V * 4);
+    gpu->download(h, gl, N * 4);
+    compare("cross_entropy loss", h, loss, N, 1e-5, shape);
+    gpu->download(h, gl2, N * 4);
+    compare("cross_entropy loss (dloss=0)", h, loss, N, 1e-5, shape);
+    down_act(h, gz, (size_t)N * V);
+    compare("cross_entropy dlogits", h, zc, (size_t)N * V, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+    down_act(h, gz2, (size_t)N * V);
+    compare("cross_entropy logits kept", h, z, (size_t)N * V, 0, shape);
+    gpu->free(gy); gpu->free(gz); gpu->free(gz2); gpu->free(gl); gpu->free(gl2);
+    free(z); free(zc); free(loss); free(y); free(h);
+}
+
+static void test_adamw(void) {
+    /* slices with a gap between them (the gap must stay untouched) and different decays */
+    AdamWSlice sl[4] = {{0, 1000, 0.1f}, {1000, 7, 0.0f}, {1100, 50000, 0.1f}, {51100, 3, 0.0f}};
+    size_t P = 51103;
+    float *p = rand_act(P, 1), *g = rand_act(P, 0.01f), *m = rand_act(P, 0.001f), *v = mallocCheck(P * 4);
+    for (size_t i = 0; i < P; i++) v[i] = fabsf(rng_normal(&rng)) * 1e-5f;
+    float *pc = copy_f(p, P), *mc = copy_f(m, P), *vc = copy_f(v, P), *pcomp = copy_f(p, P);
+    AdamWHyper hy = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = 3};
+    cpu->adamw_update(pc, pcomp, g, mc, vc, sl, 4, hy);
+    float *gp = up_f32(p, P), *gg = up_f32(g, P), *gm = up_f32(m, P), *gv = up_f32(v, P);
+    void *gpc = gpu->alloc(P * dtype_size(act), "t");
+    poison(gpc, P * dtype_size(act));
+    gpu->adamw_update(gp, gpc, gg, gm, gv, sl, 4, hy);
+    float *h = mallocCheck(P * 4);
+    gpu->download(h, gp, P * 4);
+    compare("adamw params", h, pc, P, 1e-5, "P=51103 4 slices");
+    gpu->download(h, gm, P * 4);
+    compare("adamw m", h, mc, P, 1e-5, "P=51103 4 slices");
+    gpu->download(h, gv, P * 4);
+    compare("adamw v", h, vc, P, 1e-5, "P=51103 4 slices");
+    down_act(h, gpc, P);
+    for (size_t i = 1007; i < 1100; i++) { h[i] = 0; pcomp[i] = 0; }   /* the gap: never written (poison stays) */
+    for (size_t i = 0; i < P; i++) pcomp[i] = round_act(pcomp[i]);
+    compare("adamw params_compute", h, pcomp, P, act == DTYPE_FP32 ? 1e-5 : 4e-3, "P=51103 4 slices");
+    /* NULL params_compute, second step with the cached slice list */
+    hy.step = 4;
+    cpu->adamw_update(pc, NULL, g, mc, vc, sl, 4, hy);
+    gpu->adamw_update(gp, NULL, gg, gm, gv, sl, 4, hy);
+    gpu->download(h, gp, P * 4);
+    compare("adamw params step 2", h, pc, P, 1e-5, "P=51103 4 slices");
+    gpu->free(gp); gpu->free(gg); gpu->free(gm); gpu->free(gv); gpu->free(gpc);
+    free(p); free(g); free(m); free(v); free(pc); free(mc); free(vc); free(pcomp); free(h);
+}
+
+static void test_elementwise(size_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *a = rand_act(n, 1), *b = rand_act(n, 1), *o = mallocCheck(n * 4), *h = mallocCheck(n * 4);
+    cpu->add(o, a, b, n);
+    void *ga = up_act(a, n), *gb = up_act(b, n), *go = gpu->alloc(n * dtype_size(act), "t");
+    poison(go, n * dtype_size(act));
+    gpu->add(go, ga, gb, n);
+    down_act(h, go, n);
+    for (size_t i = 0; i < n; i++) o[i] = round_act(o[i]);
+    compare("add", h, o, n, act == DTYPE_FP32 ? 1e-6 : 1e-6, shape);
+    /* cast: fp32 -> act, exactly the host's rounding */
+    float *x = mallocCheck(n * 4);
+    for (size_t i = 0; i < n; i++) x[i] = rng_normal(&rng);
+    float *gx = up_f32(x, n);
+    poison(go, n * dtype_size(act));
+    gpu->cast_from_fp32(go, gx, n);
+    down_act(h, go, n);
+    for (size_t i = 0; i < n; i++) x[i] = round_act(x[i]);
+    compare("cast_from_fp32", h, x, n, 0, shape);
+    /* sum of squares: fp64 both sides; NaN and inf propagate */
+    for (size_t i = 0; i < n; i++) x[i] = rng_normal(&rng) * 3;
+    gpu->upload(gx, x, n * 4);
+    double s_gpu = gpu->sum_squares(gx, n), s_cpu = cpu->sum_squares(x, n), s_again = gpu->sum_squares(gx, n);
+    int ok = fabs(s_gpu - s_cpu) <= 1e-9 * fabs(s_cpu) && s_gpu == s_again;
+    printf("%s %-5s %-26s %-28s rel %.2e (tol 1e-09, deterministic)\n", ok ? "ok  " : "FAIL", dtype_name(act), "sum_squares", shape,
+           fabs(s_gpu - s_cpu) / fabs(s_cpu));
+    CHECK(ok, "sum_squares %s: gpu %.17g cpu %.17g again %.17g", shape, s_gpu, s_cpu, s_again);
+    x[n / 2] = NAN;
+    gpu->upload(gx, x, n * 4);
+    CHECK(isnan(gpu->sum_squares(gx, n)), "sum_squares must propagate NaN (%s)", shape);
+    x[n / 2] = INFINITY;
+    gpu->upload(gx, x, n * 4);
+    CHECK(isinf(gpu->sum_squares(gx, n)), "sum_squares must propagate inf (%s)", shape);
+    gpu->free(ga); gpu->free(gb); gpu->free(go); gpu->free(gx);
+    free(a); free(b); free(o); free(h); free(x);
+}
+
+int main(int argc, char **argv) {
+    (void)argc; (void)argv;
+    cpu = backend_cpu();
+    rng_seed(&rng, 1234);
+    const DType dtypes[3] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
+    for (int di = 0; di < 3; di++) {
+        act = dtypes[di];
+        gpu = backend_cuda(act);
+        tol_act = 1e-2;
+        tol_matmul = act == DTYPE_FP32 ? (cuda_tf32 ? 2e-3 : 1e-5) : tol_act;
+        if (di == 0) printf("cuda backend: peak %.0f TFLOP/s (fp32%s), attention path: %s\n", gpu->peak_flops / 1e12,
+                            cuda_tf32 ? ", TF32" : "", cuda_attention_simple ? "simple" : "fast");
+        test_matmul(64, 48, 80);
+        test_matmul(37, 29, 53);
+        test_matmul(1, 7, 3);
+        test_matmul(515, 768, 2304);
+        test_embedding(300, 64, 50);
+        test_embedding(77, 33, 1000);
+        test_rmsnorm(300, 768);
+        test_rmsnorm(17, 37);
+        test_rmsnorm(1000, 8);
+        test_rope(2, 37, 4, 2, 64, 0);
+        test_rope(1, 9, 3, 1, 6, 1000);
+        test_rope(2, 1024, 2, 1, 128, 0);
+        const int shapes[][5] = {{2, 64, 4, 2, 64}, {1, 37, 3, 1, 16}, {2, 100, 6, 3, 32}, {1, 130, 2, 2, 128}, {1, 1, 2, 1, 8},
+                                 {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64}};
+        for (int s = 0; s < 9; s++) {
+            const int *q = shapes[s];
+            test_attention("simple", attention_forward_cuda_simple, attention_backward_cuda_simple, q[0], q[1], q[2], q[3], q[4]);
+            if (!cuda_attention_simple)
+                test_attention("fast", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4]);
+        }
+        test_swiglu(64, 256);
+        test_swiglu(13, 37);
+        test_cross_entropy(40, 1000);
+        test_cross_entropy(7, 32001);
+        test_cross_entropy(3, 5);
+        test_adamw();
+        test_elementwise(100000);
+        test_elementwise(13);
+    }
+    return test_summary();
+}
