@@ -94,6 +94,9 @@ int main(int argc, char **argv) {
     double attf = 4.0 * B * NH * (double)T * T * HD / 2;   /* causal: half the (T,T) square */
     BENCH("attention_forward", attf, 0, L, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
     BENCH("attention_backward", 2.5 * attf, 0, L, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD));
+    BENCH("  (simple attention fwd)", attf, 0, 0, attention_forward_cuda_simple(att, lse, qkv, B, T, NH, NKV, HD));
+    BENCH("  (simple attention bwd)", 2.5 * attf, 0, 0,
+          attention_backward_cuda_simple(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD));
     BENCH("matmul_fwd o", mm * C * C, 0, L, g->matmul_forward(y, att, wo, N, C, C));
     BENCH("matmul_bwd o", 2 * mm * C * C, 0, L, g->matmul_backward(datt, dw, dx, att, wo, N, C, C));
     BENCH("add (residual)", 0, 3.0 * N * C * es, 2 * L, g->add(y, x, y, (size_t)N * C));

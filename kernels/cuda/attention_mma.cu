@@ -4,7 +4,8 @@
  *
  * The idea: every product is X (m x k) @ Y (k x n) with X held as row-major
  * "A fragments" and Y staged in shared memory as n rows of contiguous k, so a
- * fragment is two 32-bit loads. A block has 4 warps; each warp owns 16 rows
+ * fragment is two 32-bit loads, or stored k-major and read transposed by
+ * ldmatrix .trans (v in P @ V, k in dS @ K, q and dout in the dk/dv products). A block has 4 warps; each warp owns 16 rows
  * (queries in the forward and the dq kernel, keys in the dk/dv kernel) and the
  * block walks tiles of 64 of the other side. Scores stay in registers and are
  * reused as the A operand of the next product (P @ V, dS @ K, ...). The
@@ -59,6 +60,14 @@ template <typename T> __device__ __forceinline__ void load_b(uint32_t b[2], cons
     b[0] = ld32(M + (n0 + g) * ld + k0 + 2 * t);
     b[1] = ld32(M + (n0 + g) * ld + k0 + 8 + 2 * t);
 }
+/* B fragments of two n-tiles (n0, n0+8) over k0..k0+15 from a shared matrix stored k-major (row k holds
+ * its n contiguous, as v, k, q and dout tiles are): ldmatrix .trans transposes on the way */
+template <typename T> __device__ __forceinline__ void load_bt2(uint32_t b0[2], uint32_t b1[2], const T *M, int k0, int n0, int ld) {
+    int l = threadIdx.x % 32;
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(M + (k0 + l % 16) * ld + n0 + (l / 16) * 8);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1]) : "r"(addr));
+}
 /* the scores of 16 rows x 64 columns (8 C fragments) as the A operand over k-step kk (columns 16kk..16kk+15) */
 template <typename T> __device__ __forceinline__ void scores_as_a(uint32_t a[4], const float s[8][4], int kk) {
     a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -67,33 +76,27 @@ template <typename T> __device__ __forceinline__ void scores_as_a(uint32_t a[4],
     a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 }
 
-/* 64 rows from (rows, stride) global starting at row r0 into shared: row-major (ld FA_LD) and/or
- * transposed (HD rows of 64, ld FA_B + 8); rows >= nrows are zero */
-template <typename T> __device__ void load_rows(T *rm, T *tr, const T *src, int r0, int nrows, size_t stride) {
+/* 64 rows from a (rows, stride) global tensor starting at row r0 into shared (64, FA_LD); rows >= nrows are zero */
+template <typename T> __device__ void load_rows(T *dst, const T *src, int r0, int nrows, size_t stride) {
     for (int e = threadIdx.x; e < FA_B * FA_HD / 8; e += blockDim.x) {
         int r = e / (FA_HD / 8), c = e % (FA_HD / 8) * 8;
         int4 v = make_int4(0, 0, 0, 0);
         if (r0 + r < nrows) v = *reinterpret_cast<const int4 *>(src + (size_t)(r0 + r) * stride + c);
-        if (rm) *reinterpret_cast<int4 *>(rm + r * FA_LD + c) = v;
-        if (tr) {
-            const T *x = reinterpret_cast<const T *>(&v);
-#pragma unroll
-            for (int j = 0; j < 8; j++) tr[(c + j) * (FA_B + 8) + r] = x[j];
-        }
+        *reinterpret_cast<int4 *>(dst + r * FA_LD + c) = v;
     }
 }
 
 /* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD); block = 64 queries of one (b, h) */
 template <typename T> __global__ void __launch_bounds__(128) flash_forward_kernel(T *out, float *lse, const T *qkv, int T_,
                                                                                   int NH, int NKV, float scale) {
-    __shared__ __align__(16) T Qs[FA_B * FA_LD], Ks[FA_B * FA_LD], Vt[FA_HD * (FA_B + 8)];
+    __shared__ __align__(16) T Qs[FA_B * FA_LD], Ks[FA_B * FA_LD], Vs[FA_B * FA_LD];
     int b = blockIdx.z, h = blockIdx.y, kvh = h / (NH / NKV);
     int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * FA_B;   /* the longest rows first */
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     size_t QKV = (size_t)(NH + 2 * NKV) * FA_HD;
     const T *base = qkv + (size_t)b * T_ * QKV;
     float sl2 = scale * LOG2E;
-    load_rows<T>(Qs, nullptr, base + h * FA_HD, q0, T_, QKV);
+    load_rows<T>(Qs, base + h * FA_HD, q0, T_, QKV);
     __syncthreads();
     uint32_t qa[FA_HD / 16][4];
 #pragma unroll
@@ -102,8 +105,8 @@ template <typename T> __global__ void __launch_bounds__(128) flash_forward_kerne
     int row[2] = {q0 + w * 16 + g, q0 + w * 16 + g + 8};
     for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += FA_B) {
         __syncthreads();
-        load_rows<T>(Ks, nullptr, base + (NH + kvh) * FA_HD, k0, T_, QKV);
-        load_rows<T>(nullptr, Vt, base + (NH + NKV + kvh) * FA_HD, k0, T_, QKV);
+        load_rows<T>(Ks, base + (NH + kvh) * FA_HD, k0, T_, QKV);
+        load_rows<T>(Vs, base + (NH + NKV + kvh) * FA_HD, k0, T_, QKV);
         __syncthreads();
         float s[8][4] = {};
 #pragma unroll
@@ -151,10 +154,11 @@ template <typename T> __global__ void __launch_bounds__(128) flash_forward_kerne
             uint32_t pa[4];
             scores_as_a<T>(pa, s, kk);
 #pragma unroll
-            for (int nt = 0; nt < FA_HD / 8; nt++) {
-                uint32_t bf[2];
-                load_b(bf, Vt, nt * 8, kk * 16, FA_B + 8);
-                mma<T>(o[nt], pa, bf);
+            for (int nt = 0; nt < FA_HD / 8; nt += 2) {
+                uint32_t b0[2], b1[2];
+                load_bt2(b0, b1, Vs, kk * 16, nt * 8, FA_LD);
+                mma<T>(o[nt], pa, b0);
+                mma<T>(o[nt + 1], pa, b1);
             }
         }
     }
@@ -174,7 +178,7 @@ template <typename T> __global__ void __launch_bounds__(128) flash_forward_kerne
 template <typename T> __global__ void __launch_bounds__(128) flash_backward_dq_kernel(T *dqkv, const T *dout, const T *qkv,
                                                                                       const float *lse, const float *Dsum,
                                                                                       int T_, int NH, int NKV, float scale) {
-    __shared__ __align__(16) T Ks[FA_B * FA_LD], Vs[FA_B * FA_LD], Kt[FA_HD * (FA_B + 8)];
+    __shared__ __align__(16) T Ks[FA_B * FA_LD], Vs[FA_B * FA_LD];
     int b = blockIdx.z, h = blockIdx.y, kvh = h / (NH / NKV);
     int qt = gridDim.x - 1 - blockIdx.x, q0 = qt * FA_B;
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -182,8 +186,8 @@ template <typename T> __global__ void __launch_bounds__(128) flash_backward_dq_k
     const T *base = qkv + (size_t)b * T_ * QKV;
     float sl2 = scale * LOG2E;
     /* q and dout rows of this warp into registers, staged through Ks and Vs */
-    load_rows<T>(Ks, nullptr, base + h * FA_HD, q0, T_, QKV);
-    load_rows<T>(Vs, nullptr, dout + (size_t)b * T_ * NH * FA_HD + h * FA_HD, q0, T_, (size_t)NH * FA_HD);
+    load_rows<T>(Ks, base + h * FA_HD, q0, T_, QKV);
+    load_rows<T>(Vs, dout + (size_t)b * T_ * NH * FA_HD + h * FA_HD, q0, T_, (size_t)NH * FA_HD);
     __syncthreads();
     uint32_t qa[FA_HD / 16][4], da[FA_HD / 16][4];
 #pragma unroll
@@ -198,8 +202,8 @@ template <typename T> __global__ void __launch_bounds__(128) flash_backward_dq_k
     float dq[FA_HD / 8][4] = {};
     for (int k0 = 0; k0 <= q0 && k0 < T_; k0 += FA_B) {
         __syncthreads();
-        load_rows<T>(Ks, Kt, base + (NH + kvh) * FA_HD, k0, T_, QKV);
-        load_rows<T>(Vs, nullptr, base + (NH + NKV + kvh) * FA_HD, k0, T_, QKV);
+        load_rows<T>(Ks, base + (NH + kvh) * FA_HD, k0, T_, QKV);
+        load_rows<T>(Vs, base + (NH + NKV + kvh) * FA_HD, k0, T_, QKV);
         __syncthreads();
         float s[8][4] = {}, dp[8][4] = {};
 #pragma unroll
@@ -225,10 +229,11 @@ template <typename T> __global__ void __launch_bounds__(128) flash_backward_dq_k
             uint32_t a[4];
             scores_as_a<T>(a, s, kk);
 #pragma unroll
-            for (int nt = 0; nt < FA_HD / 8; nt++) {
-                uint32_t bf[2];
-                load_b(bf, Kt, nt * 8, kk * 16, FA_B + 8);
-                mma<T>(dq[nt], a, bf);
+            for (int nt = 0; nt < FA_HD / 8; nt += 2) {
+                uint32_t b0[2], b1[2];
+                load_bt2(b0, b1, Ks, kk * 16, nt * 8, FA_LD);
+                mma<T>(dq[nt], a, b0);
+                mma<T>(dq[nt + 1], a, b1);
             }
         }
     }
@@ -246,7 +251,7 @@ template <typename T> __global__ void __launch_bounds__(128) flash_backward_dq_k
 template <typename T> __global__ void __launch_bounds__(128) flash_backward_dkv_kernel(T *dqkv, const T *dout, const T *qkv,
                                                                                        const float *lse, const float *Dsum,
                                                                                        int T_, int NH, int NKV, float scale) {
-    __shared__ __align__(16) T Qs[FA_B * FA_LD], Ds[FA_B * FA_LD], Qt[FA_HD * (FA_B + 8)], Dt[FA_HD * (FA_B + 8)];
+    __shared__ __align__(16) T Qs[FA_B * FA_LD], Ds[FA_B * FA_LD];
     __shared__ float L_s[FA_B], D_s[FA_B];
     int b = blockIdx.z, kvh = blockIdx.y, G = NH / NKV;
     int kt = gridDim.x - 1 - blockIdx.x, k0 = kt * FA_B;   /* the longest columns first */
@@ -255,8 +260,8 @@ template <typename T> __global__ void __launch_bounds__(128) flash_backward_dkv_
     const T *base = qkv + (size_t)b * T_ * QKV;
     float sl2 = scale * LOG2E;
     /* k and v rows of this warp into registers, staged through Qs and Ds */
-    load_rows<T>(Qs, nullptr, base + (NH + kvh) * FA_HD, k0, T_, QKV);
-    load_rows<T>(Ds, nullptr, base + (NH + NKV + kvh) * FA_HD, k0, T_, QKV);
+    load_rows<T>(Qs, base + (NH + kvh) * FA_HD, k0, T_, QKV);
+    load_rows<T>(Ds, base + (NH + NKV + kvh) * FA_HD, k0, T_, QKV);
     __syncthreads();
     uint32_t ka[FA_HD / 16][4], va[FA_HD / 16][4];
 #pragma unroll
@@ -267,8 +272,8 @@ template <typename T> __global__ void __launch_bounds__(128) flash_backward_dkv_
         const float *Lh = lse + ((size_t)b * NH + h) * T_, *Dh = Dsum + ((size_t)b * NH + h) * T_;
         for (int q0 = k0; q0 < T_; q0 += FA_B) {
             __syncthreads();
-            load_rows<T>(Qs, Qt, base + h * FA_HD, q0, T_, QKV);
-            load_rows<T>(Ds, Dt, dout + (size_t)b * T_ * NH * FA_HD + h * FA_HD, q0, T_, (size_t)NH * FA_HD);
+            load_rows<T>(Qs, base + h * FA_HD, q0, T_, QKV);
+            load_rows<T>(Ds, dout + (size_t)b * T_ * NH * FA_HD + h * FA_HD, q0, T_, (size_t)NH * FA_HD);
             if (threadIdx.x < FA_B) {
                 int q = q0 + threadIdx.x;
                 L_s[threadIdx.x] = q < T_ ? Lh[q] * LOG2E : 0.0f;
@@ -301,12 +306,14 @@ template <typename T> __global__ void __launch_bounds__(128) flash_backward_dkv_
                 scores_as_a<T>(pa, s, kk);
                 scores_as_a<T>(sa, dp, kk);
 #pragma unroll
-                for (int nt = 0; nt < FA_HD / 8; nt++) {
-                    uint32_t bf[2];
-                    load_b(bf, Dt, nt * 8, kk * 16, FA_B + 8);
-                    mma<T>(dv[nt], pa, bf);
-                    load_b(bf, Qt, nt * 8, kk * 16, FA_B + 8);
-                    mma<T>(dk[nt], sa, bf);
+                for (int nt = 0; nt < FA_HD / 8; nt += 2) {
+                    uint32_t b0[2], b1[2];
+                    load_bt2(b0, b1, Ds, kk * 16, nt * 8, FA_LD);
+                    mma<T>(dv[nt], pa, b0);
+                    mma<T>(dv[nt + 1], pa, b1);
+                    load_bt2(b0, b1, Qs, kk * 16, nt * 8, FA_LD);
+                    mma<T>(dk[nt], sa, b0);
+                    mma<T>(dk[nt + 1], sa, b1);
                 }
             }
         }
