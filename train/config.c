@@ -52,6 +52,10 @@ const ConfigField config_fields[] = {
     F(log_every, FIELD_INT, "1", 1, BIG, NULL, "logging", "print a step line every N steps"),
     F(log_jsonl, FIELD_STRING, "", 0, 0, NULL, "logging", "also write one JSON object per step/eval to this file"),
     F(run_dir, FIELD_STRING, "runs/default", 0, 0, NULL, "logging", "folder for this run's outputs"),
+    F(checkpoint_every, FIELD_INT, "0", -1, BIG, NULL, "checkpoint", "save a checkpoint to run_dir every N steps and at the end (and on SIGTERM/SIGINT); 0 = only at the end; -1 = never"),
+    F(keep_checkpoints, FIELD_INT, "3", 0, BIG, NULL, "checkpoint", "keep the newest N complete checkpoints in run_dir; 0 = keep all"),
+    F(resume, FIELD_BOOL, "0", 0, 1, NULL, "checkpoint", "continue from the newest complete checkpoint in run_dir (a fresh start when there is none)"),
+    F(init_from, FIELD_STRING, "", 0, 0, NULL, "checkpoint", "start from these weights (optimizer fresh): a Hugging Face folder (config.json + model.safetensors) or a checkpoint folder"),
 };
 const int config_n_fields = sizeof config_fields / sizeof config_fields[0];
 

@@ -32,6 +32,9 @@ typedef struct {
     /* logging */
     int log_every;
     char log_jsonl[1024], run_dir[1024];
+    /* checkpoints (checkpoint/checkpoint.h) */
+    int checkpoint_every, keep_checkpoints, resume;
+    char init_from[1024];
 } Config;
 
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_STRING, FIELD_CHOICE } FieldType;

@@ -5,8 +5,14 @@
 #include "trainer.h"
 #include "../common/util.h"
 #include "../data/prepare.h"
+#include "../checkpoint/cli.h"
 #include <math.h>
+#include <signal.h>
 #include <string.h>
+
+/* SIGTERM / SIGINT: finish the current step, save a checkpoint, exit 0. A second signal kills as usual. */
+static volatile sig_atomic_t stop_signal;
+static void on_stop_signal(int sig) { stop_signal = sig; }
 
 static void print_banner(const Trainer *tr) {
     const Model *m = &tr->model;
@@ -32,6 +38,9 @@ static void log_eval(Trainer *tr, double val) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "prepare")) return prepare_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "export")) return checkpoint_export_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "inspect")) return checkpoint_inspect_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "logits")) return checkpoint_logits_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
     Config cfg;
@@ -40,12 +49,24 @@ int main(int argc, char **argv) {
     trainer_init(&tr, &cfg);
     config_print_table(&tr.cfg, stdout);
     print_banner(&tr);
+    trainer_restore(&tr);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     while (tr.step < cfg.max_steps) {
         StepStats s = trainer_step(&tr);
         trainer_log_step(&tr, &s);
         if (tr.has_val && (tr.step % cfg.eval_every == 0 || tr.step == cfg.max_steps)) log_eval(&tr, trainer_eval(&tr));
         if ((cfg.sample_every && tr.step % cfg.sample_every == 0) || tr.step == cfg.max_steps) trainer_sample(&tr);
+        if (cfg.checkpoint_every > 0 && tr.step % cfg.checkpoint_every == 0) trainer_save_checkpoint(&tr);
+        if (stop_signal) {
+            printf("stop  | %s after step %d\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", tr.step);
+            break;
+        }
     }
+    if (cfg.checkpoint_every >= 0 && tr.saved_step != tr.step) trainer_save_checkpoint(&tr);
     trainer_free(&tr);
     return 0;
 }

@@ -2,6 +2,8 @@
 #include "trainer.h"
 #include "../common/util.h"
 #include "sample.h"
+#include "../checkpoint/checkpoint.h"
+#include "../checkpoint/hf.h"
 #include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,6 +29,8 @@ void model_config_from(ModelConfig *mc, const Config *c, int vocab_size) {
 
 void trainer_init(Trainer *tr, const Config *cfg) {
     memset(tr, 0, sizeof *tr);
+    tr->loss_scale = 1.0f;
+    tr->saved_step = -1;
     tr->cfg = *cfg;
     const Config *c = &tr->cfg;
     comm_init(&tr->comm, 1, 1, 1);
@@ -178,4 +182,76 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         fprintf(tr->jsonl, "}\n");
         fflush(tr->jsonl);
     }
+}
+
+/* ------------------------------------------------------------- checkpoints */
+
+#define CONFIG_TEXT_BYTES 65536
+
+/* AdamW's fp32 m and v are stored as optimizer.adamw.{m,v}/<weight name>; other optimizers' state is not wired in yet */
+static void need_adamw_moments(const Trainer *tr) {
+    if (!tr->opt.m || !tr->opt.v)
+        die("checkpoints store AdamW's fp32 moments, and this optimizer keeps none\n"
+            "  hint: use optimizer=adamw with checkpoint_every/resume until 8-bit state is wired into checkpoints");
+}
+
+void trainer_save_checkpoint(Trainer *tr) {
+    if (!tr->opt.m || !tr->opt.v) {
+        fprintf(stderr, "warning: step %d: no checkpoint written: checkpoints store AdamW's fp32 moments and this optimizer keeps none\n", tr->step);
+        tr->saved_step = tr->step;
+        return;
+    }
+    char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200];
+    config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
+    LoaderState ls = loader_get_state(&tr->train);
+    CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loader_epoch = ls.epoch, .loader_cursor = ls.cursor,
+                   .rng_state = tr->sample_rng.s, .has_rng = tr->tokenizer != NULL, .loss_scale = tr->loss_scale,
+                   .clean_steps = tr->loss_scale_clean_steps, .optimizer = CKPT_OPT_ADAMW, .optimizer_step = tr->opt.step};
+    CkptMirror mirrors[2] = {{"optimizer.adamw.m", tr->opt.m}, {"optimizer.adamw.v", tr->opt.v}};
+    double t0 = now_seconds();
+    checkpoint_save(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &tr->model, mirrors, 2, &s, text, path, sizeof path);
+    tr->saved_step = tr->step;
+    if (tr->comm.rank == 0) {
+        printf("ckpt  | step %d | %s | %.0f ms\n", tr->step, path, (now_seconds() - t0) * 1e3);
+        fflush(stdout);
+    }
+    free(text);
+}
+
+void trainer_restore(Trainer *tr) {
+    const Config *c = &tr->cfg;
+    char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200], err[2048];
+    config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
+    if (c->resume && checkpoint_find_latest(c->run_dir, path, sizeof path) >= 0) {
+        need_adamw_moments(tr);
+        CkptState s;
+        CkptMirror mirrors[2] = {{"optimizer.adamw.m", tr->opt.m}, {"optimizer.adamw.v", tr->opt.v}};
+        checkpoint_load(path, &tr->model, mirrors, 2, &s, text);
+        if (s.optimizer != CKPT_OPT_ADAMW) die("checkpoint '%s' holds no AdamW state; this run uses AdamW", path);
+        tr->step = (int)s.step;
+        tr->opt.step = (int)s.optimizer_step;
+        loader_set_state(&tr->train, (LoaderState){s.loader_epoch, s.loader_cursor});
+        if (s.has_rng) tr->sample_rng.s = s.rng_state;
+        tr->loss_scale = s.loss_scale;
+        tr->loss_scale_clean_steps = s.clean_steps;
+        tr->saved_step = tr->step;
+        printf("resume | step %d from %s\n", tr->step, path);
+    } else if (c->resume) {
+        printf("resume | no complete checkpoint in '%s'; starting fresh\n", c->run_dir);
+    }
+    if (tr->saved_step < 0 && c->init_from[0]) {
+        char probe[1200];
+        snprintf(probe, sizeof probe, "%s/config.json", c->init_from);
+        FILE *f = fopen(probe, "r");
+        if (f) {   /* a Hugging Face folder */
+            fclose(f);
+            if (hf_check_config(c->init_from, &tr->model_cfg, err, sizeof err) != 0) die("init_from: %s", err);
+            if (hf_load_weights(c->init_from, &tr->model, err, sizeof err) != 0) die("init_from: %s", err);
+        } else {
+            checkpoint_load_weights(c->init_from, &tr->model, text);
+        }
+        printf("init  | weights from %s\n", c->init_from);
+    }
+    fflush(stdout);
+    free(text);
 }

@@ -29,6 +29,9 @@ typedef struct {
     FILE *jsonl;
     Tokenizer *tokenizer;       /* for samples; NULL when sample_tokens = 0 */
     Rng sample_rng;
+    float loss_scale;           /* fp16 dynamic loss scale (1 when unused), saved in checkpoints */
+    int loss_scale_clean_steps; /* steps since the last overflow */
+    int saved_step;             /* step of the newest checkpoint this process wrote or resumed from; -1 none */
 } Trainer;
 
 typedef struct { double loss, grad_norm, lr, ms, tokens_per_s, mfu; size_t device_bytes; } StepStats;
@@ -36,6 +39,11 @@ typedef struct { double loss, grad_norm, lr, ms, tokens_per_s, mfu; size_t devic
 /* Opens the data, builds and initialises the model and optimizer. */
 void trainer_init(Trainer *tr, const Config *cfg);
 void trainer_free(Trainer *tr);
+/* Checkpoints (checkpoint/checkpoint.h): with resume=1, continue from the newest
+ * complete checkpoint in run_dir; else with init_from, load those weights. */
+void trainer_restore(Trainer *tr);
+/* Writes run_dir/ckpt_<step>/ (weights, AdamW m and v, loader, RNG, loss scale, config). */
+void trainer_save_checkpoint(Trainer *tr);
 StepStats trainer_step(Trainer *tr);
 /* Mean loss over eval_batches validation micro-batches (from the start of the val split). */
 double trainer_eval(Trainer *tr);

@@ -1,0 +1,384 @@
+/* checkpoint/checkpoint.c — the checkpoint folder protocol (tmp, DONE, rename,
+ * retention), resume with config checks and sliced reads, and `inspect`. */
+#define _XOPEN_SOURCE 700
+#include "checkpoint.h"
+#include "../common/util.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *const checkpoint_fixed_keys[] = {"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
+                                             "tie_embeddings", "rope_theta", "norm_eps", "seq_len", "seed", NULL};
+
+/* ------------------------------------------------------------ small helpers */
+
+static void mkdir_p(const char *dir) {
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                die("cannot create folder '%s': %s\n  hint: check run_dir and its permissions", buf, strerror(errno));
+            if (!c) break;
+            *p = c;
+        }
+    }
+}
+
+static void fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) die("cannot open folder '%s' to sync it: %s", dir, strerror(errno));
+    if (fsync(fd) != 0 && errno != EINVAL) die("fsync of folder '%s' failed: %s", dir, strerror(errno));
+    close(fd);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+static void rm_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "warning: could not fully remove '%s': %s\n", path, strerror(errno));
+}
+
+static int file_exists(const char *path) { struct stat st; return stat(path, &st) == 0; }
+static int is_dir(const char *path) { struct stat st; return stat(path, &st) == 0 && S_ISDIR(st.st_mode); }
+
+/* "ckpt_00000123" -> 123; -1 for any other name (".tmp" folders included) */
+static long long ckpt_dir_step(const char *name) {
+    if (strncmp(name, "ckpt_", 5) || strlen(name) != 13) return -1;
+    long long v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+/* the test hook: LLM3D_CKPT_HOOK=kill:STEP:WHERE | enospc:STEP:BYTES */
+static const char *hook_for_step(long long step, const char *kind) {
+    const char *h = getenv("LLM3D_CKPT_HOOK");
+    if (!h) return NULL;
+    size_t k = strlen(kind);
+    if (strncmp(h, kind, k) || h[k] != ':') return NULL;
+    char *end;
+    long long s = strtoll(h + k + 1, &end, 10);
+    if (*end != ':' || s != step) return NULL;
+    return end + 1;
+}
+
+static void hook_kill_at(long long step, const char *where) {
+    const char *h = hook_for_step(step, "kill");
+    if (h && !strcmp(h, where)) {
+        fprintf(stderr, "test hook: SIGKILL at '%s' of the step %lld checkpoint\n", where, step);
+        kill(getpid(), SIGKILL);
+    }
+}
+
+/* ---------------------------------------------------------------------- save */
+
+static int64_t tensor_shape(const ParamTensor *t, int64_t *shape) {
+    if (t->global_rows == 1) { shape[0] = t->global_cols; return 1; }
+    shape[0] = t->global_rows; shape[1] = t->global_cols;
+    return 2;
+}
+
+void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMirror *mirrors, int n_mirrors,
+                     const CkptState *s, const char *config_text, char *saved, size_t saved_size) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        if (t->rows != t->global_rows || t->cols != t->global_cols || m->comm->world_size > 1)
+            die("saving a checkpoint with more than one rank needs the tensors gathered to rank 0; not in this build yet\n"
+                "  hint: checkpoints are layout-independent, but only one-rank runs can write them today");
+    }
+    char final[1100], tmp[1120], old[1120], state[1200], done[1200];
+    snprintf(final, sizeof final, "%s/ckpt_%08lld", run_dir, (long long)s->step);
+    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+    snprintf(old, sizeof old, "%s.old", final);
+    snprintf(state, sizeof state, "%s/state.bin", tmp);
+    snprintf(done, sizeof done, "%s/DONE", tmp);
+    mkdir_p(run_dir);
+    rm_tree(tmp);   /* what a crashed save left behind */
+    if (mkdir(tmp, 0755) != 0) die("cannot create checkpoint folder '%s': %s", tmp, strerror(errno));
+
+    CkptWriteHooks hooks = {-1, -1};
+    const char *h;
+    if ((h = hook_for_step(s->step, "kill")) && h[0] >= '0' && h[0] <= '9') hooks.kill_after = atoll(h);
+    if ((h = hook_for_step(s->step, "enospc"))) hooks.fail_after = atoll(h);
+
+    float *host = mallocCheck(m->n_params * sizeof(float));
+    CkptWriter w;
+    ckpt_writer_open(&w, state, s, config_text, hooks);
+    for (int k = -1; k < n_mirrors; k++) {          /* k = -1: the weights themselves */
+        m->be->download(host, k < 0 ? m->params : mirrors[k].device, m->n_params * sizeof(float));
+        for (int i = 0; i < m->n_tensors; i++) {
+            const ParamTensor *t = &m->tensors[i];
+            char name[CKPT_NAME_BYTES];
+            if (k < 0) snprintf(name, sizeof name, "%s", t->name);
+            else snprintf(name, sizeof name, "%s/%s", mirrors[k].prefix, t->name);
+            int64_t shape[2];
+            int ndim = (int)tensor_shape(t, shape);
+            ckpt_writer_add(&w, name, CKPT_F32, ndim, shape, host + t->offset);
+        }
+    }
+    free(host);
+    int64_t bytes = w.pos;
+    ckpt_writer_finish(&w);
+
+    hook_kill_at(s->step, "done");
+    char tmp_path[1300];
+    FILE *f = atomic_open(done, tmp_path, sizeof tmp_path);
+    fprintf(f, "llm3d checkpoint complete\nstep=%lld\nstate.bin bytes=%lld\n", (long long)s->step, (long long)bytes);
+    atomic_commit(f, tmp_path, done);
+    fsync_dir(tmp);
+
+    hook_kill_at(s->step, "rename");
+    if (is_dir(final)) {    /* the same step saved again (e.g. resumed at the end): replace it */
+        rm_tree(old);
+        if (rename(final, old) != 0) die("cannot move '%s' aside: %s", final, strerror(errno));
+    }
+    if (rename(tmp, final) != 0) die("cannot rename '%s' to '%s': %s", tmp, final, strerror(errno));
+    fsync_dir(run_dir);
+    rm_tree(old);
+    if (saved) snprintf(saved, saved_size, "%s", final);
+
+    hook_kill_at(s->step, "retention");
+    /* keep-last-k over complete checkpoints; leftovers of crashed saves go too */
+    DIR *d = opendir(run_dir);
+    if (!d) return;
+    long long *steps = NULL;
+    int n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long st = ckpt_dir_step(e->d_name);
+        char p[1300];
+        snprintf(p, sizeof p, "%s/%s", run_dir, e->d_name);
+        size_t len = strlen(e->d_name);
+        if (st < 0 && !strncmp(e->d_name, "ckpt_", 5) && len > 4 && !strcmp(e->d_name + len - 4, ".tmp")) { rm_tree(p); continue; }
+        if (st < 0) continue;
+        char dn[1400];
+        snprintf(dn, sizeof dn, "%s/DONE", p);
+        if (!file_exists(dn)) continue;   /* not ours to judge: leave it */
+        if (n == cap) { cap = cap ? 2 * cap : 16; steps = realloc(steps, (size_t)cap * sizeof *steps); if (!steps) die("out of memory"); }
+        steps[n++] = st;
+    }
+    closedir(d);
+    if (keep > 0 && n > keep) {
+        for (int i = 0; i < n; i++)           /* sort newest first */
+            for (int j = i + 1; j < n; j++)
+                if (steps[j] > steps[i]) { long long t = steps[i]; steps[i] = steps[j]; steps[j] = t; }
+        for (int i = keep; i < n; i++) {
+            char p[1300];
+            snprintf(p, sizeof p, "%s/ckpt_%08lld", run_dir, steps[i]);
+            rm_tree(p);
+        }
+        fsync_dir(run_dir);
+    }
+    free(steps);
+}
+
+long long checkpoint_find_latest(const char *run_dir, char *path, size_t size) {
+    DIR *d = opendir(run_dir);
+    if (!d) return -1;
+    long long best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long st = ckpt_dir_step(e->d_name);
+        if (st < 0) continue;
+        char dn[1300];
+        snprintf(dn, sizeof dn, "%s/%s/DONE", run_dir, e->d_name);
+        if (!file_exists(dn)) {
+            fprintf(stderr, "warning: '%s/%s' has no DONE marker (an interrupted copy?); ignoring it\n", run_dir, e->d_name);
+            continue;
+        }
+        if (st > best) best = st;
+    }
+    closedir(d);
+    if (best >= 0) snprintf(path, size, "%s/ckpt_%08lld", run_dir, best);
+    return best;
+}
+
+/* ---------------------------------------------------------------------- load */
+
+int checkpoint_config_value(const char *text, const char *key, char *out, size_t size) {
+    size_t k = strlen(key);
+    for (const char *p = text; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        if (len > k && !strncmp(p, key, k) && p[k] == '=') {
+            snprintf(out, size, "%.*s", (int)(len - k - 1), p + k + 1);
+            return 0;
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    return -1;
+}
+
+int checkpoint_check_config(const char *saved, const char *current, const char *const *keys, int n_keys, const char *file,
+                            char *err, size_t err_size) {
+    for (int i = 0; i < n_keys && keys[i]; i++) {
+        char a[256], b[256];
+        if (checkpoint_config_value(saved, keys[i], a, sizeof a) != 0) {
+            snprintf(err, err_size, "checkpoint '%s' records no '%s'; it cannot be checked against this run", file, keys[i]);
+            return -1;
+        }
+        if (checkpoint_config_value(current, keys[i], b, sizeof b) != 0) b[0] = 0;
+        if (strcmp(a, b)) {
+            snprintf(err, err_size, "checkpoint '%s' was made with %s=%s but this run has %s=%s\n  hint: %s must stay the same to "
+                     "continue from it; pass --%s=%s, or use a new run_dir (or drop --resume) to start over",
+                     file, keys[i], a, keys[i], b, keys[i], keys[i], a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int checkpoint_model_config(const char *text, ModelConfig *mc, char *err, size_t err_size) {
+    const char *keys[] = {"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "seq_len", "tie_embeddings", "rope_theta", "norm_eps"};
+    double v[10];
+    for (int i = 0; i < 10; i++) {
+        char buf[64];
+        if (checkpoint_config_value(text, keys[i], buf, sizeof buf) != 0) {
+            snprintf(err, err_size, "the checkpoint's config has no '%s'", keys[i]);
+            return -1;
+        }
+        v[i] = atof(buf);
+    }
+    memset(mc, 0, sizeof *mc);
+    mc->vocab_size = (int)v[0]; mc->dim = (int)v[1]; mc->n_layers = (int)v[2]; mc->n_heads = (int)v[3];
+    mc->n_kv_heads = (int)v[4]; mc->ffn_dim = (int)v[5]; mc->seq_len = (int)v[6]; mc->tie_embeddings = (int)v[7];
+    mc->rope_theta = (float)v[8]; mc->norm_eps = (float)v[9];
+    if (mc->vocab_size <= 0 || mc->dim <= 0 || mc->n_layers <= 0 || mc->n_heads <= 0 || mc->n_kv_heads <= 0 || mc->ffn_dim <= 0) {
+        snprintf(err, err_size, "the checkpoint's config has a non-positive model size");
+        return -1;
+    }
+    return 0;
+}
+
+void checkpoint_state_path(const char *path, char *out, size_t size) {
+    if (is_dir(path)) snprintf(out, size, "%s/state.bin", path);
+    else snprintf(out, size, "%s", path);
+}
+
+int checkpoint_read_slice(CkptReader *r, const char *name, const ParamTensor *t, float *dst, char *err, size_t err_size) {
+    const CkptEntry *e = ckpt_find(r, name);
+    if (!e) { snprintf(err, err_size, "'%s' has no tensor '%s'", r->path, name); return -1; }
+    int64_t rows, cols;
+    ckpt_entry_dims(e, &rows, &cols);
+    int want_ndim = t->global_rows == 1 ? 1 : 2;
+    if (e->ndim != want_ndim || rows != t->global_rows || cols != t->global_cols) {
+        snprintf(err, err_size, "'%s': tensor '%s' is %lld x %lld (ndim %d) but the model needs %d x %d", r->path, name,
+                 (long long)rows, (long long)cols, e->ndim, t->global_rows, t->global_cols);
+        return -1;
+    }
+    return ckpt_read_f32(r, e, t->row0, t->rows, t->col0, t->cols, dst, err, err_size);
+}
+
+static void open_or_die(CkptReader *r, const char *dir) {
+    char path[1200], err[1600];
+    checkpoint_state_path(dir, path, sizeof path);
+    if (ckpt_open(r, path, err, sizeof err) != 0)
+        die("%s\n  hint: the checkpoint is damaged; move its folder aside to fall back to an earlier one", err);
+}
+
+static void load_tensors(CkptReader *r, Model *m, const char *prefix, float *device) {
+    float *host = mallocCheck(m->n_params * sizeof(float));
+    char err[1600];
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        char name[CKPT_NAME_BYTES];
+        if (prefix) snprintf(name, sizeof name, "%s/%s", prefix, t->name);
+        else snprintf(name, sizeof name, "%s", t->name);
+        if (checkpoint_read_slice(r, name, t, host + t->offset, err, sizeof err) != 0)
+            die("%s\n  hint: the checkpoint is damaged or from another model; move its folder aside to fall back to an earlier one", err);
+    }
+    if (device) m->be->upload(device, host, m->n_params * sizeof(float));
+    else model_set_params(m, host);
+    free(host);
+}
+
+void checkpoint_load(const char *ckpt_dir, Model *m, const CkptMirror *mirrors, int n_mirrors, CkptState *s, const char *config_text) {
+    CkptReader r;
+    open_or_die(&r, ckpt_dir);
+    char err[2048];
+    if (checkpoint_check_config(r.config_text, config_text, checkpoint_fixed_keys, 64, r.path, err, sizeof err) != 0) die("%s", err);
+    /* report every other key that changed */
+    for (const char *p = r.config_text; p && *p;) {
+        const char *nl = strchr(p, '\n'), *eq = strchr(p, '=');
+        if (!eq || (nl && eq > nl)) break;
+        char key[128], now[1024];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
+        char was[1024];
+        checkpoint_config_value(r.config_text, key, was, sizeof was);
+        if (checkpoint_config_value(config_text, key, now, sizeof now) == 0 && strcmp(was, now) && strcmp(key, "resume"))
+            printf("resume | %s changed: %s -> %s\n", key, was, now);
+        p = nl ? nl + 1 : NULL;
+    }
+    load_tensors(&r, m, NULL, NULL);
+    for (int k = 0; k < n_mirrors; k++) load_tensors(&r, m, mirrors[k].prefix, mirrors[k].device);
+    *s = r.state;
+    ckpt_close(&r);
+}
+
+void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_text) {
+    CkptReader r;
+    open_or_die(&r, ckpt_dir);
+    char err[2048];
+    if (checkpoint_check_config(r.config_text, config_text, checkpoint_fixed_keys, CHECKPOINT_N_MODEL_KEYS, r.path, err, sizeof err) != 0)
+        die("%s", err);
+    load_tensors(&r, m, NULL, NULL);
+    ckpt_close(&r);
+}
+
+/* ------------------------------------------------------------------- inspect */
+
+int checkpoint_inspect(const char *path, FILE *out) {
+    char state[1200], err[1600];
+    checkpoint_state_path(path, state, sizeof state);
+    CkptReader r;
+    if (ckpt_open(&r, state, err, sizeof err) != 0) { fprintf(stderr, "error: %s\n", err); return 1; }
+    const CkptState *s = &r.state;
+    fprintf(out, "checkpoint %s\n", r.path);
+    fprintf(out, "  format   magic 0x%08x version %d, %lld bytes, %d tensors\n", CKPT_MAGIC, CKPT_VERSION, (long long)r.file_bytes, r.n);
+    fprintf(out, "  step     %lld\n", (long long)s->step);
+    fprintf(out, "  loader   epoch %lld cursor %lld\n", (long long)s->loader_epoch, (long long)s->loader_cursor);
+    if (s->has_rng) fprintf(out, "  rng      %016llx\n", (unsigned long long)s->rng_state);
+    else fprintf(out, "  rng      none\n");
+    fprintf(out, "  loss     scale %g, %d clean steps\n", s->loss_scale, s->clean_steps);
+    fprintf(out, "  optim    %s, step %lld\n", s->optimizer == CKPT_OPT_ADAMW ? "adamw" : s->optimizer == CKPT_OPT_NONE ? "none" : "?",
+            (long long)s->optimizer_step);
+    fprintf(out, "config\n");
+    for (const char *p = r.config_text; *p;) {
+        const char *nl = strchr(p, '\n');
+        int len = nl ? (int)(nl - p) : (int)strlen(p);
+        fprintf(out, "  %.*s\n", len, p);
+        if (!nl) break;
+        p = nl + 1;
+    }
+    fprintf(out, "tensors\n  %-56s %-5s %-14s %12s %-8s %s\n", "name", "dtype", "shape", "bytes", "crc32", "check");
+    int bad = 0;
+    for (int i = 0; i < r.n; i++) {
+        const CkptEntry *e = &r.entries[i];
+        char shape[64];
+        int o = 0;
+        for (int d = 0; d < e->ndim; d++) o += snprintf(shape + o, sizeof shape - o, d ? "x%lld" : "%lld", (long long)e->shape[d]);
+        int ok = ckpt_verify(&r, e, err, sizeof err) == 0;
+        if (!ok) { bad++; fprintf(stderr, "error: %s\n", err); }
+        fprintf(out, "  %-56s %-5s %-14s %12lld %08x %s\n", e->name, ckpt_dtype_name(e->dtype), shape, (long long)e->bytes, e->crc,
+                ok ? "ok" : "MISMATCH");
+    }
+    ckpt_close(&r);
+    if (bad) fprintf(stderr, "error: %d tensor(s) of '%s' fail their checksum\n", bad, state);
+    return bad ? 1 : 0;
+}

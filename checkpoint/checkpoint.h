@@ -1,0 +1,65 @@
+/* checkpoint/checkpoint.h — run checkpoints: save, find the newest complete one, resume.
+ *
+ * The idea: a checkpoint is a folder <run_dir>/ckpt_<step, 8 digits>/ holding
+ * state.bin (checkpoint/format.h: weights, optimizer state, run state, config)
+ * and DONE, the completion marker. It is written as ckpt_<step>.tmp/ — state.bin
+ * through a temporary name, flushed and fsync'ed; then DONE, the same way; the
+ * folder is fsync'ed and renamed into place, and run_dir is fsync'ed. Only a
+ * folder named ckpt_<step> that holds DONE counts, so a crash at any moment
+ * leaves every earlier checkpoint as it was, and resume takes the newest
+ * complete one. After a save, all but the newest keep_checkpoints are removed.
+ *
+ * Tensors are stored whole, by name: weights under their Hugging Face names,
+ * optimizer state under "<prefix>/<weight name>" (AdamW: optimizer.adamw.m/...,
+ * optimizer.adamw.v/...). A rank reads the rectangle of each tensor that its
+ * ParamTensor says it holds (global shape, row0, col0), so a run saved under
+ * one dp/tp/pp layout resumes under another.
+ *
+ * On resume the command line's config must agree with the checkpoint's on the
+ * keys that fix the weights' meaning or the data order (checkpoint_fixed_keys:
+ * vocab_size dim n_layers n_heads n_kv_heads ffn_dim tie_embeddings rope_theta
+ * norm_eps seq_len seed); any other key (max_steps, lr, schedule, batch sizes,
+ * eval, logging, device, precision, ...) may change and is reported. */
+#pragma once
+#include <stdio.h>
+#include "format.h"
+#include "../model/llama.h"
+
+typedef struct {            /* a device buffer laid out like the model's parameter buffer */
+    const char *prefix;     /* its tensors are stored as "<prefix>/<weight name>" */
+    float *device;          /* (n_params) fp32 on the model's backend */
+} CkptMirror;
+
+/* Keys that must match on resume; NULL-terminated. The first nine alone fix the weights' shapes and meaning. */
+extern const char *const checkpoint_fixed_keys[];
+#define CHECKPOINT_N_MODEL_KEYS 9
+
+/* Writes <run_dir>/ckpt_<step>/ as described above and applies keep-last-k (keep 0 = keep all).
+ * The new folder's path goes to saved (may be NULL). Dies naming the file on any failure;
+ * earlier checkpoints are never touched by a failed save.
+ * Test hook: LLM3D_CKPT_HOOK=kill:STEP:WHERE (WHERE = a byte count into state.bin, or
+ * done | rename | retention) SIGKILLs the process at that point of the save of step STEP;
+ * LLM3D_CKPT_HOOK=enospc:STEP:BYTES makes the write fail with "no space left" after BYTES. */
+void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMirror *mirrors, int n_mirrors,
+                     const CkptState *s, const char *config_text, char *saved, size_t saved_size);
+/* The newest complete checkpoint folder in run_dir: returns its step and writes its path, or -1 if none. */
+long long checkpoint_find_latest(const char *run_dir, char *path, size_t size);
+/* Resume: checks the config against config_text (dies naming the first contradicting
+ * key), then reads this rank's slice of every weight and mirror, and the run state. */
+void checkpoint_load(const char *ckpt_dir, Model *m, const CkptMirror *mirrors, int n_mirrors, CkptState *s, const char *config_text);
+/* Weights only (init_from=<checkpoint folder>): checks only the model-shape keys. */
+void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_text);
+/* Compares keys[] of two config texts. Returns 0, or -1 with a message naming the key in err. */
+int checkpoint_check_config(const char *saved, const char *current, const char *const *keys, int n_keys, const char *file,
+                            char *err, size_t err_size);
+/* The value of key in "key=value\n" text; -1 if absent. */
+int checkpoint_config_value(const char *text, const char *key, char *out, size_t size);
+/* ModelConfig from a checkpoint's config text; -1 with a message if a key is missing. */
+int checkpoint_model_config(const char *text, ModelConfig *mc, char *err, size_t err_size);
+/* state.bin inside a checkpoint folder (or path itself when it is a file). */
+void checkpoint_state_path(const char *path, char *out, size_t size);
+/* Reads a tensor's rectangle for a ParamTensor-shaped slice; -1 with a message on a missing or misshaped tensor. */
+int checkpoint_read_slice(CkptReader *r, const char *name, const ParamTensor *t, float *dst, char *err, size_t err_size);
+/* Prints header, config, run state and the tensor table with each tensor's CRC
+ * check. Returns 0 when everything checks out, 1 otherwise. */
+int checkpoint_inspect(const char *path, FILE *out);

@@ -1,0 +1,142 @@
+/* checkpoint/cli.c — `export`, `inspect` and `logits`: argument parsing and dispatch. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+#include "checkpoint.h"
+#include "hf.h"
+#include "../common/util.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char *arg_value(int argc, char **argv, const char *key) {
+    size_t k = strlen(key);
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, key, k) && argv[i][2 + k] == '=') return argv[i] + 3 + k;
+    return NULL;
+}
+
+static void check_args(int argc, char **argv, const char *const *known, const char *usage) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { printf("%s", usage); exit(0); }
+        int ok = 0;
+        for (int k = 0; known[k]; k++) {
+            size_t n = strlen(known[k]);
+            if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, known[k], n) && argv[i][2 + n] == '=') ok = 1;
+        }
+        if (!ok) die("%s: unexpected argument '%s'\n%s", argv[0], argv[i], usage);
+    }
+}
+
+static int has_file(const char *dir, const char *name) {
+    char p[1200];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0;
+}
+
+/* a checkpoint folder, or a run_dir whose newest checkpoint is meant */
+static void resolve_checkpoint(const char *path, char *out, size_t size) {
+    if (has_file(path, "state.bin") || !has_file(path, ".")) { snprintf(out, size, "%s", path); return; }
+    if (checkpoint_find_latest(path, out, size) < 0)
+        die("'%s' is neither a checkpoint folder (no state.bin) nor a run_dir holding a complete checkpoint", path);
+}
+
+int checkpoint_export_main(int argc, char **argv) {
+    const char *usage = "usage: build/train export --checkpoint=DIR --out=DIR [--dtype=f32|bf16|f16]\n"
+                        "  DIR: a checkpoint folder (run_dir/ckpt_NNNNNNNN) or a run_dir (its newest checkpoint)\n";
+    const char *known[] = {"checkpoint", "out", "dtype", NULL};
+    check_args(argc, argv, known, usage);
+    const char *ck = arg_value(argc, argv, "checkpoint"), *out = arg_value(argc, argv, "out"), *dt = arg_value(argc, argv, "dtype");
+    if (!ck || !out) die("export needs --checkpoint and --out\n%s", usage);
+    int dtype = CKPT_F32;
+    if (dt && !strcmp(dt, "bf16")) dtype = CKPT_BF16;
+    else if (dt && !strcmp(dt, "f16")) dtype = CKPT_F16;
+    else if (dt && strcmp(dt, "f32")) die("export: --dtype=%s is not one of f32, bf16, f16", dt);
+    char path[1200];
+    resolve_checkpoint(ck, path, sizeof path);
+    hf_export(path, out, dtype);
+    return 0;
+}
+
+int checkpoint_inspect_main(int argc, char **argv) {
+    if (argc != 2 || !strncmp(argv[1], "--", 2)) {
+        printf("usage: build/train inspect PATH\n  PATH: a checkpoint folder or state.bin, a run_dir (its newest checkpoint),\n"
+               "        a Hugging Face folder or a .safetensors file\n");
+        return argc == 2 ? 0 : 1;
+    }
+    const char *p = argv[1];
+    size_t n = strlen(p);
+    if (n > 12 && !strcmp(p + n - 12, ".safetensors")) return hf_inspect(p, stdout);
+    if (has_file(p, "model.safetensors") && !has_file(p, "state.bin")) {
+        char st[1200];
+        snprintf(st, sizeof st, "%s/model.safetensors", p);
+        return hf_inspect(st, stdout);
+    }
+    char path[1200];
+    resolve_checkpoint(p, path, sizeof path);
+    return checkpoint_inspect(path, stdout);
+}
+
+/* Builds a one-sequence CPU model from an HF folder or a checkpoint. */
+static void load_model(const char *dir, Model *m, Comm *comm, int T) {
+    ModelConfig mc;
+    char err[2048];
+    comm_init(comm, 1, 1, 1);
+    if (has_file(dir, "config.json")) {
+        if (hf_read_config(dir, &mc, err, sizeof err) != 0) die("%s", err);
+        model_create(m, &mc, backend_cpu(), comm, 1, T);
+        if (hf_load_weights(dir, m, err, sizeof err) != 0) die("%s", err);
+        return;
+    }
+    char path[1200], state[1300];
+    resolve_checkpoint(dir, path, sizeof path);
+    checkpoint_state_path(path, state, sizeof state);
+    CkptReader r;
+    if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
+    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
+    model_create(m, &mc, backend_cpu(), comm, 1, T);
+    checkpoint_load_weights(path, m, r.config_text);
+    ckpt_close(&r);
+}
+
+int checkpoint_logits_main(int argc, char **argv) {
+    const char *usage = "usage: build/train logits --model=DIR --ids=1,2,3 --out=FILE\n"
+                        "  DIR: a Hugging Face folder (config.json + model.safetensors) or a checkpoint folder\n";
+    const char *known[] = {"model", "ids", "out", NULL};
+    check_args(argc, argv, known, usage);
+    const char *dir = arg_value(argc, argv, "model"), *ids_text = arg_value(argc, argv, "ids"), *out = arg_value(argc, argv, "out");
+    if (!dir || !ids_text || !out) die("logits needs --model, --ids and --out\n%s", usage);
+    int T = 0, cap = 64;
+    int *ids = mallocCheck(cap * sizeof(int));
+    for (const char *p = ids_text; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0) die("logits: --ids must be comma-separated token ids, at '%s'", p);
+        if (T == cap) { cap *= 2; ids = realloc(ids, cap * sizeof(int)); if (!ids) die("out of memory"); }
+        ids[T++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') die("logits: --ids must be comma-separated token ids, at '%s'", end);
+    }
+    if (T == 0) die("logits: --ids is empty");
+    Model m;
+    Comm comm;
+    load_model(dir, &m, &comm, T);
+    for (int t = 0; t < T; t++)
+        if (ids[t] >= m.cfg.vocab_size) die("logits: token id %d is not below vocab_size %d", ids[t], m.cfg.vocab_size);
+    model_forward(&m, ids, NULL, 1, T, 0.0f);
+    size_t n = (size_t)T * m.V;
+    float *logits = mallocCheck(n * sizeof(float));
+    m.be->download(logits, m.logits, n * sizeof(float));
+    int32_t h[256] = {LOGITS_MAGIC, 1, T, m.V};
+    char tmp[1300];
+    FILE *f = atomic_open(out, tmp, sizeof tmp);
+    fwriteCheck(h, sizeof h, 1, f, tmp);
+    fwriteCheck(ids, sizeof(int), (size_t)T, f, tmp);
+    fwriteCheck(logits, sizeof(float), n, f, tmp);
+    atomic_commit(f, tmp, out);
+    printf("logits | %d tokens x %d vocab -> %s\n", T, m.V, out);
+    free(logits);
+    free(ids);
+    model_free(&m);
+    return 0;
+}

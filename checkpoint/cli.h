@@ -1,0 +1,19 @@
+/* checkpoint/cli.h — the `train` program's checkpoint verbs.
+ *
+ *   build/train export --checkpoint=DIR --out=DIR [--dtype=f32|bf16|f16]
+ *       a checkpoint folder (or a run_dir: its newest checkpoint) -> Hugging Face folder
+ *   build/train inspect PATH
+ *       a checkpoint folder, state.bin, run_dir, HF folder or .safetensors file:
+ *       header, config, run state, tensor table with CRC checks; exit 1 on damage
+ *   build/train logits --model=DIR --ids=1,2,3 --out=FILE
+ *       runs the model of an HF folder or a checkpoint on one sequence (CPU, fp32)
+ *       and writes its logits: 256 x int32 header (magic LOGITS_MAGIC, version 1,
+ *       T, V), then T int32 ids, then T x V float32 logits
+ * Each takes argv with argv[0] = the verb and returns the exit code. */
+#pragma once
+
+#define LOGITS_MAGIC 0x5354474c    /* "LGTS" little-endian */
+
+int checkpoint_export_main(int argc, char **argv);
+int checkpoint_inspect_main(int argc, char **argv);
+int checkpoint_logits_main(int argc, char **argv);

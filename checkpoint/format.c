@@ -1,0 +1,381 @@
+/* checkpoint/format.c — writing and validating llm3d tensor files, CRC32, slice reads,
+ * and the fp32 <-> bf16 / fp16 conversions that safetensors import and export need. */
+#define _POSIX_C_SOURCE 200809L
+#include "format.h"
+#include "../common/util.h"
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+size_t ckpt_dtype_size(int dtype) {
+    static const size_t size[CKPT_N_DTYPES] = {4, 2, 2, 1, 4, 8};
+    return dtype >= 0 && dtype < CKPT_N_DTYPES ? size[dtype] : 0;
+}
+
+const char *ckpt_dtype_name(int dtype) {
+    static const char *name[CKPT_N_DTYPES] = {"f32", "bf16", "f16", "u8", "i32", "i64"};
+    return dtype >= 0 && dtype < CKPT_N_DTYPES ? name[dtype] : "?";
+}
+
+/* ------------------------------------------------------------------- CRC32 */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int i = 0; i < 256; i++) crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+}
+
+uint32_t ckpt_crc32(uint32_t crc, const void *data, size_t bytes) {
+    if (!crc_table[0][1]) crc_init();
+    const uint8_t *p = data;
+    crc = ~crc;
+    while (bytes >= 8) {    /* slicing-by-8: eight table look-ups per 8 bytes */
+        uint32_t a = crc ^ (uint32_t)(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t b = (uint32_t)(p[4] | p[5] << 8 | p[6] << 16 | (uint32_t)p[7] << 24);
+        crc = crc_table[7][a & 0xff] ^ crc_table[6][(a >> 8) & 0xff] ^ crc_table[5][(a >> 16) & 0xff] ^ crc_table[4][a >> 24] ^
+              crc_table[3][b & 0xff] ^ crc_table[2][(b >> 8) & 0xff] ^ crc_table[1][(b >> 16) & 0xff] ^ crc_table[0][b >> 24];
+        p += 8; bytes -= 8;
+    }
+    while (bytes--) crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* ----------------------------------------------------------- conversions */
+
+float ckpt_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+float ckpt_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+    if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);                 /* inf / nan */
+    else if (exp) u = sign | ((exp + 112) << 23) | (man << 13);             /* normal: rebias 15 -> 127 */
+    else if (!man) u = sign;                                               /* zero */
+    else {                                                                 /* subnormal: normalise */
+        int e = -1;
+        do { man <<= 1; e++; } while (!(man & 0x400));
+        u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+    }
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+uint16_t ckpt_f32_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);   /* quiet nan */
+    u += 0x7fff + ((u >> 16) & 1);                                              /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+uint16_t ckpt_f32_to_f16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t sign = (u >> 16) & 0x8000, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00);                  /* nan */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);                 /* rounds past 65504: inf */
+    if (a < 0x38800000u) {                                                 /* below 2^-14: subnormal or zero */
+        if (a < 0x33000000u) return (uint16_t)sign;                        /* below half the smallest subnormal */
+        uint32_t man = (a & 0x7fffff) | 0x800000;
+        int shift = 126 - (int)(a >> 23);                                  /* 14..24 */
+        uint32_t q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    uint32_t r = a + 0xfff + ((a >> 13) & 1) - (112u << 23);               /* rebias, round to nearest even */
+    return (uint16_t)(sign | (r >> 13));
+}
+
+/* ------------------------------------------------------------------ writing */
+
+static void put64(int32_t *h, int at, int64_t v) {
+    h[at] = (int32_t)(uint32_t)((uint64_t)v & 0xffffffffu);
+    h[at + 1] = (int32_t)(uint32_t)((uint64_t)v >> 32);
+}
+static int64_t get64(const int32_t *h, int at) { return (int64_t)((uint64_t)(uint32_t)h[at] | (uint64_t)(uint32_t)h[at + 1] << 32); }
+
+static void writer_fail(CkptWriter *w, int e) {
+    fclose(w->f);
+    unlink(w->tmp);
+    die("writing checkpoint file '%s' failed after %lld bytes: %s\n  hint: is the disk full? the temporary file was "
+        "removed; '%s' and every earlier checkpoint are untouched", w->tmp, (long long)w->pos, strerror(e), w->path);
+}
+
+void ckpt_write_bytes(CkptWriter *w, const void *data, size_t bytes) {
+    const char *p = data;
+    while (bytes) {   /* in pieces, so the hooks fire at an exact byte */
+        size_t n = bytes;
+        if (w->hooks.kill_after >= 0 && w->pos + (int64_t)n > w->hooks.kill_after) {
+            n = (size_t)(w->hooks.kill_after - w->pos);
+            if (n == 0) {
+                fflush(w->f);
+                fprintf(stderr, "test hook: SIGKILL while writing '%s' at byte %lld\n", w->tmp, (long long)w->pos);
+                kill(getpid(), SIGKILL);
+            }
+        }
+        if (w->hooks.fail_after >= 0 && w->pos + (int64_t)n > w->hooks.fail_after) {
+            n = (size_t)(w->hooks.fail_after - w->pos);
+            if (n == 0) writer_fail(w, ENOSPC);
+        }
+        if (fwrite(p, 1, n, w->f) != n) writer_fail(w, errno);
+        p += n; bytes -= n; w->pos += (int64_t)n;
+    }
+}
+
+static void write_pad(CkptWriter *w, int64_t align) {
+    static const char zeros[64];
+    int64_t pad = (align - w->pos % align) % align;
+    ckpt_write_bytes(w, zeros, (size_t)pad);
+}
+
+void ckpt_writer_open(CkptWriter *w, const char *path, const CkptState *s, const char *config_text, CkptWriteHooks hooks) {
+    memset(w, 0, sizeof *w);
+    snprintf(w->path, sizeof w->path, "%s", path);
+    w->hooks = hooks;
+    w->f = atomic_open(path, w->tmp, sizeof w->tmp);
+    int32_t *h = w->header;
+    size_t config_bytes = config_text ? strlen(config_text) : 0;
+    h[CKPT_H_MAGIC] = CKPT_MAGIC;
+    h[CKPT_H_VERSION] = CKPT_VERSION;
+    h[CKPT_H_KIND] = s->kind;
+    put64(h, CKPT_H_CONFIG_BYTES, (int64_t)config_bytes);
+    put64(h, CKPT_H_STEP, s->step);
+    put64(h, CKPT_H_LOADER_EPOCH, s->loader_epoch);
+    put64(h, CKPT_H_LOADER_CURSOR, s->loader_cursor);
+    put64(h, CKPT_H_RNG_STATE, (int64_t)s->rng_state);
+    h[CKPT_H_HAS_RNG] = s->has_rng;
+    memcpy(&h[CKPT_H_LOSS_SCALE], &s->loss_scale, 4);
+    h[CKPT_H_CLEAN_STEPS] = s->clean_steps;
+    h[CKPT_H_OPTIMIZER] = s->optimizer;
+    put64(h, CKPT_H_OPTIMIZER_STEP, s->optimizer_step);
+    h[CKPT_H_CONFIG_CRC] = (int32_t)ckpt_crc32(0, config_text ? config_text : "", config_bytes);
+    /* a zero header first: a file cut short anywhere before the end reads as "not a checkpoint" */
+    int32_t zero[CKPT_HEADER_INTS] = {0};
+    ckpt_write_bytes(w, zero, sizeof zero);
+    ckpt_write_bytes(w, config_text ? config_text : "", config_bytes);
+}
+
+void ckpt_writer_add(CkptWriter *w, const char *name, int dtype, int ndim, const int64_t *shape, const void *data) {
+    if (strlen(name) >= CKPT_NAME_BYTES) die("internal: tensor name '%s' is longer than %d bytes", name, CKPT_NAME_BYTES - 1);
+    if (ndim < 1 || ndim > CKPT_MAX_DIMS || !ckpt_dtype_size(dtype)) die("internal: tensor '%s' has ndim %d dtype %d", name, ndim, dtype);
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 64;
+        w->entries = realloc(w->entries, (size_t)w->cap * sizeof(CkptEntry));
+        if (!w->entries) die("out of host memory for the checkpoint table");
+    }
+    CkptEntry *e = &w->entries[w->n++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->dtype = dtype;
+    e->ndim = ndim;
+    int64_t count = 1;
+    for (int i = 0; i < ndim; i++) { e->shape[i] = shape[i]; count *= shape[i]; }
+    e->bytes = count * (int64_t)ckpt_dtype_size(dtype);
+    write_pad(w, 64);
+    e->offset = w->pos;
+    e->crc = ckpt_crc32(0, data, (size_t)e->bytes);
+    ckpt_write_bytes(w, data, (size_t)e->bytes);
+}
+
+void ckpt_writer_finish(CkptWriter *w) {
+    int32_t *h = w->header;
+    write_pad(w, 64);
+    int64_t table_offset = w->pos;
+    size_t table_bytes = (size_t)w->n * sizeof(CkptEntry);
+    ckpt_write_bytes(w, w->entries, table_bytes);
+    h[CKPT_H_N_TENSORS] = w->n;
+    put64(h, CKPT_H_TABLE_OFFSET, table_offset);
+    put64(h, CKPT_H_FILE_BYTES, w->pos);
+    h[CKPT_H_TABLE_CRC] = (int32_t)ckpt_crc32(0, w->entries, table_bytes);
+    h[CKPT_H_CRC] = (int32_t)ckpt_crc32(0, h, 4 * (CKPT_HEADER_INTS - 1));
+    if (fseeko(w->f, 0, SEEK_SET) != 0) writer_fail(w, errno);
+    int64_t end = w->pos;
+    w->pos = 0;
+    ckpt_write_bytes(w, h, sizeof w->header);   /* the header last: it is what makes the file valid */
+    w->pos = end;
+    atomic_commit(w->f, w->tmp, w->path);
+    free(w->entries);
+    w->entries = NULL;
+}
+
+/* ------------------------------------------------------------------ reading */
+
+#define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); return -1; } while (0)
+
+int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->f = fopen(path, "rb");
+    if (!r->f) FAIL("cannot open checkpoint file '%s': %s", path, strerror(errno));
+    int rc = -1;
+    if (fseeko(r->f, 0, SEEK_END) != 0) { snprintf(err, err_size, "cannot seek in '%s': %s", path, strerror(errno)); goto out; }
+    r->file_bytes = ftello(r->f);
+    rewind(r->f);
+    int32_t *h = r->header;
+    if (r->file_bytes < (int64_t)sizeof r->header || fread(h, sizeof r->header, 1, r->f) != 1) {
+        snprintf(err, err_size, "'%s' is %lld bytes, shorter than the 1024-byte checkpoint header (truncated?)", path, (long long)r->file_bytes);
+        goto out;
+    }
+    if (h[CKPT_H_MAGIC] != CKPT_MAGIC) {
+        snprintf(err, err_size, "'%s' is not an llm3d checkpoint (magic 0x%08x, expected 0x%08x)%s", path,
+                 (unsigned)h[CKPT_H_MAGIC], CKPT_MAGIC, h[CKPT_H_MAGIC] == 0 ? "; a zero header means the write never finished" : "");
+        goto out;
+    }
+    if (h[CKPT_H_VERSION] != CKPT_VERSION) {
+        snprintf(err, err_size, "'%s' is checkpoint version %d; this build reads version %d", path, h[CKPT_H_VERSION], CKPT_VERSION);
+        goto out;
+    }
+    uint32_t hcrc = ckpt_crc32(0, h, 4 * (CKPT_HEADER_INTS - 1));
+    if ((uint32_t)h[CKPT_H_CRC] != hcrc) {
+        snprintf(err, err_size, "'%s': header checksum mismatch (stored %08x, computed %08x): the header is damaged",
+                 path, (unsigned)h[CKPT_H_CRC], hcrc);
+        goto out;
+    }
+    int64_t want = get64(h, CKPT_H_FILE_BYTES), config_bytes = get64(h, CKPT_H_CONFIG_BYTES), table = get64(h, CKPT_H_TABLE_OFFSET);
+    int n = h[CKPT_H_N_TENSORS];
+    if (r->file_bytes != want) {
+        snprintf(err, err_size, "'%s' is %lld bytes but its header says %lld: the file is %s", path, (long long)r->file_bytes,
+                 (long long)want, r->file_bytes < want ? "truncated" : "longer than written (appended to?)");
+        goto out;
+    }
+    if (n < 0 || config_bytes < 0 || 1024 + config_bytes > table || table + (int64_t)n * (int64_t)sizeof(CkptEntry) != want) {
+        snprintf(err, err_size, "'%s': header layout is inconsistent (config %lld bytes, table at %lld, %d tensors, %lld bytes)",
+                 path, (long long)config_bytes, (long long)table, n, (long long)want);
+        goto out;
+    }
+    r->state = (CkptState){.kind = h[CKPT_H_KIND], .step = get64(h, CKPT_H_STEP), .loader_epoch = get64(h, CKPT_H_LOADER_EPOCH),
+                           .loader_cursor = get64(h, CKPT_H_LOADER_CURSOR), .rng_state = (uint64_t)get64(h, CKPT_H_RNG_STATE),
+                           .has_rng = h[CKPT_H_HAS_RNG], .clean_steps = h[CKPT_H_CLEAN_STEPS], .optimizer = h[CKPT_H_OPTIMIZER],
+                           .optimizer_step = get64(h, CKPT_H_OPTIMIZER_STEP)};
+    memcpy(&r->state.loss_scale, &h[CKPT_H_LOSS_SCALE], 4);
+    r->config_text = mallocCheck((size_t)config_bytes + 1);
+    r->entries = mallocCheck((size_t)n * sizeof(CkptEntry) + 1);
+    if (fread(r->config_text, 1, (size_t)config_bytes, r->f) != (size_t)config_bytes) {
+        snprintf(err, err_size, "'%s': cannot read the config text: %s", path, strerror(errno));
+        goto out;
+    }
+    r->config_text[config_bytes] = 0;
+    if (ckpt_crc32(0, r->config_text, (size_t)config_bytes) != (uint32_t)h[CKPT_H_CONFIG_CRC]) {
+        snprintf(err, err_size, "'%s': config text checksum mismatch: the file is damaged", path);
+        goto out;
+    }
+    if (fseeko(r->f, table, SEEK_SET) != 0 || fread(r->entries, sizeof(CkptEntry), (size_t)n, r->f) != (size_t)n) {
+        snprintf(err, err_size, "'%s': cannot read the tensor table", path);
+        goto out;
+    }
+    if (ckpt_crc32(0, r->entries, (size_t)n * sizeof(CkptEntry)) != (uint32_t)h[CKPT_H_TABLE_CRC]) {
+        snprintf(err, err_size, "'%s': tensor table checksum mismatch: the file is damaged", path);
+        goto out;
+    }
+    r->n = n;
+    for (int i = 0; i < n; i++) {
+        CkptEntry *e = &r->entries[i];
+        e->name[CKPT_NAME_BYTES - 1] = 0;
+        int64_t count = 1;
+        int ok = e->ndim >= 1 && e->ndim <= CKPT_MAX_DIMS && ckpt_dtype_size(e->dtype);
+        for (int d = 0; ok && d < e->ndim; d++) { ok = e->shape[d] >= 0; count *= e->shape[d]; }
+        ok = ok && e->bytes == count * (int64_t)ckpt_dtype_size(e->dtype) && e->offset >= 1024 + config_bytes &&
+             e->offset + e->bytes <= table;
+        if (!ok) { snprintf(err, err_size, "'%s': tensor table entry %d ('%s') is malformed or lies outside the data", path, i, e->name); goto out; }
+    }
+    return 0;
+out:
+    ckpt_close(r);
+    return rc;
+}
+
+void ckpt_close(CkptReader *r) {
+    if (r->f) fclose(r->f);
+    free(r->config_text);
+    free(r->entries);
+    r->f = NULL; r->config_text = NULL; r->entries = NULL; r->n = 0;
+}
+
+const CkptEntry *ckpt_find(const CkptReader *r, const char *name) {
+    for (int i = 0; i < r->n; i++) if (!strcmp(r->entries[i].name, name)) return &r->entries[i];
+    return NULL;
+}
+
+void ckpt_entry_dims(const CkptEntry *e, int64_t *rows, int64_t *cols) {
+    *rows = 1;
+    for (int d = 0; d < e->ndim - 1; d++) *rows *= e->shape[d];
+    *cols = e->shape[e->ndim - 1];
+}
+
+int ckpt_read_region(FILE *f, const char *path, const char *name, int64_t file_offset, int dtype, int64_t grows,
+                     int64_t gcols, int64_t row0, int64_t rows, int64_t col0, int64_t cols, float *dst,
+                     const uint32_t *crc_want, char *err, size_t err_size) {
+    if (dtype != CKPT_F32 && dtype != CKPT_BF16 && dtype != CKPT_F16)
+        FAIL("'%s': tensor '%s' is %s; only f32, bf16 and f16 tensors load as weights", path, name, ckpt_dtype_name(dtype));
+    if (row0 < 0 || col0 < 0 || rows < 0 || cols < 0 || row0 + rows > grows || col0 + cols > gcols)
+        FAIL("'%s': slice rows %lld+%lld cols %lld+%lld lies outside tensor '%s' (%lld x %lld)", path, (long long)row0,
+             (long long)rows, (long long)col0, (long long)cols, name, (long long)grows, (long long)gcols);
+    size_t es = ckpt_dtype_size(dtype), row_bytes = (size_t)gcols * es;
+    /* without a CRC to check, read only the rows of the slice */
+    int64_t first = crc_want ? 0 : row0, last = crc_want ? grows : row0 + rows;
+    if (fseeko(f, file_offset + first * (int64_t)row_bytes, SEEK_SET) != 0) FAIL("'%s': cannot seek to tensor '%s'", path, name);
+    uint8_t *row = mallocCheck(row_bytes);
+    uint32_t crc = 0;
+    for (int64_t r = first; r < last; r++) {
+        if (fread(row, 1, row_bytes, f) != row_bytes) {
+            free(row);
+            FAIL("'%s': tensor '%s' ends early at row %lld of %lld (truncated file?)", path, name, (long long)r, (long long)grows);
+        }
+        if (crc_want) crc = ckpt_crc32(crc, row, row_bytes);
+        if (r < row0 || r >= row0 + rows) continue;
+        float *out = dst + (size_t)(r - row0) * (size_t)cols;
+        const uint8_t *in = row + (size_t)col0 * es;
+        if (dtype == CKPT_F32) memcpy(out, in, (size_t)cols * 4);
+        else
+            for (int64_t c = 0; c < cols; c++) {
+                uint16_t h = (uint16_t)(in[2 * c] | in[2 * c + 1] << 8);
+                out[c] = dtype == CKPT_BF16 ? ckpt_bf16_to_f32(h) : ckpt_f16_to_f32(h);
+            }
+    }
+    free(row);
+    if (crc_want && crc != *crc_want)
+        FAIL("'%s': tensor '%s' checksum mismatch (stored %08x, computed %08x): the data is damaged", path, name, *crc_want, crc);
+    return 0;
+}
+
+int ckpt_read_f32(CkptReader *r, const CkptEntry *e, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                  float *dst, char *err, size_t err_size) {
+    int64_t grows, gcols;
+    ckpt_entry_dims(e, &grows, &gcols);
+    return ckpt_read_region(r->f, r->path, e->name, e->offset, e->dtype, grows, gcols, row0, rows, col0, cols, dst, &e->crc, err, err_size);
+}
+
+int ckpt_read_raw(CkptReader *r, const CkptEntry *e, void *dst, char *err, size_t err_size) {
+    if (fseeko(r->f, e->offset, SEEK_SET) != 0 || fread(dst, 1, (size_t)e->bytes, r->f) != (size_t)e->bytes)
+        FAIL("'%s': cannot read tensor '%s' (truncated file?)", r->path, e->name);
+    uint32_t crc = ckpt_crc32(0, dst, (size_t)e->bytes);
+    if (crc != e->crc) FAIL("'%s': tensor '%s' checksum mismatch (stored %08x, computed %08x): the data is damaged", r->path, e->name, e->crc, crc);
+    return 0;
+}
+
+int ckpt_verify(CkptReader *r, const CkptEntry *e, char *err, size_t err_size) {
+    if (fseeko(r->f, e->offset, SEEK_SET) != 0) FAIL("'%s': cannot seek to tensor '%s'", r->path, e->name);
+    uint8_t buf[1 << 16];
+    uint32_t crc = 0;
+    for (int64_t left = e->bytes; left > 0;) {
+        size_t n = left < (int64_t)sizeof buf ? (size_t)left : sizeof buf;
+        if (fread(buf, 1, n, r->f) != n) FAIL("'%s': tensor '%s' ends early (truncated file?)", r->path, e->name);
+        crc = ckpt_crc32(crc, buf, n);
+        left -= (int64_t)n;
+    }
+    if (crc != e->crc) FAIL("'%s': tensor '%s' checksum mismatch (stored %08x, computed %08x): the data is damaged", r->path, e->name, e->crc, crc);
+    return 0;
+}

@@ -1,0 +1,414 @@
+/* checkpoint/hf.c — safetensors and config.json: export from a checkpoint, strict import. */
+#define _POSIX_C_SOURCE 200809L
+#include "hf.h"
+#include "checkpoint.h"
+#include "format.h"
+#include "json.h"
+#include "../common/util.h"
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); goto fail; } while (0)
+
+/* the shortest decimal that reads back as the same float */
+static const char *float_text(float x, char *buf, size_t size) {
+    if (x == floorf(x) && fabsf(x) < 1e15f) { snprintf(buf, size, "%.1f", (double)x); return buf; }
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(buf, size, "%.*g", digits, (double)x);
+        if (strtof(buf, NULL) == x) break;
+    }
+    return buf;
+}
+
+static const char *st_dtype_name(int dtype) { return dtype == CKPT_F32 ? "F32" : dtype == CKPT_BF16 ? "BF16" : "F16"; }
+static int st_dtype(const char *s) {
+    return !strcmp(s, "F32") ? CKPT_F32 : !strcmp(s, "BF16") ? CKPT_BF16 : !strcmp(s, "F16") ? CKPT_F16 : -1;
+}
+/* bytes per element of every safetensors dtype, for bounds checks of tensors we do not load */
+static int st_any_size(const char *s) {
+    const char *one = "BOOL U8 I8 F8_E4M3 F8_E5M2", *two = "F16 BF16 I16 U16", *four = "F32 I32 U32", *eight = "F64 I64 U64";
+    const char *lists[4] = {one, two, four, eight};
+    int sizes[4] = {1, 2, 4, 8};
+    size_t n = strlen(s);
+    for (int k = 0; k < 4; k++)
+        for (const char *p = lists[k]; (p = strstr(p, s)); p += n)
+            if ((p == lists[k] || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return sizes[k];
+    return 0;
+}
+
+/* ------------------------------------------------------------------- export */
+
+static void write_config_json(const char *out_dir, const ModelConfig *mc, int dtype, const char *init_std) {
+    char path[1200], tmp[1300], eps[32], theta[32];
+    snprintf(path, sizeof path, "%s/config.json", out_dir);
+    FILE *f = atomic_open(path, tmp, sizeof tmp);
+    fprintf(f, "{\n"
+               "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+               "  \"model_type\": \"llama\",\n"
+               "  \"hidden_size\": %d,\n"
+               "  \"intermediate_size\": %d,\n"
+               "  \"num_attention_heads\": %d,\n"
+               "  \"num_key_value_heads\": %d,\n"
+               "  \"num_hidden_layers\": %d,\n"
+               "  \"head_dim\": %d,\n"
+               "  \"vocab_size\": %d,\n"
+               "  \"max_position_embeddings\": %d,\n"
+               "  \"rms_norm_eps\": %s,\n"
+               "  \"rope_theta\": %s,\n"
+               "  \"rope_scaling\": null,\n"
+               "  \"tie_word_embeddings\": %s,\n"
+               "  \"hidden_act\": \"silu\",\n"
+               "  \"attention_bias\": false,\n"
+               "  \"attention_dropout\": 0.0,\n"
+               "  \"mlp_bias\": false,\n"
+               "  \"initializer_range\": %s,\n"
+               "  \"use_cache\": true,\n"
+               "  \"torch_dtype\": \"%s\"\n"
+               "}\n",
+            mc->dim, mc->ffn_dim, mc->n_heads, mc->n_kv_heads, mc->n_layers, mc->dim / mc->n_heads, mc->vocab_size, mc->seq_len,
+            float_text(mc->norm_eps, eps, sizeof eps), float_text(mc->rope_theta, theta, sizeof theta),
+            mc->tie_embeddings ? "true" : "false", init_std, dtype == CKPT_F32 ? "float32" : dtype == CKPT_BF16 ? "bfloat16" : "float16");
+    atomic_commit(f, tmp, path);
+}
+
+void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
+    char state[1200], err[2048];
+    checkpoint_state_path(checkpoint, state, sizeof state);
+    CkptReader r;
+    if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
+    ModelConfig mc;
+    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
+    char init_std[64] = "0.02";
+    checkpoint_config_value(r.config_text, "init_std", init_std, sizeof init_std);
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) die("cannot create export folder '%s': %s", out_dir, strerror(errno));
+
+    /* the weights are the tensors without a "<prefix>/" */
+    int n = 0;
+    const CkptEntry **w = mallocCheck((size_t)r.n * sizeof *w);
+    for (int i = 0; i < r.n; i++)
+        if (!strchr(r.entries[i].name, '/')) {
+            if (r.entries[i].dtype != CKPT_F32) die("'%s': weight '%s' is %s, expected f32", state, r.entries[i].name, ckpt_dtype_name(r.entries[i].dtype));
+            w[n++] = &r.entries[i];
+        }
+    if (!n) die("'%s' holds no weights to export", state);
+
+    /* header: JSON, padded with spaces to a multiple of 8 bytes */
+    size_t es = ckpt_dtype_size(dtype), cap = 256 + (size_t)n * 256, len = 0;
+    char *json = mallocCheck(cap);
+    len += snprintf(json + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    int64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        const CkptEntry *e = w[i];
+        int64_t count = e->bytes / 4;
+        len += snprintf(json + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", e->name, st_dtype_name(dtype));
+        for (int d = 0; d < e->ndim; d++) len += snprintf(json + len, cap - len, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+        len += snprintf(json + len, cap - len, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + count * (int64_t)es));
+        offset += count * (int64_t)es;
+    }
+    len += snprintf(json + len, cap - len, "}");
+    while (len % 8) json[len++] = ' ';
+
+    CkptWriter sw;
+    memset(&sw, 0, sizeof sw);
+    char *path = sw.path;
+    snprintf(path, sizeof sw.path, "%s/model.safetensors", out_dir);
+    sw.hooks = (CkptWriteHooks){-1, -1};
+    sw.f = atomic_open(path, sw.tmp, sizeof sw.tmp);
+    uint64_t header_len = len;
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)(header_len >> (8 * i));
+    ckpt_write_bytes(&sw, le, 8);
+    ckpt_write_bytes(&sw, json, len);
+    for (int i = 0; i < n; i++) {
+        const CkptEntry *e = w[i];
+        int64_t rows, cols;
+        ckpt_entry_dims(e, &rows, &cols);
+        size_t count = (size_t)(rows * cols);
+        float *x = mallocCheck(count * 4);
+        if (ckpt_read_f32(&r, e, 0, rows, 0, cols, x, err, sizeof err) != 0) die("%s", err);
+        if (dtype != CKPT_F32) {
+            uint16_t *h = (uint16_t *)x;    /* narrowing in place: element i is read before it is overwritten */
+            for (size_t k = 0; k < count; k++) h[k] = dtype == CKPT_BF16 ? ckpt_f32_to_bf16(x[k]) : ckpt_f32_to_f16(x[k]);
+        }
+        ckpt_write_bytes(&sw, x, count * es);
+        free(x);
+    }
+    atomic_commit(sw.f, sw.tmp, path);
+    write_config_json(out_dir, &mc, dtype, init_std);
+    printf("export | %d tensors (%s) from %s -> %s/{model.safetensors,config.json}\n", n, st_dtype_name(dtype), state, out_dir);
+    free(json);
+    free(w);
+    ckpt_close(&r);
+}
+
+/* ------------------------------------------------------------------- reading */
+
+static char *read_text(const char *path, size_t *size, char *err, size_t err_size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { snprintf(err, err_size, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    rewind(f);
+    if (n < 0 || n > (1 << 24)) { fclose(f); snprintf(err, err_size, "'%s' is not a plausible config file (%ld bytes)", path, n); return NULL; }
+    char *text = mallocCheck((size_t)n + 1);
+    if (fread(text, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(text); snprintf(err, err_size, "cannot read '%s'", path); return NULL; }
+    fclose(f);
+    text[n] = 0;
+    *size = (size_t)n;
+    return text;
+}
+
+int hf_read_config(const char *dir, ModelConfig *mc, char *err, size_t err_size) {
+    char path[1200], perr[512];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t size;
+    char *text = read_text(path, &size, err, err_size);
+    if (!text) return -1;
+    Json j;
+    if (json_parse(&j, text, size, perr, sizeof perr) != 0) { snprintf(err, err_size, "'%s': %s", path, perr); free(text); return -1; }
+    memset(mc, 0, sizeof *mc);
+    int64_t v;
+    char s[64];
+    int node;
+#define REQ_INT(key, field) \
+    if (json_int64(&j, json_get(&j, 0, key), 1, 1 << 30, &v) != 0) FAIL("'%s': \"%s\" is missing or not a positive integer", path, key); \
+    mc->field = (int)v;
+    REQ_INT("hidden_size", dim);
+    REQ_INT("intermediate_size", ffn_dim);
+    REQ_INT("num_attention_heads", n_heads);
+    REQ_INT("num_hidden_layers", n_layers);
+    REQ_INT("vocab_size", vocab_size);
+#undef REQ_INT
+    mc->n_kv_heads = mc->n_heads;
+    if ((node = json_get(&j, 0, "num_key_value_heads")) >= 0 && j.nodes[node].type != JSON_NULL) {
+        if (json_int64(&j, node, 1, 1 << 30, &v) != 0) FAIL("'%s': \"num_key_value_heads\" is not a positive integer", path);
+        mc->n_kv_heads = (int)v;
+    }
+    mc->seq_len = 2048;
+    if ((node = json_get(&j, 0, "max_position_embeddings")) >= 0) {
+        if (json_int64(&j, node, 1, 1 << 30, &v) != 0) FAIL("'%s': \"max_position_embeddings\" is not a positive integer", path);
+        mc->seq_len = (int)v;
+    }
+    mc->norm_eps = 1e-6f;   /* LlamaConfig's defaults */
+    mc->rope_theta = 10000.0f;
+    if ((node = json_get(&j, 0, "rms_norm_eps")) >= 0) {
+        if (j.nodes[node].type != JSON_NUMBER || !(j.nodes[node].number > 0)) FAIL("'%s': \"rms_norm_eps\" is not a positive number", path);
+        mc->norm_eps = (float)j.nodes[node].number;
+    }
+    if ((node = json_get(&j, 0, "rope_theta")) >= 0) {
+        if (j.nodes[node].type != JSON_NUMBER || !(j.nodes[node].number > 0)) FAIL("'%s': \"rope_theta\" is not a positive number", path);
+        mc->rope_theta = (float)j.nodes[node].number;
+    }
+    if ((node = json_get(&j, 0, "tie_word_embeddings")) >= 0) {
+        if (j.nodes[node].type != JSON_TRUE && j.nodes[node].type != JSON_FALSE) FAIL("'%s': \"tie_word_embeddings\" is not true or false", path);
+        mc->tie_embeddings = j.nodes[node].type == JSON_TRUE;
+    }
+    if ((node = json_get(&j, 0, "model_type")) >= 0 && (json_string(&j, node, s, sizeof s) != 0 || strcmp(s, "llama")))
+        FAIL("'%s': \"model_type\" is not \"llama\"; llm3d reads LLaMA models only", path);
+    if ((node = json_get(&j, 0, "hidden_act")) >= 0 && (json_string(&j, node, s, sizeof s) != 0 || strcmp(s, "silu")))
+        FAIL("'%s': \"hidden_act\" is not \"silu\"; llm3d's MLP is SwiGLU", path);
+    /* rope_scaling (and transformers 5's rope_parameters) may only say "default", and may carry rope_theta */
+    const char *rope_keys[] = {"rope_scaling", "rope_parameters"};
+    for (int i = 0; i < 2; i++) {
+        if ((node = json_get(&j, 0, rope_keys[i])) < 0 || j.nodes[node].type == JSON_NULL) continue;
+        int type = json_get(&j, node, "rope_type");
+        if (type < 0) type = json_get(&j, node, "type");
+        if (j.nodes[node].type != JSON_OBJECT || (type >= 0 && (json_string(&j, type, s, sizeof s) != 0 || strcmp(s, "default"))))
+            FAIL("'%s': \"%s\" asks for scaled RoPE; llm3d has plain RoPE only", path, rope_keys[i]);
+        int theta = json_get(&j, node, "rope_theta");
+        if (theta >= 0) {
+            if (j.nodes[theta].type != JSON_NUMBER || !(j.nodes[theta].number > 0)) FAIL("'%s': %s.rope_theta is not a positive number", path, rope_keys[i]);
+            mc->rope_theta = (float)j.nodes[theta].number;
+        }
+    }
+    const char *no_bias[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++)
+        if ((node = json_get(&j, 0, no_bias[i])) >= 0 && j.nodes[node].type == JSON_TRUE)
+            FAIL("'%s': \"%s\" is true; llm3d's linear layers have no bias", path, no_bias[i]);
+    if (mc->dim % mc->n_heads || mc->n_heads % mc->n_kv_heads)
+        FAIL("'%s': hidden_size %d, num_attention_heads %d, num_key_value_heads %d do not divide evenly", path, mc->dim, mc->n_heads, mc->n_kv_heads);
+    if ((node = json_get(&j, 0, "head_dim")) >= 0 && j.nodes[node].type != JSON_NULL &&
+        (json_int64(&j, node, 1, 1 << 30, &v) != 0 || v != mc->dim / mc->n_heads))
+        FAIL("'%s': \"head_dim\" differs from hidden_size / num_attention_heads = %d; llm3d needs them equal", path, mc->dim / mc->n_heads);
+    json_free(&j);
+    free(text);
+    return 0;
+fail:
+    json_free(&j);
+    free(text);
+    return -1;
+}
+
+int hf_check_config(const char *dir, const ModelConfig *run, char *err, size_t err_size) {
+    ModelConfig h;
+    if (hf_read_config(dir, &h, err, err_size) != 0) return -1;
+    struct { const char *hf, *ours; double a, b; } k[] = {
+        {"vocab_size", "vocab_size", h.vocab_size, run->vocab_size}, {"hidden_size", "dim", h.dim, run->dim},
+        {"num_hidden_layers", "n_layers", h.n_layers, run->n_layers}, {"num_attention_heads", "n_heads", h.n_heads, run->n_heads},
+        {"num_key_value_heads", "n_kv_heads", h.n_kv_heads, run->n_kv_heads}, {"intermediate_size", "ffn_dim", h.ffn_dim, run->ffn_dim},
+        {"tie_word_embeddings", "tie_embeddings", h.tie_embeddings, run->tie_embeddings},
+        {"rope_theta", "rope_theta", h.rope_theta, run->rope_theta}, {"rms_norm_eps", "norm_eps", h.norm_eps, run->norm_eps}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i].a != k[i].b) {
+            snprintf(err, err_size, "'%s/config.json' has %s=%g but this run has %s=%g\n  hint: set --%s=%g to load these weights",
+                     dir, k[i].hf, k[i].a, k[i].ours, k[i].b, k[i].ours, k[i].a);
+            return -1;
+        }
+    return 0;
+}
+
+typedef struct {
+    char path[1200];
+    FILE *f;
+    char *header;
+    Json j;
+    int64_t data_start, file_bytes;
+} StFile;
+
+static void st_close(StFile *s) {
+    if (s->f) fclose(s->f);
+    json_free(&s->j);
+    free(s->header);
+    s->f = NULL; s->header = NULL;
+}
+
+/* Opens and checks the header and every tensor's dtype, shape and byte range. */
+static int st_open(StFile *s, const char *path, char *err, size_t err_size) {
+    memset(s, 0, sizeof *s);
+    snprintf(s->path, sizeof s->path, "%s", path);
+    char perr[512];
+    s->f = fopen(path, "rb");
+    if (!s->f) FAIL("cannot open '%s': %s", path, strerror(errno));
+    fseeko(s->f, 0, SEEK_END);
+    s->file_bytes = ftello(s->f);
+    rewind(s->f);
+    uint8_t le[8];
+    if (s->file_bytes < 8 || fread(le, 1, 8, s->f) != 8) FAIL("'%s' is %lld bytes, too short for a safetensors file", path, (long long)s->file_bytes);
+    uint64_t n = 0;
+    for (int i = 0; i < 8; i++) n |= (uint64_t)le[i] << (8 * i);
+    if (n < 2 || n > (100u << 20) || (int64_t)n > s->file_bytes - 8)
+        FAIL("'%s': header length %llu does not fit the %lld-byte file (truncated, or not safetensors)", path, (unsigned long long)n, (long long)s->file_bytes);
+    s->header = mallocCheck(n + 1);
+    if (fread(s->header, 1, n, s->f) != n) FAIL("'%s': cannot read its %llu-byte header", path, (unsigned long long)n);
+    s->header[n] = 0;
+    s->data_start = 8 + (int64_t)n;
+    if (json_parse(&s->j, s->header, n, perr, sizeof perr) != 0) FAIL("'%s': header is not valid JSON: %s", path, perr);
+    Json *j = &s->j;
+    if (j->nodes[0].type != JSON_OBJECT) FAIL("'%s': header is not a JSON object", path);
+    for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
+        char name[256], dt[32];
+        int t = j->nodes[k].next;
+        if (json_string(j, k, name, sizeof name) != 0) FAIL("'%s': a tensor name is too long", path);
+        if (!strcmp(name, "__metadata__")) continue;
+        int dn = json_get(j, t, "dtype"), sn = json_get(j, t, "shape"), on = json_get(j, t, "data_offsets");
+        if (dn < 0 || sn < 0 || on < 0 || json_string(j, dn, dt, sizeof dt) != 0 || j->nodes[sn].type != JSON_ARRAY ||
+            j->nodes[on].type != JSON_ARRAY || j->nodes[on].n_children != 2)
+            FAIL("'%s': tensor '%s' lacks a proper dtype, shape or data_offsets", path, name);
+        int es = st_any_size(dt);
+        if (!es) FAIL("'%s': tensor '%s' has unknown dtype '%s'", path, name, dt);
+        int64_t count = 1, d, b, e;
+        for (int c = j->nodes[sn].first; c >= 0; c = j->nodes[c].next) {
+            if (json_int64(j, c, 0, (int64_t)1 << 40, &d) != 0) FAIL("'%s': tensor '%s' has a bad shape", path, name);
+            count *= d;
+        }
+        int c0 = j->nodes[on].first;
+        if (json_int64(j, c0, 0, INT64_MAX / 2, &b) != 0 || json_int64(j, j->nodes[c0].next, 0, INT64_MAX / 2, &e) != 0 || e < b)
+            FAIL("'%s': tensor '%s' has bad data_offsets", path, name);
+        if (e - b != count * es)
+            FAIL("'%s': tensor '%s' spans %lld bytes but its shape and dtype need %lld", path, name, (long long)(e - b), (long long)(count * es));
+        if (s->data_start + e > s->file_bytes)
+            FAIL("'%s': tensor '%s' ends at byte %lld, past the end of the %lld-byte file (truncated?)", path, name,
+                 (long long)(s->data_start + e), (long long)s->file_bytes);
+    }
+    return 0;
+fail:
+    st_close(s);
+    return -1;
+}
+
+int hf_load_weights(const char *dir, Model *m, char *err, size_t err_size) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    StFile s;
+    if (st_open(&s, path, err, err_size) != 0) return -1;
+    Json *j = &s.j;
+    float *host = mallocCheck(m->n_params * sizeof(float));
+    int used = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        int node = json_get(j, 0, t->name);
+        if (node < 0) FAIL("'%s' has no tensor '%s'", path, t->name);
+        used++;
+        char dt[32];
+        json_string(j, json_get(j, node, "dtype"), dt, sizeof dt);
+        int dtype = st_dtype(dt);
+        if (dtype < 0) FAIL("'%s': tensor '%s' is %s; llm3d loads F32, BF16 or F16", path, t->name, dt);
+        int sn = json_get(j, node, "shape"), nd = j->nodes[sn].n_children;
+        int64_t shape[8] = {0};
+        int q = 0;
+        for (int c = j->nodes[sn].first; c >= 0 && q < 8; c = j->nodes[c].next) json_int64(j, c, 0, (int64_t)1 << 40, &shape[q++]);
+        int ok = t->global_rows == 1 ? (nd == 1 && shape[0] == t->global_cols)
+                                     : (nd == 2 && shape[0] == t->global_rows && shape[1] == t->global_cols);
+        if (!ok) {
+            char got[96];
+            int o = 0;
+            for (int d = 0; d < nd && d < 8; d++) o += snprintf(got + o, sizeof got - o, d ? ", %lld" : "%lld", (long long)shape[d]);
+            if (t->global_rows == 1) FAIL("'%s': tensor '%s' has shape [%s] but the model needs [%d]", path, t->name, got, t->global_cols);
+            FAIL("'%s': tensor '%s' has shape [%s] but the model needs [%d, %d]", path, t->name, got, t->global_rows, t->global_cols);
+        }
+        int64_t b;
+        json_int64(j, j->nodes[json_get(j, node, "data_offsets")].first, 0, INT64_MAX / 2, &b);
+        if (ckpt_read_region(s.f, path, t->name, s.data_start + b, dtype, t->global_rows, t->global_cols, t->row0, t->rows, t->col0,
+                             t->cols, host + t->offset, NULL, err, err_size) != 0)
+            goto fail;
+    }
+    /* say what was left unread: a tied head's copy is expected, anything else is worth a line */
+    for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
+        char name[256];
+        json_string(j, k, name, sizeof name);
+        if (!strcmp(name, "__metadata__") || model_find_tensor(m, name) || strstr(name, "rotary_emb.inv_freq")) continue;
+        int other_stage = !strncmp(name, "model.layers.", 13) || !strcmp(name, "model.embed_tokens.weight") ||
+                          !strcmp(name, "model.norm.weight") || (!strcmp(name, "lm_head.weight") && !m->cfg.tie_embeddings);
+        if (!other_stage) fprintf(stderr, "note: '%s': tensor '%s' is not part of this model; ignored\n", path, name);
+    }
+    (void)used;
+    model_set_params(m, host);
+    free(host);
+    st_close(&s);
+    return 0;
+fail:
+    free(host);
+    st_close(&s);
+    return -1;
+}
+
+int hf_inspect(const char *path, FILE *out) {
+    StFile s;
+    char err[1600];
+    if (st_open(&s, path, err, sizeof err) != 0) { fprintf(stderr, "error: %s\n", err); return 1; }
+    Json *j = &s.j;
+    fprintf(out, "safetensors %s\n  %lld bytes, header %lld bytes\n  %-56s %-5s %-14s %s\n", path, (long long)s.file_bytes,
+            (long long)s.data_start - 8, "name", "dtype", "shape", "data_offsets");
+    for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
+        char name[256], dt[32], shape[96];
+        json_string(j, k, name, sizeof name);
+        if (!strcmp(name, "__metadata__")) continue;
+        int t = j->nodes[k].next, o = 0;
+        json_string(j, json_get(j, t, "dtype"), dt, sizeof dt);
+        int sn = json_get(j, t, "shape");
+        for (int c = j->nodes[sn].first; c >= 0; c = j->nodes[c].next) {
+            int64_t d = 0;
+            json_int64(j, c, 0, (int64_t)1 << 40, &d);
+            o += snprintf(shape + o, sizeof shape - o, o ? "x%lld" : "%lld", (long long)d);
+        }
+        int64_t b = 0, e = 0, c0 = j->nodes[json_get(j, t, "data_offsets")].first;
+        json_int64(j, (int)c0, 0, INT64_MAX / 2, &b);
+        json_int64(j, j->nodes[c0].next, 0, INT64_MAX / 2, &e);
+        fprintf(out, "  %-56s %-5s %-14s [%lld, %lld)\n", name, dt, shape, (long long)b, (long long)e);
+    }
+    st_close(&s);
+    return 0;
+}
