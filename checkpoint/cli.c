@@ -84,7 +84,7 @@ static void load_model(const char *dir, Model *m, Comm *comm, int T) {
     comm_init(comm, 1, 1, 1);
     if (has_file(dir, "config.json")) {
         if (hf_read_config(dir, &mc, err, sizeof err) != 0) die("%s", err);
-        model_create(m, &mc, backend_cpu(), comm, 1, T);
+        model_create(m, &mc, backend_cpu(), comm, 1, T, RECOMPUTE_NONE);
         if (hf_load_weights(dir, m, err, sizeof err) != 0) die("%s", err);
         return;
     }
@@ -94,7 +94,7 @@ static void load_model(const char *dir, Model *m, Comm *comm, int T) {
     CkptReader r;
     if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
-    model_create(m, &mc, backend_cpu(), comm, 1, T);
+    model_create(m, &mc, backend_cpu(), comm, 1, T, RECOMPUTE_NONE);
     checkpoint_load_weights(path, m, r.config_text);
     ckpt_close(&r);
 }

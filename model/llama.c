@@ -76,26 +76,47 @@ static void build_layout(Model *m) {
     m->n_params = at;
 }
 
-/* Carve the activation views out of one allocation (or measure it when base is NULL). */
+/* Carve the activation views out of one allocation (or measure it when base
+ * is NULL). Each layer's activations are either kept per layer or, when the
+ * recompute mode recomputes them in the backward, one buffer shared by all
+ * layers: full keeps only each block's input (res), selective also keeps the
+ * matmul outputs (qkv, h13), the attention statistics (lse) and res_mid, and
+ * recomputes the norms, the attention output and the SwiGLU activation. */
 static size_t layout_activations(Model *m, char *base) {
     size_t B = m->B, T = m->T, N = B * T, a = act_size(m), at = 0;
     size_t S = (size_t)m->QKV;
     if ((size_t)2 * m->F > S) S = (size_t)2 * m->F;
     if ((size_t)m->C > S) S = m->C;
 #define TAKE(bytes) (at += ((bytes) + 255) & ~(size_t)255, base ? (void *)(base + at - (((bytes) + 255) & ~(size_t)255)) : NULL)
+    int sel = m->recompute == RECOMPUTE_SELECTIVE, full = m->recompute == RECOMPUTE_FULL;
+    LayerActs shared = {0};   /* what is recomputed lives once, here */
+    if (sel || full) {
+        shared.ln1 = TAKE(N * m->C * a);
+        shared.ln1_rstd = TAKE(N * 4);
+        shared.att = TAKE(N * m->NH * m->HD * a);
+        shared.ln2 = TAKE(N * m->C * a);
+        shared.ln2_rstd = TAKE(N * 4);
+        shared.hs = TAKE(N * m->F * a);
+    }
+    if (full) {
+        shared.qkv = TAKE(N * m->QKV * a);
+        shared.lse = TAKE(B * m->NH * T * 4);
+        shared.res_mid = TAKE(N * m->C * a);
+        shared.h13 = TAKE(N * 2 * m->F * a);
+    }
     for (int i = 0; i <= m->n_local_layers; i++) m->res[i] = TAKE(N * m->C * a);
     for (int i = 0; i < m->n_local_layers; i++) {
         LayerActs *L = &m->acts[i];
-        L->ln1 = TAKE(N * m->C * a);
-        L->ln1_rstd = TAKE(N * 4);
-        L->qkv = TAKE(N * m->QKV * a);
-        L->att = TAKE(N * m->NH * m->HD * a);
-        L->lse = TAKE(B * m->NH * T * 4);
-        L->res_mid = TAKE(N * m->C * a);
-        L->ln2 = TAKE(N * m->C * a);
-        L->ln2_rstd = TAKE(N * 4);
-        L->h13 = TAKE(N * 2 * m->F * a);
-        L->hs = TAKE(N * m->F * a);
+        L->ln1 = sel || full ? shared.ln1 : TAKE(N * m->C * a);
+        L->ln1_rstd = sel || full ? shared.ln1_rstd : TAKE(N * 4);
+        L->qkv = full ? shared.qkv : TAKE(N * m->QKV * a);
+        L->att = sel || full ? shared.att : TAKE(N * m->NH * m->HD * a);
+        L->lse = full ? shared.lse : TAKE(B * m->NH * T * 4);
+        L->res_mid = full ? shared.res_mid : TAKE(N * m->C * a);
+        L->ln2 = sel || full ? shared.ln2 : TAKE(N * m->C * a);
+        L->ln2_rstd = sel || full ? shared.ln2_rstd : TAKE(N * 4);
+        L->h13 = full ? shared.h13 : TAKE(N * 2 * m->F * a);
+        L->hs = sel || full ? shared.hs : TAKE(N * m->F * a);
     }
     m->lnf = TAKE(N * m->C * a);
     m->lnf_rstd = TAKE(N * 4);
@@ -111,8 +132,9 @@ static size_t layout_activations(Model *m, char *base) {
     return at;
 }
 
-void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T) {
+void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute) {
     memset(m, 0, sizeof *m);
+    m->recompute = recompute;
     m->cfg = *cfg;
     m->be = be;
     m->comm = comm;
@@ -209,8 +231,9 @@ void model_zero_grads(Model *m) { m->be->zero(m->grads, m->n_params * sizeof(flo
 
 /* One decoder block, forward, on res[i] -> res[i+1]. Training attention saves
  * lse for the backward; generation (cached) attends through the KV cache at
- * positions pos0 .. pos0+T-1 instead. */
-static void block_forward(Model *m, int i, int B, int T, int pos0, int cached) {
+ * positions pos0 .. pos0+T-1 instead. for_backward: the full-recompute re-run,
+ * which stops once every activation the backward reads is back. */
+static void block_forward(Model *m, int i, int B, int T, int pos0, int cached, int for_backward) {
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
     int N = B * T, C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
@@ -228,6 +251,7 @@ static void block_forward(Model *m, int i, int B, int T, int pos0, int cached) {
     be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), N, C, c->norm_eps);
     be->matmul_forward(L->h13, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);
     be->swiglu_forward(L->hs, L->h13, N, F);
+    if (for_backward) return;   /* full recompute: the block's output res[i+1] is not needed again */
     be->matmul_forward(m->tmp, L->hs, act_at(m, W, o->w2), N, F, C);
     comm_allreduce_sum(m->comm, GROUP_TP, m->tmp, (size_t)N * C);
     be->add(m->res[i + 1], L->res_mid, m->tmp, (size_t)N * C);
@@ -242,7 +266,7 @@ double model_forward(Model *m, const int *ids, const int *targets, int B, int T,
 
     be->upload(m->ids, ids, (size_t)N * sizeof(int));
     be->embedding_forward(m->res[0], m->ids, act_at(m, W, m->off_embedding), N, C);
-    for (int i = 0; i < m->n_local_layers; i++) block_forward(m, i, B, T, 0, 0);
+    for (int i = 0; i < m->n_local_layers; i++) block_forward(m, i, B, T, 0, 0, 0);
     void *x = m->res[m->n_local_layers];
     be->rmsnorm_forward(m->lnf, m->lnf_rstd, x, act_at(m, W, m->off_final_norm), N, C, m->cfg.norm_eps);
     be->matmul_forward(m->logits, m->lnf, act_at(m, W, m->off_lm_head), N, C, m->V);
@@ -273,7 +297,7 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
     void *W = m->params_compute;
     be->upload(m->ids, ids, (size_t)T * sizeof(int));
     be->embedding_forward(m->res[0], m->ids, act_at(m, W, m->off_embedding), T, C);
-    for (int i = 0; i < m->n_local_layers; i++) block_forward(m, i, 1, T, pos0, 1);
+    for (int i = 0; i < m->n_local_layers; i++) block_forward(m, i, 1, T, pos0, 1, 0);
     /* only the last position's logits are needed */
     void *last = act_at(m, m->res[m->n_local_layers], (size_t)(T - 1) * C);
     be->rmsnorm_forward(m->lnf, m->lnf_rstd, last, act_at(m, W, m->off_final_norm), 1, C, m->cfg.norm_eps);
@@ -284,6 +308,21 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
 }
 
 /* ----------------------------------------------------------------- backward */
+
+/* Bring back what layer i's backward reads and the recompute mode dropped. */
+static void recompute_block(Model *m, int i, int B, int T) {
+    const Backend *be = m->be;
+    int N = B * T, C = m->C;
+    void *W = m->params_compute;
+    const LayerOffsets *o = &m->layer[i];
+    LayerActs *L = &m->acts[i];
+    if (m->recompute == RECOMPUTE_FULL) block_forward(m, i, B, T, 0, 0, 1);
+    if (m->recompute != RECOMPUTE_SELECTIVE) return;
+    be->rmsnorm_forward(L->ln1, L->ln1_rstd, m->res[i], act_at(m, W, o->attn_norm), N, C, m->cfg.norm_eps);
+    be->attention_forward(L->att, L->lse, L->qkv, B, T, m->NH, m->NKV, m->HD);
+    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), N, C, m->cfg.norm_eps);
+    be->swiglu_forward(L->hs, L->h13, N, m->F);
+}
 
 void model_backward(Model *m) {
     const Backend *be = m->be;
@@ -302,6 +341,7 @@ void model_backward(Model *m) {
     for (int i = m->n_local_layers - 1; i >= 0; i--) {
         const LayerOffsets *o = &m->layer[i];
         LayerActs *L = &m->acts[i];
+        recompute_block(m, i, B, T);
         /* MLP: dres is d(res[i+1]) */
         be->matmul_backward(s1, G + o->w2, dres, L->hs, act_at(m, W, o->w2), N, F, C);                /* s1 = dhs (N,F) */
         be->swiglu_backward(s2, s1, L->h13, N, F);                                                    /* s2 = dh13 (N,2F) */

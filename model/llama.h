@@ -15,6 +15,9 @@
 
 #define IGNORE_INDEX (-1)   /* a target equal to this adds no loss and no gradient */
 
+/* What the forward keeps for the backward (config key recompute). */
+enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
+
 typedef struct {            /* the whole model's shape, as in config.json */
     int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim, seq_len, tie_embeddings;
     float rope_theta, norm_eps;
@@ -53,6 +56,7 @@ typedef struct {
     int C, NH, NKV, HD, F, QKV, V;      /* QKV = (NH + 2*NKV) * HD */
     int layer0, n_local_layers;         /* global index of this stage's first layer, and how many */
     int has_embedding, has_head;        /* first / last pipeline stage */
+    int recompute;                      /* RECOMPUTE_*: which activations the backward recomputes */
     /* parameters: fp32 master, the act-dtype compute copy (== params when act is fp32), fp32 grads */
     ParamTensor *tensors;
     int n_tensors;
@@ -83,8 +87,9 @@ typedef struct {
     float *host_losses;                 /* (B,T) */
 } Model;
 
-/* Build the layout for this rank and allocate everything on the backend. */
-void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T);
+/* Build the layout for this rank and allocate everything on the backend, the
+ * activations for micro-batches up to B x T under the given RECOMPUTE_* mode. */
+void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute);
 void model_free(Model *m);
 /* LLaMA init: N(0, init_std), output projections (wo, w2) scaled by 1/sqrt(2*n_layers), norms 1.
  * Every tensor is drawn whole from its own seeded stream, then sliced, so the

@@ -81,7 +81,7 @@ int main(void) {
     expect_error("--n_heads=4 --n_kv_heads=3", "n_heads=4 does not divide by n_kv_heads=3");
     expect_error("--dim=36 --n_heads=4 --n_kv_heads=2", "is odd");
     expect_error("--batch_size=4 --seq_len=16 --total_batch_tokens=100", "total_batch_tokens=100 is not a multiple");
-    expect_error("--precision=bf16", "precision=bf16 needs device=cuda");
+    expect_error("--precision=bf17", "'bf17' is not one of fp32|bf16|fp16");
     expect_error("oops", "unexpected argument 'oops'");
     expect_error("--dim", "has no value");
     expect_error(ARGS("--config=%s/bad.ini", dir), "bad.ini:4: expected 'key = value'");

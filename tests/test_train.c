@@ -76,7 +76,7 @@ static void test_overfit(void) {
         loss = model_forward(&tr.model, ids, targets, 4, 16, 1.0f / 64) / 64;
         if (s == 0) first = loss;
         model_backward(&tr.model);
-        optimizer_step(o, &tr.model, c.lr);
+        optimizer_step(o, &tr.model, c.lr, 1.0f);
         if (loss < 0.05) break;
     }
     CHECK(loss < 0.1, "one batch should be memorised: loss %.4f after %d steps", loss, s);

@@ -24,7 +24,8 @@ typedef struct {
     char train_data[1024], val_data[1024];
     int eval_every, eval_batches;
     /* system */
-    int device, precision;
+    int device, precision, recompute;
+    float loss_scale_init;
     /* sampling */
     int sample_every, sample_tokens, top_k;
     float temperature;

@@ -28,17 +28,17 @@ void optimizer_free(Optimizer *o, const Backend *be) {
     free(o->slices);
 }
 
-double optimizer_step(Optimizer *o, Model *m, float lr) {
+double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale) {
     const Backend *be = m->be;
     /* tp ranks hold disjoint slices of the matrices but the same norm weights;
      * pp stages hold disjoint layers: the squared norm sums over both groups */
     double ss = be->sum_squares(m->grads, m->n_params);
     ss = comm_allreduce_scalar(m->comm, GROUP_PP, ss);
-    double norm = sqrt(ss);
+    double norm = sqrt(ss) / loss_scale;
     if (!isfinite(norm)) return norm;
     float clip = (o->grad_clip > 0 && norm > o->grad_clip) ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
     o->step++;
-    AdamWHyper h = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .grad_scale = clip, .step = o->step};
+    AdamWHyper h = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .grad_scale = clip / loss_scale, .step = o->step};
     be->adamw_update(m->params, m->params_compute == (void *)m->params ? NULL : m->params_compute, m->grads, o->m, o->v,
                      o->slices, o->n_slices, h);
     return norm;

@@ -17,6 +17,8 @@ typedef struct {
 
 void optimizer_init(Optimizer *o, const Model *m, const Config *c);
 void optimizer_free(Optimizer *o, const Backend *be);
-/* Clip to grad_clip by the global norm over every rank holding a part of the
- * model, then update. Returns that norm; a non-finite norm skips the update. */
-double optimizer_step(Optimizer *o, Model *m, float lr);
+/* The gradients hold loss_scale x the true gradients (1 unless fp16 loss
+ * scaling). Unscale, clip to grad_clip by the global norm over every rank
+ * holding a part of the model, then update. Returns that (true) norm; a
+ * non-finite norm — an overflow somewhere — skips the update. */
+double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale);

@@ -34,8 +34,9 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     tr->cfg = *cfg;
     const Config *c = &tr->cfg;
     comm_init(&tr->comm, 1, 1, 1);
-    tr->be = c->device == DEVICE_CUDA ? backend_cuda(c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32)
-                                      : backend_cpu();
+    DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
+    tr->be = c->device == DEVICE_CUDA ? backend_cuda(act) : backend_cpu_emulated(act);
+    if (c->precision == PRECISION_FP16) tr->loss_scale = c->loss_scale_init;
     tr->accum = config_grad_accum_steps(c, tr->comm.dp);
 
     loader_open(&tr->train, c->train_data, c->batch_size, c->seq_len, tr->comm.dp_rank, tr->comm.dp, c->seed, 1, c->vocab_size);
@@ -50,7 +51,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     }
 
     model_config_from(&tr->model_cfg, c, vocab);
-    model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, c->batch_size, c->seq_len);
+    model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, c->batch_size, c->seq_len, c->recompute);
     model_init_weights(&tr->model, (uint64_t)c->seed, c->init_std);
     optimizer_init(&tr->opt, &tr->model, c);
     size_t per_step = (size_t)tr->accum * c->batch_size * c->seq_len;
@@ -101,6 +102,22 @@ void trainer_free(Trainer *tr) {
     comm_free(&tr->comm);
 }
 
+void trainer_update_loss_scale(Trainer *tr, int finite) {
+    int dynamic = tr->cfg.precision == PRECISION_FP16;
+    if (!finite) {
+        tr->skipped_steps++;
+        tr->loss_scale_clean_steps = 0;
+        if (dynamic) tr->loss_scale *= 0.5f;
+        fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped%s\n", tr->step + 1,
+                dynamic ? " and the loss scale halved" : "");
+        return;
+    }
+    if (dynamic && ++tr->loss_scale_clean_steps == LOSS_SCALE_WINDOW) {
+        tr->loss_scale *= 2.0f;
+        tr->loss_scale_clean_steps = 0;
+    }
+}
+
 StepStats trainer_step(Trainer *tr) {
     const Config *c = &tr->cfg;
     Model *m = &tr->model;
@@ -115,7 +132,7 @@ StepStats trainer_step(Trainer *tr) {
         for (int i = 0; i < BT; i++) valid += tr->targets[(size_t)k * BT + i] != IGNORE_INDEX;
     }
     double total_valid = comm_allreduce_scalar(&tr->comm, GROUP_DP, (double)valid);
-    float dloss = total_valid > 0 ? (float)(1.0 / total_valid) : 0.0f;
+    float dloss = total_valid > 0 ? (float)(tr->loss_scale / total_valid) : 0.0f;   /* gradients come out x loss_scale */
 
     model_zero_grads(m);
     double loss_sum = 0;
@@ -127,8 +144,8 @@ StepStats trainer_step(Trainer *tr) {
     loss_sum = comm_allreduce_scalar(&tr->comm, GROUP_DP, loss_sum);
 
     float lr = lr_at(c, tr->step);
-    double norm = optimizer_step(&tr->opt, m, lr);
-    if (!isfinite(norm)) fprintf(stderr, "warning: step %d: non-finite gradient norm; the update is skipped\n", tr->step + 1);
+    double norm = optimizer_step(&tr->opt, m, lr, tr->loss_scale);
+    trainer_update_loss_scale(tr, isfinite(norm));
     tr->be->synchronize();
     tr->step++;
 
@@ -171,6 +188,8 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
                s->lr, s->grad_norm, s->ms, s->tokens_per_s);
         if (s->mfu > 0) printf(" | mfu %4.1f%%", 100 * s->mfu);
         if (s->device_bytes) { char b[32]; printf(" | mem %s", format_bytes((double)s->device_bytes, b, sizeof b)); }
+        if (c->precision == PRECISION_FP16) printf(" | scale %g", tr->loss_scale);
+        if (tr->skipped_steps) printf(" | skipped %d", tr->skipped_steps);
         printf("\n");
         fflush(stdout);
     }
@@ -179,6 +198,7 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
                 tr->step, s->loss, s->lr, s->grad_norm, s->ms, s->tokens_per_s);
         if (s->mfu > 0) fprintf(tr->jsonl, ", \"mfu\": %.4f", s->mfu);
         if (s->device_bytes) fprintf(tr->jsonl, ", \"device_bytes\": %zu", s->device_bytes);
+        fprintf(tr->jsonl, ", \"loss_scale\": %g, \"skipped_steps\": %d", tr->loss_scale, tr->skipped_steps);
         fprintf(tr->jsonl, "}\n");
         fflush(tr->jsonl);
     }

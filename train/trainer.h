@@ -31,6 +31,7 @@ typedef struct {
     Rng sample_rng;
     float loss_scale;           /* fp16 dynamic loss scale (1 when unused), saved in checkpoints */
     int loss_scale_clean_steps; /* steps since the last overflow */
+    int skipped_steps;          /* updates skipped for inf/nan gradients, in this process */
     int saved_step;             /* step of the newest checkpoint this process wrote or resumed from; -1 none */
 } Trainer;
 
@@ -47,6 +48,12 @@ void trainer_save_checkpoint(Trainer *tr);
 StepStats trainer_step(Trainer *tr);
 /* Mean loss over eval_batches validation micro-batches (from the start of the val split). */
 double trainer_eval(Trainer *tr);
+/* fp16 dynamic loss scaling, PyTorch GradScaler's rule: x0.5 and the step
+ * skipped on any inf/nan, x2 after LOSS_SCALE_WINDOW clean steps in a row.
+ * Other precisions keep a scale of 1 and only ever skip a non-finite step.
+ * trainer_step calls it with whether the step's gradients were finite. */
+#define LOSS_SCALE_WINDOW 2000
+void trainer_update_loss_scale(Trainer *tr, int finite);
 /* Print sample_tokens of generated text from the current weights. */
 void trainer_sample(Trainer *tr);
 float lr_at(const Config *c, int step);
