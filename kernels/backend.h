@@ -15,6 +15,7 @@
 #include "swiglu.h"
 #include "cross_entropy.h"
 #include "adamw.h"
+#include "adamw8bit.h"
 #include "elementwise.h"
 
 typedef struct Backend {
@@ -47,6 +48,7 @@ typedef struct Backend {
     SwigluBackward *swiglu_backward;
     CrossEntropy *cross_entropy;
     AdamWUpdate *adamw_update;
+    AdamW8bitUpdate *adamw8bit_update;
     Add *add;
     SumSquares *sum_squares;
     CastFromFp32 *cast_from_fp32;

@@ -30,7 +30,7 @@ static const Backend cpu = {
     .attention_forward = attention_forward_cpu, .attention_backward = attention_backward_cpu,
     .attention_cached = attention_cached_cpu,
     .swiglu_forward = swiglu_forward_cpu, .swiglu_backward = swiglu_backward_cpu,
-    .cross_entropy = cross_entropy_cpu, .adamw_update = adamw_update_cpu,
+    .cross_entropy = cross_entropy_cpu, .adamw_update = adamw_update_cpu, .adamw8bit_update = adamw8bit_update_cpu,
     .add = add_cpu, .sum_squares = sum_squares_cpu, .cast_from_fp32 = cast_from_fp32_cpu,
 };
 

@@ -11,6 +11,7 @@
 enum { DEVICE_CPU, DEVICE_CUDA };
 enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };
 enum { SCHEDULE_COSINE, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
+enum { OPTIMIZER_ADAMW, OPTIMIZER_ADAMW8BIT };
 
 typedef struct {
     char preset[32];
@@ -19,6 +20,7 @@ typedef struct {
     float rope_theta, norm_eps, init_std;
     /* training */
     int batch_size, total_batch_tokens, max_steps, warmup_steps, lr_schedule, seed;
+    int optimizer;
     float lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip;
     /* data */
     char train_data[1024], val_data[1024];

@@ -1,16 +1,32 @@
-/* train/optimizer.h — AdamW over the model's flat parameter buffer.
+/* train/optimizer.h — AdamW over the model's flat parameter buffer, with fp32
+ * or 8-bit moments (config key optimizer=adamw|adamw8bit).
  *
  * The idea: the optimizer sees the parameters as one fp32 buffer cut into
  * slices that differ only in weight decay (none on norm weights); one step is
- * global-norm -> clip factor -> one fused update of every slice. */
+ * global-norm -> clip factor -> one fused update of every slice. adamw keeps
+ * fp32 m and v (8 bytes/param). adamw8bit (kernels/adamw8bit.h) keeps, for
+ * every tensor of at least 4096 elements, uint8 codes of m and v plus one fp32
+ * absmax per 256-element block (~2.03 bytes/param), and fp32 m, v for the
+ * small tensors; its slices also differ in which kind of state they use. All
+ * 8-bit state is one backend allocation with named views. */
 #pragma once
 #include "config.h"
 #include "../model/llama.h"
 
 typedef struct {
-    float *m, *v;           /* (n_params) first and second moments, on the backend */
+    int kind;               /* OPTIMIZER_ADAMW or OPTIMIZER_ADAMW8BIT */
+    /* adamw */
+    float *m, *v;           /* (n_params) first and second moments, on the backend; NULL for adamw8bit */
     AdamWSlice *slices;     /* runs of adjacent tensors with the same weight decay */
     int n_slices;
+    /* adamw8bit */
+    void *state;            /* the one backend allocation holding q8's views */
+    size_t state_bytes;
+    AdamW8bitState q8;      /* codes (Q), absmax (Q/256), fp32 m32, v32 (S) of the small tensors */
+    AdamW8bitSlice *slices8;/* runs of adjacent tensors with the same weight decay and state kind */
+    int n_slices8;
+    size_t n_quantized;     /* Q: elements of 8-bit state (each slice rounded up to 256) */
+    size_t n_fp32;          /* S: elements of fp32 state */
     int step;               /* updates done */
     float beta1, beta2, eps, grad_clip;
 } Optimizer;
@@ -20,5 +36,18 @@ void optimizer_free(Optimizer *o, const Backend *be);
 /* The gradients hold loss_scale x the true gradients (1 unless fp16 loss
  * scaling). Unscale, clip to grad_clip by the global norm over every rank
  * holding a part of the model, then update. Returns that (true) norm; a
- * non-finite norm — an overflow somewhere — skips the update. */
+ * non-finite norm — an overflow somewhere — skips the update, for both
+ * optimizers before either touches anything (the step count stays). */
 double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale);
+/* Bytes of optimizer state on the backend (8 * n_params for adamw). */
+size_t optimizer_state_bytes(const Optimizer *o);
+/* The moments as two fp32 (n_params) backend buffers laid out like the params,
+ * the form checkpoints store (optimizer.adamw.m/..., optimizer.adamw.v/...):
+ * adamw copies; adamw8bit dequantizes (map value * absmax; on the host). */
+void optimizer_moments_to_fp32(const Optimizer *o, const Model *m, float *m_out, float *v_out);
+/* The reverse: adamw copies; adamw8bit quantizes per block. Quantizing what
+ * optimizer_moments_to_fp32 gave returns the same codes and absmax bit for bit
+ * (each block's largest element maps to the exact code +-1), so an 8-bit run
+ * saved and resumed through fp32 moments continues exactly, and an fp32 AdamW
+ * checkpoint converts into an 8-bit run (and back) by the same two calls. */
+void optimizer_moments_from_fp32(Optimizer *o, const Model *m, const float *m_in, const float *v_in);

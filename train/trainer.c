@@ -208,28 +208,34 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
 
 #define CONFIG_TEXT_BYTES 65536
 
-/* AdamW's fp32 m and v are stored as optimizer.adamw.{m,v}/<weight name>; other optimizers' state is not wired in yet */
-static void need_adamw_moments(const Trainer *tr) {
-    if (!tr->opt.m || !tr->opt.v)
-        die("checkpoints store AdamW's fp32 moments, and this optimizer keeps none\n"
-            "  hint: use optimizer=adamw with checkpoint_every/resume until 8-bit state is wired into checkpoints");
+/* Both optimizers' moments are stored as fp32 optimizer.adamw.{m,v}/<weight name>:
+ * adamw8bit's go through optimizer_moments_to_fp32 / _from_fp32 (dequantize to
+ * save, quantize to load: exact for its own checkpoints, see train/optimizer.h),
+ * in temporary (n_params) buffers; so either optimizer resumes from either's
+ * checkpoint, the moments converted. */
+static void moments_fp32(Trainer *tr, float **m, float **v) {
+    if (tr->opt.m) { *m = tr->opt.m; *v = tr->opt.v; return; }
+    *m = tr->be->alloc(tr->model.n_params * sizeof(float), "checkpoint: fp32 first moment of adamw8bit");
+    *v = tr->be->alloc(tr->model.n_params * sizeof(float), "checkpoint: fp32 second moment of adamw8bit");
+}
+static void moments_release(Trainer *tr, float *m, float *v) {
+    if (m != tr->opt.m) { tr->be->free(m); tr->be->free(v); }
 }
 
 void trainer_save_checkpoint(Trainer *tr) {
-    if (!tr->opt.m || !tr->opt.v) {
-        fprintf(stderr, "warning: step %d: no checkpoint written: checkpoints store AdamW's fp32 moments and this optimizer keeps none\n", tr->step);
-        tr->saved_step = tr->step;
-        return;
-    }
     char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200];
     config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
     LoaderState ls = loader_get_state(&tr->train);
     CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loader_epoch = ls.epoch, .loader_cursor = ls.cursor,
                    .rng_state = tr->sample_rng.s, .has_rng = tr->tokenizer != NULL, .loss_scale = tr->loss_scale,
                    .clean_steps = tr->loss_scale_clean_steps, .optimizer = CKPT_OPT_ADAMW, .optimizer_step = tr->opt.step};
-    CkptMirror mirrors[2] = {{"optimizer.adamw.m", tr->opt.m}, {"optimizer.adamw.v", tr->opt.v}};
     double t0 = now_seconds();
+    float *m, *v;
+    moments_fp32(tr, &m, &v);
+    if (m != tr->opt.m) optimizer_moments_to_fp32(&tr->opt, &tr->model, m, v);
+    CkptMirror mirrors[2] = {{"optimizer.adamw.m", m}, {"optimizer.adamw.v", v}};
     checkpoint_save(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &tr->model, mirrors, 2, &s, text, path, sizeof path);
+    moments_release(tr, m, v);
     tr->saved_step = tr->step;
     if (tr->comm.rank == 0) {
         printf("ckpt  | step %d | %s | %.0f ms\n", tr->step, path, (now_seconds() - t0) * 1e3);
@@ -243,11 +249,14 @@ void trainer_restore(Trainer *tr) {
     char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200], err[2048];
     config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
     if (c->resume && checkpoint_find_latest(c->run_dir, path, sizeof path) >= 0) {
-        need_adamw_moments(tr);
         CkptState s;
-        CkptMirror mirrors[2] = {{"optimizer.adamw.m", tr->opt.m}, {"optimizer.adamw.v", tr->opt.v}};
+        float *m, *v;
+        moments_fp32(tr, &m, &v);
+        CkptMirror mirrors[2] = {{"optimizer.adamw.m", m}, {"optimizer.adamw.v", v}};
         checkpoint_load(path, &tr->model, mirrors, 2, &s, text);
         if (s.optimizer != CKPT_OPT_ADAMW) die("checkpoint '%s' holds no AdamW state; this run uses AdamW", path);
+        if (m != tr->opt.m) optimizer_moments_from_fp32(&tr->opt, &tr->model, m, v);   /* quantized into 8-bit state */
+        moments_release(tr, m, v);
         tr->step = (int)s.step;
         tr->opt.step = (int)s.optimizer_step;
         loader_set_state(&tr->train, (LoaderState){s.loader_epoch, s.loader_cursor});

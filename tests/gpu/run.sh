@@ -40,6 +40,11 @@ build/gpu/test_cuda_ops >build/gpu/test_cuda_ops.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint' build/gpu/test_cuda_ops.log | head -40
 tally build/gpu/test_cuda_ops.log $rc
 
+echo "== 8-bit AdamW: CUDA vs CPU, identical codes"
+build/gpu/test_adamw8bit_cuda >build/gpu/test_adamw8bit_cuda.log 2>&1; rc=$?
+grep -E '^FAIL|^error|hint|timing' build/gpu/test_adamw8bit_cuda.log | head -20
+tally build/gpu/test_adamw8bit_cuda.log $rc
+
 echo "== op test, TF32 matmuls (LLM3D_TF32=1)"
 LLM3D_TF32=1 build/gpu/test_cuda_ops >build/gpu/test_cuda_ops_tf32.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint' build/gpu/test_cuda_ops_tf32.log | head -20

@@ -1,0 +1,137 @@
+/* kernels/cuda/adamw8bit.cu — 8-bit AdamW (kernels/adamw8bit.h) in one launch.
+ *
+ * The idea: every slice is cut into 256-element blocks and one CUDA block of
+ * 256 threads takes one of them, a thread per element: a quantized block is
+ * dequantized (map value * absmax), stepped in fp32, reduced to its new absmax
+ * (block_max) and requantized by binary search over the map, which sits in
+ * shared memory (copied from __constant__, where adamw8bit_maps' host table is
+ * uploaded once). A block of an fp32-state slice does the plain fp32 update.
+ * The slice list is cached on the device like kernels/cuda/adamw.cu's. All
+ * arithmetic goes through the _rn intrinsics, so nothing is contracted into an
+ * FMA and each result is the CPU reference's, bit for bit. */
+#include "common.cuh"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+extern "C" {
+#include "../adamw8bit.h"
+#include "../../common/util.h"
+}
+
+#define Q8_THREADS ADAMW8BIT_BLOCK
+
+__constant__ float q8_map_signed[256], q8_map_unsigned[256];
+
+struct Q8Slice { size_t offset, count, state; float weight_decay; int quantized; int first_block; };
+
+/* adamw8bit_nearest of kernels/adamw8bit.h: the last map[k] <= x, then k or k + 1 */
+__device__ __forceinline__ uint8_t q8_nearest(const float *map, float x) {
+    int k = 0;
+#pragma unroll
+    for (int step = 128; step > 0; step >>= 1) k += map[k + step] <= x ? step : 0;
+    if (k == 255) return 255;
+    return (uint8_t)(__fsub_rn(map[k + 1], x) < __fsub_rn(x, map[k]) ? k + 1 : k);
+}
+
+/* the fp32 AdamW step of one element, in kernels/cpu/adamw.c's order, no contraction */
+__device__ __forceinline__ float q8_step(float p, float g, float &m, float &v, float decay, float b1, float b2,
+                                         float omb1, float omb2, float eps, float step_size, float bc2_sqrt) {
+    p = __fmul_rn(p, decay);
+    m = __fadd_rn(__fmul_rn(b1, m), __fmul_rn(omb1, g));
+    v = __fadd_rn(__fmul_rn(b2, v), __fmul_rn(__fmul_rn(omb2, g), g));
+    return __fsub_rn(p, __fdiv_rn(__fmul_rn(step_size, m), __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps)));
+}
+
+/* params, grads (P) fp32; params_compute (P) act dtype or NULL; codes (Q) uint8, absmax (Q/256), m32/v32 (S) fp32 */
+template <typename T> __global__ void adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bitState st,
+                                                       const Q8Slice *slices, int n_slices, float lr, float b1, float b2,
+                                                       float omb1, float omb2, float eps, float gs, float step_size,
+                                                       float bc2_sqrt) {
+    __shared__ float ms[256], mu[256];
+    int lo = 0, hi = n_slices - 1;   /* last slice whose first_block <= blockIdx.x */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (slices[mid].first_block <= (int)blockIdx.x) lo = mid; else hi = mid - 1;
+    }
+    Q8Slice s = slices[lo];
+    float decay = __fsub_rn(1.0f, __fmul_rn(lr, s.weight_decay));
+    size_t j = (size_t)(blockIdx.x - s.first_block) * Q8_THREADS + threadIdx.x;
+    bool valid = j < s.count;
+    size_t i = s.offset + j;
+    if (!s.quantized) {   /* whole CUDA blocks belong to one slice, so this branch is uniform per block */
+        if (!valid) return;
+        float m = st.m32[s.state + j], v = st.v32[s.state + j];
+        float p = q8_step(params[i], __fmul_rn(grads[i], gs), m, v, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+        st.m32[s.state + j] = m;
+        st.v32[s.state + j] = v;
+        params[i] = p;
+        if (params_compute) params_compute[i] = from_f<T>(p);
+        return;
+    }
+    ms[threadIdx.x] = q8_map_signed[threadIdx.x];
+    mu[threadIdx.x] = q8_map_unsigned[threadIdx.x];
+    size_t q = s.state + j, blk = (s.state + j - threadIdx.x) / ADAMW8BIT_BLOCK;
+    __syncthreads();
+    float m = 0.0f, v = 0.0f;
+    if (valid) {
+        m = __fmul_rn(ms[st.m_code[q]], st.m_absmax[blk]);
+        v = __fmul_rn(mu[st.v_code[q]], st.v_absmax[blk]);
+        float p = q8_step(params[i], __fmul_rn(grads[i], gs), m, v, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+        params[i] = p;
+        if (params_compute) params_compute[i] = from_f<T>(p);
+    }
+    float am = block_max(fabsf(m)), av = block_max(v);   /* every thread reaches both (no early return above) */
+    if (valid) {
+        st.m_code[q] = q8_nearest(ms, am > 0.0f ? __fdiv_rn(m, am) : 0.0f);
+        st.v_code[q] = q8_nearest(mu, av > 0.0f ? __fdiv_rn(v, av) : 0.0f);
+    }
+    if (threadIdx.x == 0) {
+        st.m_absmax[blk] = am;
+        st.v_absmax[blk] = av;
+    }
+}
+
+extern "C" void adamw8bit_update_cuda(float *params, void *params_compute, const float *grads, AdamW8bitState st,
+                                      const AdamW8bitSlice *slices, int n_slices, AdamWHyper h) {
+    static int maps_uploaded = 0;
+    static AdamW8bitSlice *host_copy = 0;   /* the cached slice list, re-uploaded only when it changes */
+    static int host_n = 0, total_blocks = 0;
+    static void *dev = 0;
+    static size_t dev_cap = 0;
+    if (n_slices <= 0) return;
+    if (!maps_uploaded) {
+        const float *ms, *mu;
+        adamw8bit_maps(&ms, &mu);
+        cudaCheck(cudaMemcpyToSymbol(q8_map_signed, ms, 256 * sizeof(float)));
+        cudaCheck(cudaMemcpyToSymbol(q8_map_unsigned, mu, 256 * sizeof(float)));
+        maps_uploaded = 1;
+    }
+    if (n_slices != host_n || memcmp(host_copy, slices, n_slices * sizeof(AdamW8bitSlice)) != 0) {
+        free(host_copy);
+        host_copy = (AdamW8bitSlice *)mallocCheck(n_slices * sizeof(AdamW8bitSlice));
+        memcpy(host_copy, slices, n_slices * sizeof(AdamW8bitSlice));
+        host_n = n_slices;
+        Q8Slice *d = (Q8Slice *)mallocCheck(n_slices * sizeof(Q8Slice));
+        total_blocks = 0;
+        for (int s = 0; s < n_slices; s++) {
+            if (slices[s].quantized && slices[s].state % ADAMW8BIT_BLOCK)
+                die("internal: 8-bit AdamW slice %d starts its state at %zu, not a multiple of %d", s, slices[s].state, ADAMW8BIT_BLOCK);
+            d[s] = Q8Slice{slices[s].offset, slices[s].count, slices[s].state, slices[s].weight_decay, slices[s].quantized, total_blocks};
+            total_blocks += (int)ceil_div(slices[s].count, Q8_THREADS);
+        }
+        cuda_scratch(&dev, &dev_cap, n_slices * sizeof(Q8Slice), "8-bit AdamW slice list");
+        cudaCheck(cudaMemcpyAsync(dev, d, n_slices * sizeof(Q8Slice), cudaMemcpyHostToDevice, cuda_stream));
+        cudaCheck(cudaStreamSynchronize(cuda_stream));
+        free(d);
+    }
+    if (total_blocks == 0) return;
+    /* the same host arithmetic as kernels/cpu/adamw8bit.c */
+    float bc1 = 1.0f - powf(h.beta1, (float)h.step), bc2_sqrt = sqrtf(1.0f - powf(h.beta2, (float)h.step));
+    float step_size = h.lr / bc1, omb1 = 1.0f - h.beta1, omb2 = 1.0f - h.beta2;
+    ACT_SWITCH(T, {
+        adamw8bit_kernel<T><<<total_blocks, Q8_THREADS, 0, cuda_stream>>>(
+            params, (T *)params_compute, grads, st, (const Q8Slice *)dev, n_slices, h.lr, h.beta1, h.beta2, omb1, omb2,
+            h.eps, h.grad_scale, step_size, bc2_sqrt);
+    });
+    launchCheck();
+}

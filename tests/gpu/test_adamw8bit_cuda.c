@@ -1,0 +1,131 @@
+/* tests/gpu/test_adamw8bit_cuda.c — the CUDA 8-bit AdamW against the CPU reference.
+ *
+ * The idea: both launchers do the same IEEE fp32 operations in the same order
+ * (the CUDA kernel through _rn intrinsics, so nothing becomes an FMA), search
+ * the same map the same way and take the same absmax (a max is exact in any
+ * order), so after several steps the codes, absmax and fp32 small-tensor state
+ * must be identical bytes and the weights identical (checked within 1e-6
+ * relative, expected exact). Slices mix 8-bit and fp32 state, with partial last
+ * blocks; the compute copy is checked in bf16 and fp16 against the CPU weights
+ * rounded to nearest even. The backend table's entry is checked too, and one
+ * large update is timed. Run on a GPU machine: tests/gpu/run.sh. */
+#include "../../kernels/backend.h"
+#include "../../common/util.h"
+#include "../test.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static Rng rng;
+
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+static uint16_t to_fp16(float f) { _Float16 h = (_Float16)f; uint16_t u; memcpy(&u, &h, 2); return u; }
+
+typedef struct { size_t Q, S, P; } Sizes;
+
+/* state views into one host or device buffer: m32 v32 | m_absmax v_absmax | m_code v_code */
+static AdamW8bitState views(char *base, Sizes z) {
+    AdamW8bitState st;
+    size_t nb = z.Q / ADAMW8BIT_BLOCK;
+    st.m32 = (float *)base;
+    st.v32 = st.m32 + z.S;
+    st.m_absmax = st.v32 + z.S;
+    st.v_absmax = st.m_absmax + nb;
+    st.m_code = (uint8_t *)(st.v_absmax + nb);
+    st.v_code = st.m_code + z.Q;
+    return st;
+}
+static size_t state_bytes(Sizes z) { return 2 * z.S * 4 + 2 * (z.Q / ADAMW8BIT_BLOCK) * 4 + 2 * z.Q; }
+
+static void run_case(DType act, const char *name) {
+    const Backend *gpu = backend_cuda(act), *cpu = backend_cpu();
+    /* slices: 8-bit with a partial block, fp32, 8-bit, fp32 tiny, 8-bit large */
+    size_t counts[5] = {5000, 300, 4096, 7, 200000 + 13};
+    int quant[5] = {1, 0, 1, 0, 1};
+    float wd[5] = {0.1f, 0.0f, 0.05f, 0.0f, 0.1f};
+    AdamW8bitSlice sl[5];
+    Sizes z = {0, 0, 0};
+    for (int s = 0; s < 5; s++) {
+        sl[s] = (AdamW8bitSlice){z.P, counts[s], quant[s] ? z.Q : z.S, wd[s], quant[s]};
+        if (quant[s]) z.Q += (counts[s] + 255) / 256 * 256; else z.S += counts[s];
+        z.P += counts[s];
+    }
+    size_t P = z.P, SB = state_bytes(z), esize = act == DTYPE_FP32 ? 4 : 2;
+    float *hp = mallocCheck(P * 4), *hg = mallocCheck(P * 4), *gp_back = mallocCheck(P * 4);
+    char *hs = callocCheck(SB, 1), *gs_back = mallocCheck(SB);
+    uint16_t *gc_back = mallocCheck(P * 2);
+    for (size_t i = 0; i < P; i++) hp[i] = rng_normal(&rng) * 0.02f;
+    float *dp = gpu->alloc(P * 4, "params"), *dg = gpu->alloc(P * 4, "grads");
+    void *dc = act == DTYPE_FP32 ? NULL : gpu->alloc(P * esize, "compute copy");
+    char *ds = gpu->alloc(SB, "8-bit state");
+    gpu->upload(dp, hp, P * 4);
+    AdamW8bitState hst = views(hs, z), dst = views(ds, z);
+    for (int t = 1; t <= 6; t++) {
+        for (size_t i = 0; i < P; i++) hg[i] = (rng_normal(&rng) + 0.3f) * 1e-3f * (1 + i % 5);
+        if (t == 4) for (size_t i = 0; i < 256; i++) hg[i] = 0;   /* an all-zero m block's update: absmax 0 path next step */
+        gpu->upload(dg, hg, P * 4);
+        AdamWHyper h = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.7f, .step = t};
+        cpu->adamw8bit_update(hp, NULL, hg, hst, sl, 5, h);
+        adamw8bit_update_cuda(dp, dc, dg, dst, sl, 5, h);
+    }
+    gpu->synchronize();
+    gpu->download(gp_back, dp, P * 4);
+    gpu->download(gs_back, ds, SB);
+    size_t diff_bytes = 0;
+    for (size_t b = 0; b < SB; b++) diff_bytes += hs[b] != gs_back[b];
+    double worst = 0;
+    size_t unequal = 0;
+    for (size_t i = 0; i < P; i++) {
+        worst = fmax(worst, fabs((double)hp[i] - gp_back[i]) / fmax(fabs(hp[i]), 1e-30));
+        unequal += hp[i] != gp_back[i];
+    }
+    CHECK(diff_bytes == 0, "%s: %zu of %zu state bytes (codes, absmax, fp32 m/v) differ between CPU and CUDA", name, diff_bytes, SB);
+    CHECK(worst <= 1e-6, "%s: weights differ by %.3g relative (%zu elements not identical)", name, worst, unequal);
+    if (dc) {
+        gpu->download(gc_back, dc, P * 2);
+        size_t bad = 0;
+        for (size_t i = 0; i < P; i++) bad += gc_back[i] != (act == DTYPE_BF16 ? to_bf16(hp[i]) : to_fp16(hp[i]));
+        CHECK(bad == 0, "%s: %zu compute-copy elements are not the rounded fp32 weights", name, bad);
+    }
+    printf("%s: %zu params, state %zu bytes: %zu bytes differ; weights max rel diff %.3g (%zu not identical)\n", name, P, SB,
+           diff_bytes, worst, unequal);
+    gpu->free(dp); gpu->free(dg); gpu->free(ds);
+    if (dc) gpu->free(dc);
+    free(hp); free(hg); free(gp_back); free(hs); free(gs_back); free(gc_back);
+}
+
+static void check_table_and_time(void) {
+    const Backend *gpu = backend_cuda(DTYPE_BF16);
+    CHECK(gpu->adamw8bit_update == adamw8bit_update_cuda, "the CUDA backend table holds adamw8bit_update_cuda");
+    size_t P = (size_t)124 << 20;   /* about l124m */
+    Sizes z = {P, 0, P};
+    AdamW8bitSlice sl = {0, P, 0, 0.1f, 1};
+    float *dp = gpu->alloc(P * 4, "params"), *dg = gpu->alloc(P * 4, "grads");
+    void *dc = gpu->alloc(P * 2, "compute copy");
+    char *ds = gpu->alloc(state_bytes(z), "8-bit state");
+    AdamW8bitState st = views(ds, z);
+    AdamWHyper h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .step = 1};
+    adamw8bit_update_cuda(dp, dc, dg, st, &sl, 1, h);
+    gpu->synchronize();
+    double t0 = now_seconds();
+    for (int k = 0; k < 10; k++) { h.step = k + 2; adamw8bit_update_cuda(dp, dc, dg, st, &sl, 1, h); }
+    gpu->synchronize();
+    double ms = (now_seconds() - t0) / 10 * 1e3, bytes = (double)P * (4 + 4 + 4 + 2 + 2 + 2) + 4.0 * P / 64;
+    printf("timing: %zu params, bf16 compute copy: %.3f ms per update, %.0f GB/s\n", P, ms, bytes / ms / 1e6);
+    gpu->free(dp); gpu->free(dg); gpu->free(dc); gpu->free(ds);
+}
+
+int main(void) {
+    rng_seed(&rng, 5);
+    run_case(DTYPE_FP32, "fp32");
+    run_case(DTYPE_BF16, "bf16");
+    run_case(DTYPE_FP16, "fp16");
+    check_table_and_time();
+    return test_summary();
+}

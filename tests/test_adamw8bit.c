@@ -1,0 +1,453 @@
+/* tests/test_adamw8bit.c — 8-bit AdamW (kernels/adamw8bit.h, optimizer=adamw8bit) on CPU:
+ *   - the maps: sorted, 0 and the ends (-1, 1 / 0, 1) exact;
+ *   - quantize -> dequantize of random normal blocks errs by at most G * absmax,
+ *     G = half the widest gap between neighbouring map values (the code is the
+ *     nearest one), and quantize(dequantize(codes)) gives the codes back;
+ *   - the kernel against a naive re-implementation (codes identical, weights
+ *     identical), fp32-state slices against kernels/cpu/adamw.c bit for bit, and
+ *     one 8-bit step close to the fp32 step;
+ *   - state bytes per parameter on l124m (<= 2.1), a non-finite gradient skips the step;
+ *   - 300 steps of a small model on a Markov-chain shard: adamw8bit's final loss
+ *     within 2% of adamw's;
+ *   - checkpoints: 8-bit state saved (as fp32 moments) and resumed bit-exactly, and
+ *     fp32 AdamW <-> 8-bit conversion both ways; --optimizer=adam8 is refused in words. */
+#include "test.h"
+#include "../common/util.h"
+#include "../train/trainer.h"
+#include "../checkpoint/checkpoint.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static Rng rng;
+static const float *MS, *MU;   /* the signed and unsigned maps */
+static char shard_path[256];
+
+static double max_half_gap(const float *map) {
+    double g = 0;
+    for (int k = 0; k < 255; k++) g = fmax(g, ((double)map[k + 1] - map[k]) / 2);
+    return g;
+}
+
+/* ------------------------------------------------------------------ maps */
+static void test_maps(void) {
+    int sorted_s = 1, sorted_u = 1, zero_s = 0, zero_u = 0;
+    for (int k = 0; k < 255; k++) { sorted_s &= MS[k] < MS[k + 1]; sorted_u &= MU[k] < MU[k + 1]; }
+    for (int k = 0; k < 256; k++) { zero_s += MS[k] == 0.0f; zero_u += MU[k] == 0.0f; }
+    CHECK(sorted_s && sorted_u, "maps strictly increasing (signed %d, unsigned %d)", sorted_s, sorted_u);
+    CHECK(MS[0] == -1.0f && MS[255] == 1.0f, "signed map covers [-1, 1]: %g .. %g", MS[0], MS[255]);
+    CHECK(MU[0] == 0.0f && MU[255] == 1.0f, "unsigned map covers [0, 1]: %g .. %g", MU[0], MU[255]);
+    CHECK(zero_s == 1 && zero_u == 1, "0 is one code of each map (%d, %d)", zero_s, zero_u);
+    CHECK(adamw8bit_nearest(MS, 0.0f) == 127 && MS[127] == 0.0f, "0 quantizes to the signed map's 0 (code %d)", adamw8bit_nearest(MS, 0.0f));
+    int pos = 0, neg = 0;
+    for (int k = 0; k < 256; k++) { pos += MS[k] > 0; neg += MS[k] < 0; }
+    CHECK(pos == 128 && neg == 127, "signed map: %d positive, %d negative values", pos, neg);
+    float smallest = MS[128];
+    CHECK(fabsf(smallest - 0.55e-6f) < 1e-12f && fabsf(MU[1] - 0.325e-6f) < 1e-12f,
+          "smallest nonzero magnitudes 5.5e-7 (signed) and 3.25e-7 (unsigned): %g, %g", smallest, MU[1]);
+    CHECK(fabs(max_half_gap(MS) - 0.0140625 / 2) < 1e-7 && fabs(max_half_gap(MU) - 0.00703125 / 2) < 1e-7,
+          "widest half gaps: signed %.8f (want 0.00703125), unsigned %.8f (want 0.003515625)", max_half_gap(MS), max_half_gap(MU));
+    printf("maps: signed %g .. %g, widest half gap %.8f; unsigned %g .. %g, widest half gap %.8f\n", MS[0], MS[255],
+           max_half_gap(MS), MU[0], MU[255], max_half_gap(MU));
+}
+
+/* ------------------------------------------------- quantization error bound */
+/* |x - map[c] * A| <= G * A + 2 ulp(A): the normalized x/A lies in [-1, 1] (or [0, 1]), the nearest code is at
+ * most half a gap away, and the division, product and map values each round once in fp32. */
+static void test_quantization_error(void) {
+    enum { NB = 2000, N = ADAMW8BIT_BLOCK };
+    double gs = max_half_gap(MS), gu = max_half_gap(MU), worst_s = 0, worst_u = 0, mean_s = 0;
+    int nearest_ok = 1, idempotent = 1, n_total = 0;
+    for (int b = 0; b < NB; b++) {
+        float scale = powf(10.0f, -8.0f + 11.0f * rng_uniform(&rng)), x[N], y[N], d[N], d2[N];
+        int n = b % 7 == 0 ? 1 + (int)(rng_u64(&rng) % N) : N;   /* some partial blocks */
+        for (int k = 0; k < n; k++) { x[k] = rng_normal(&rng) * scale; y[k] = x[k] * x[k]; }
+        uint8_t c[N], cu[N], c2[N];
+        float A = adamw8bit_quantize_block(MS, x, n, c), Au = adamw8bit_quantize_block(MU, y, n, cu);
+        adamw8bit_dequantize_block(MS, c, A, n, d);
+        for (int k = 0; k < n; k++) {
+            double e = fabs((double)x[k] - d[k]) / A;
+            worst_s = fmax(worst_s, e);
+            mean_s += e; n_total++;
+            /* nearest: no other code is closer (up to the fp32 rounding of x/A) */
+            double xn = (double)x[k] / A, best = fabs(xn - MS[c[k]]);
+            for (int j = 0; j < 256; j++) if (fabs(xn - MS[j]) < best - 1e-7) nearest_ok = 0;
+        }
+        adamw8bit_dequantize_block(MU, cu, Au, n, d2);
+        for (int k = 0; k < n; k++) worst_u = fmax(worst_u, fabs((double)y[k] - d2[k]) / Au);
+        /* dequantized values quantize back to the same codes and absmax */
+        float A2 = adamw8bit_quantize_block(MS, d, n, c2);
+        idempotent &= A2 == A && !memcmp(c, c2, n);
+        A2 = adamw8bit_quantize_block(MU, d2, n, c2);
+        idempotent &= A2 == Au && !memcmp(cu, c2, n);
+    }
+    double eps = 2.0 * 1.19e-7;
+    CHECK(worst_s <= gs + eps, "signed: max |x - deq| / absmax %.6g > bound %.6g", worst_s, gs + eps);
+    CHECK(worst_u <= gu + eps, "unsigned: max |x - deq| / absmax %.6g > bound %.6g", worst_u, gu + eps);
+    CHECK(nearest_ok, "every element got its nearest code");
+    CHECK(idempotent, "quantize(dequantize(codes)) returns the same codes and absmax");
+    printf("quantization of %d N(0, s) blocks: max |err|/absmax signed %.6f (bound %.6f), mean %.6f; "
+           "squares, unsigned %.6f (bound %.6f)\n", NB, worst_s, gs, mean_s / n_total, worst_u, gu);
+}
+
+/* ------------------------------------------------------------ the kernel */
+static uint8_t nearest_linear(const float *map, float x) {   /* first of the nearest codes, by scanning */
+    int best = 0;
+    for (int k = 1; k < 256; k++) if (fabsf(map[k] - x) < fabsf(map[best] - x)) best = k;
+    return (uint8_t)best;
+}
+
+/* 3 slices: quantized with a partial last block, fp32, quantized */
+typedef struct { size_t P, Q, S; float *p, *pc, *g; AdamW8bitState st; AdamW8bitSlice sl[3]; } Case;
+static void case_make(Case *k) {
+    size_t c0 = 5000, c1 = 300, c2 = 4096;
+    k->P = c0 + c1 + c2;
+    k->sl[0] = (AdamW8bitSlice){0, c0, 0, 0.1f, 1};
+    k->sl[1] = (AdamW8bitSlice){c0, c1, 0, 0.0f, 0};
+    k->sl[2] = (AdamW8bitSlice){c0 + c1, c2, 5120, 0.05f, 1};
+    k->Q = 5120 + 4096; k->S = c1;
+    k->p = mallocCheck(k->P * 4); k->pc = mallocCheck(k->P * 4); k->g = mallocCheck(k->P * 4);
+    for (size_t i = 0; i < k->P; i++) { k->p[i] = rng_normal(&rng) * 0.02f; k->g[i] = 0; }
+    k->st.m_code = callocCheck(k->Q, 1); k->st.v_code = callocCheck(k->Q, 1);
+    k->st.m_absmax = callocCheck(k->Q / 256, 4); k->st.v_absmax = callocCheck(k->Q / 256, 4);
+    k->st.m32 = callocCheck(k->S, 4); k->st.v32 = callocCheck(k->S, 4);
+}
+static void case_free(Case *k) {
+    free(k->p); free(k->pc); free(k->g);
+    free(k->st.m_code); free(k->st.v_code); free(k->st.m_absmax); free(k->st.v_absmax); free(k->st.m32); free(k->st.v32);
+}
+
+static void test_kernel(void) {
+    Case k;
+    case_make(&k);
+    /* the reference: element by element, linear search, the same fp32 expressions */
+    size_t P = k.P;
+    float *rp = mallocCheck(P * 4), *fm = callocCheck(P, 4), *fv = callocCheck(P, 4), *fp = mallocCheck(P * 4);
+    uint8_t *rmc = callocCheck(k.Q, 1), *rvc = callocCheck(k.Q, 1);
+    float *rma = callocCheck(k.Q / 256, 4), *rva = callocCheck(k.Q / 256, 4), *rm32 = callocCheck(k.S, 4), *rv32 = callocCheck(k.S, 4);
+    memcpy(rp, k.p, P * 4);
+    memcpy(fp, k.p, P * 4);
+    int codes_same = 1, params_same = 1, compute_same = 1, small_same = 1;
+    double step_diff = 0, step_mean = 0;
+    for (int t = 1; t <= 5; t++) {
+        AdamWHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = t};
+        for (size_t i = 0; i < P; i++) k.g[i] = (rng_normal(&rng) + 0.5f) * 1e-3f * (1 + i % 3);   /* a drift, mixed scales */
+        adamw8bit_update_cpu(k.p, k.pc, k.g, k.st, k.sl, 3, h);
+        float bc1 = 1.0f - powf(h.beta1, (float)t), bc2_sqrt = sqrtf(1.0f - powf(h.beta2, (float)t)), ss = h.lr / bc1;
+        for (int s = 0; s < 3; s++) {
+            AdamW8bitSlice sl = k.sl[s];
+            float decay = 1.0f - h.lr * sl.weight_decay;
+            for (size_t j0 = 0; j0 < sl.count; j0 += 256) {
+                size_t n = sl.count - j0 < 256 ? sl.count - j0 : 256, blk = (sl.state + j0) / 256;
+                float nm[256], nv[256], am = 0, av = 0;
+                for (size_t j = j0; j < j0 + n; j++) {
+                    size_t i = sl.offset + j;
+                    float m = sl.quantized ? MS[rmc[sl.state + j]] * rma[blk] : rm32[sl.state + j];
+                    float v = sl.quantized ? MU[rvc[sl.state + j]] * rva[blk] : rv32[sl.state + j];
+                    float g = k.g[i] * h.grad_scale, p = rp[i] * decay;
+                    m = h.beta1 * m + (1.0f - h.beta1) * g;
+                    v = h.beta2 * v + (1.0f - h.beta2) * g * g;
+                    rp[i] = p - ss * m / (sqrtf(v) / bc2_sqrt + h.eps);
+                    nm[j - j0] = m; nv[j - j0] = v;
+                    am = fmaxf(am, fabsf(m)); av = fmaxf(av, v);
+                }
+                for (size_t j = j0; j < j0 + n; j++) {
+                    if (!sl.quantized) { rm32[sl.state + j] = nm[j - j0]; rv32[sl.state + j] = nv[j - j0]; continue; }
+                    rmc[sl.state + j] = nearest_linear(MS, am > 0 ? nm[j - j0] / am : 0.0f);
+                    rvc[sl.state + j] = nearest_linear(MU, av > 0 ? nv[j - j0] / av : 0.0f);
+                }
+                if (sl.quantized) { rma[blk] = am; rva[blk] = av; }
+            }
+        }
+        codes_same &= !memcmp(rmc, k.st.m_code, k.Q) && !memcmp(rvc, k.st.v_code, k.Q) && !memcmp(rma, k.st.m_absmax, k.Q / 256 * 4)
+                      && !memcmp(rva, k.st.v_absmax, k.Q / 256 * 4);
+        params_same &= !memcmp(rp, k.p, P * 4);
+        compute_same &= !memcmp(k.pc, k.p, P * 4);
+        small_same &= !memcmp(rm32, k.st.m32, k.S * 4) && !memcmp(rv32, k.st.v32, k.S * 4);
+        /* the fp32 AdamW of kernels/cpu/adamw.c over the same steps */
+        AdamWSlice fs[3];
+        for (int s = 0; s < 3; s++) fs[s] = (AdamWSlice){k.sl[s].offset, k.sl[s].count, k.sl[s].weight_decay};
+        adamw_update_cpu(fp, NULL, k.g, fm, fv, fs, 3, h);
+    }
+    int fp32_slice_same = !memcmp(fm + k.sl[1].offset, k.st.m32, k.S * 4) && !memcmp(fv + k.sl[1].offset, k.st.v32, k.S * 4);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < P; i++) { num += (double)(k.p[i] - fp[i]) * (k.p[i] - fp[i]); den += (double)fp[i] * fp[i]; }
+    /* one step from the same weights and the fp32 moments, quantized for the 8-bit side: the update differs
+     * only through the moments' quantization error */
+    for (int s = 0; s < 3; s++) {
+        AdamW8bitSlice sl = k.sl[s];
+        for (size_t j0 = 0; j0 < sl.count; j0 += 256) {
+            int n = sl.count - j0 < 256 ? (int)(sl.count - j0) : 256;
+            size_t q = sl.state + j0, i = sl.offset + j0;
+            if (!sl.quantized) { memcpy(k.st.m32 + q, fm + i, n * 4); memcpy(k.st.v32 + q, fv + i, n * 4); continue; }
+            k.st.m_absmax[q / 256] = adamw8bit_quantize_block(MS, fm + i, n, k.st.m_code + q);
+            k.st.v_absmax[q / 256] = adamw8bit_quantize_block(MU, fv + i, n, k.st.v_code + q);
+        }
+    }
+    memcpy(k.p, fp, P * 4);
+    AdamWHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .step = 6};
+    for (size_t i = 0; i < P; i++) k.g[i] = (rng_normal(&rng) + 0.5f) * 1e-3f * (1 + i % 3);
+    adamw8bit_update_cpu(k.p, NULL, k.g, k.st, k.sl, 3, h);
+    float *before = mallocCheck(P * 4);
+    memcpy(before, fp, P * 4);
+    AdamWSlice fs[3];
+    for (int s = 0; s < 3; s++) fs[s] = (AdamWSlice){k.sl[s].offset, k.sl[s].count, k.sl[s].weight_decay};
+    adamw_update_cpu(fp, NULL, k.g, fm, fv, fs, 3, h);
+    double un = 0, ud = 0;
+    for (size_t i = 0; i < P; i++) {
+        double d = fabs((double)(k.p[i] - before[i]) - (fp[i] - before[i])) / h.lr;
+        step_diff = fmax(step_diff, d);
+        step_mean += d / P;
+        un += d * d; ud += ((double)fp[i] - before[i]) * (fp[i] - before[i]) / h.lr / h.lr;
+    }
+    free(before);
+    CHECK(codes_same, "codes and absmax equal the naive reference's (linear search) after each of 5 steps");
+    CHECK(params_same, "weights equal the naive reference's bit for bit");
+    CHECK(compute_same, "the compute copy is written with the weights");
+    CHECK(small_same, "fp32-state slice equals the reference");
+    CHECK(fp32_slice_same, "fp32-state slice equals kernels/cpu/adamw.c bit for bit");
+    CHECK(step_diff < 0.2 && sqrt(un / ud) < 0.02, "one step from the same moments: 8-bit vs fp32 update differ by max %.4f lr, "
+          "rel %.4f", step_diff, sqrt(un / ud));
+    CHECK(sqrt(num / den) < 2e-2, "5 steps: weights of 8-bit vs fp32 AdamW differ by %.3g (relative)", sqrt(num / den));
+    printf("kernel: one step from the same moments, 8-bit vs fp32 update: max |diff| %.4f lr, mean %.5f lr, rel (l2) %.4f; "
+           "after 5 steps weights rel diff %.2e\n", step_diff, step_mean, sqrt(un / ud), sqrt(num / den));
+    free(rp); free(fm); free(fv); free(fp); free(rmc); free(rvc); free(rma); free(rva); free(rm32); free(rv32);
+    case_free(&k);
+}
+
+/* ---------------------------------------------------- optimizer: bytes, skip */
+static void test_state_bytes(void) {
+    Config c;
+    config_defaults(&c);
+    CHECK(config_apply_preset(&c, "l124m") == 0, "l124m preset");
+    c.optimizer = OPTIMIZER_ADAMW8BIT;
+    ModelConfig mc;
+    model_config_from(&mc, &c, c.vocab_size);
+    Comm comm;
+    comm_init(&comm, 1, 1, 1);
+    Model m;
+    model_create(&m, &mc, backend_cpu(), &comm, 1, 8, RECOMPUTE_NONE);   /* weights untouched: the pages stay unallocated */
+    Optimizer o;
+    optimizer_init(&o, &m, &c);
+    double per = (double)optimizer_state_bytes(&o) / m.n_params;
+    size_t small = o.n_fp32;
+    CHECK(per <= 2.1, "l124m: %.4f optimizer state bytes per parameter (want <= 2.1)", per);
+    CHECK(small < m.n_params / 1000, "l124m: %zu elements of fp32 state", small);
+    printf("l124m: %zu params, adamw8bit state %zu bytes = %.4f bytes/param (%zu elements in fp32 state; adamw: 8)\n",
+           m.n_params, optimizer_state_bytes(&o), per, small);
+    optimizer_free(&o, m.be);
+    c.optimizer = OPTIMIZER_ADAMW;
+    optimizer_init(&o, &m, &c);
+    CHECK(optimizer_state_bytes(&o) == 8 * m.n_params, "adamw: 8 bytes/param");
+    optimizer_free(&o, m.be);
+    model_free(&m);
+    comm_free(&comm);
+}
+
+static void markov_shard(int vocab, int64_t n) {
+    snprintf(shard_path, sizeof shard_path, "/tmp/llm3d_test_adamw8bit_%d.bin", (int)getpid());
+    uint32_t *tok = mallocCheck(n * sizeof(uint32_t)), succ[256][4];
+    Rng r;
+    rng_seed(&r, 11);
+    for (int a = 0; a < vocab; a++) for (int j = 0; j < 4; j++) succ[a][j] = (uint32_t)(rng_u64(&r) % vocab);
+    tok[0] = 0;
+    for (int64_t i = 1; i < n; i++) {   /* next token: successor 0..3 of the current one with p = .6 .2 .1 .1 */
+        float u = rng_uniform(&r);
+        tok[i] = succ[tok[i - 1]][u < 0.6f ? 0 : u < 0.8f ? 1 : u < 0.9f ? 2 : 3];
+    }
+    shard_write(shard_path, tok, n, vocab);
+    free(tok);
+}
+
+static void small_config(Config *c, int optimizer) {
+    config_defaults(c);
+    c->dim = 64; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2; c->ffn_dim = 176; c->seq_len = 32;
+    c->batch_size = 8; c->vocab_size = 0; c->warmup_steps = 20; c->max_steps = 300; c->lr = 3e-3f;
+    c->optimizer = optimizer;
+    snprintf(c->train_data, sizeof c->train_data, "%s", shard_path);
+    c->val_data[0] = 0;
+    c->eval_every = 0;
+}
+
+static void test_nonfinite_skip(void) {
+    Config c;
+    small_config(&c, OPTIMIZER_ADAMW8BIT);
+    Trainer tr;
+    trainer_init(&tr, &c);
+    trainer_step(&tr);
+    size_t P = tr.model.n_params, B = tr.opt.state_bytes;
+    char *s0 = mallocCheck(B), *s1 = mallocCheck(B);
+    float *p0 = mallocCheck(P * 4), *p1 = mallocCheck(P * 4), bad = NAN;
+    memcpy(s0, tr.opt.state, B);
+    model_get_params(&tr.model, p0);
+    tr.be->upload(tr.model.grads + P / 2, &bad, sizeof bad);
+    int step = tr.opt.step;
+    double norm = optimizer_step(&tr.opt, &tr.model, 1e-3f, 1.0f);
+    model_get_params(&tr.model, p1);
+    CHECK(!isfinite(norm) && tr.opt.step == step, "a NaN gradient: norm %g, step %d -> %d", norm, step, tr.opt.step);
+    CHECK(!memcmp(s0, tr.opt.state, B) && !memcmp(p0, p1, P * 4), "a NaN gradient leaves the 8-bit state and weights untouched");
+    free(s0); free(s1); free(p0); free(p1);
+    trainer_free(&tr);
+}
+
+/* ------------------------------------------------------- 300-step training */
+static double train_300(int optimizer, double *first, double *seconds) {
+    Config c;
+    small_config(&c, optimizer);
+    Trainer tr;
+    trainer_init(&tr, &c);
+    double t0 = now_seconds(), tail = 0;
+    for (int s = 0; s < c.max_steps; s++) {
+        StepStats st = trainer_step(&tr);
+        if (s == 0) *first = st.loss;
+        if (s >= c.max_steps - 20) tail += st.loss / 20;
+    }
+    *seconds = now_seconds() - t0;
+    trainer_free(&tr);
+    return tail;
+}
+
+static void test_training(void) {
+    double f32, f8, t32, t8;
+    double l32 = train_300(OPTIMIZER_ADAMW, &f32, &t32), l8 = train_300(OPTIMIZER_ADAMW8BIT, &f8, &t8);
+    double rel = fabs(l8 - l32) / l32;
+    CHECK(l32 < 0.6 * f32, "adamw learns the chain: %.4f -> %.4f", f32, l32);
+    CHECK(rel < 0.02, "adamw8bit final loss %.4f vs adamw %.4f: %.2f%% apart (want < 2%%)", l8, l32, 100 * rel);
+    printf("300 steps, dim 64, 2 layers, vocab 256 Markov chain (entropy 1.089 nats): mean loss of the last 20 steps "
+           "adamw %.4f (from %.4f, %.1f s), adamw8bit %.4f (from %.4f, %.1f s): %.2f%% apart\n",
+           l32, f32, t32, l8, f8, t8, 100 * rel);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+static float *dev_floats(const Backend *be, size_t n) { return be->alloc(n * sizeof(float), "test moments"); }
+
+static void save(Trainer *tr, const char *run, char *path, size_t size) {
+    const Backend *be = tr->be;
+    size_t P = tr->model.n_params;
+    float *m = dev_floats(be, P), *v = dev_floats(be, P);
+    optimizer_moments_to_fp32(&tr->opt, &tr->model, m, v);
+    CkptMirror mir[2] = {{"optimizer.adamw.m", m}, {"optimizer.adamw.v", v}};
+    CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loss_scale = 1.0f, .optimizer = CKPT_OPT_ADAMW,
+                   .optimizer_step = tr->opt.step};
+    char *text = mallocCheck(65536);
+    config_write_text(&tr->cfg, text, 65536);
+    checkpoint_save(run, 0, &tr->model, mir, 2, &s, text, path, size);
+    free(text);
+    be->free(m); be->free(v);
+}
+
+static void load(Trainer *tr, const char *path) {
+    const Backend *be = tr->be;
+    size_t P = tr->model.n_params;
+    float *m = dev_floats(be, P), *v = dev_floats(be, P);
+    CkptMirror mir[2] = {{"optimizer.adamw.m", m}, {"optimizer.adamw.v", v}};
+    CkptState s;
+    char *text = mallocCheck(65536);
+    config_write_text(&tr->cfg, text, 65536);
+    checkpoint_load(path, &tr->model, mir, 2, &s, text);
+    optimizer_moments_from_fp32(&tr->opt, &tr->model, m, v);
+    tr->opt.step = (int)s.optimizer_step;
+    tr->step = (int)s.step;
+    free(text);
+    be->free(m); be->free(v);
+}
+
+static void test_checkpoint(void) {
+    char run[256], path[1200];
+    snprintf(run, sizeof run, "/tmp/llm3d_test_adamw8bit_run_%d", (int)getpid());
+    Config c;
+    small_config(&c, OPTIMIZER_ADAMW8BIT);
+    snprintf(c.run_dir, sizeof c.run_dir, "%s", run);
+    Trainer a, b;
+    trainer_init(&a, &c);
+    for (int s = 0; s < 5; s++) trainer_step(&a);
+    save(&a, run, path, sizeof path);
+    trainer_init(&b, &c);
+    load(&b, path);
+    loader_set_state(&b.train, loader_get_state(&a.train));
+    size_t P = a.model.n_params;
+    CHECK(!memcmp(a.opt.state, b.opt.state, a.opt.state_bytes), "8-bit state (codes, absmax, fp32 small tensors) resumes bit-exactly");
+    for (int s = 0; s < 3; s++) {
+        StepStats sa = trainer_step(&a), sb = trainer_step(&b);
+        CHECK(sa.loss == sb.loss, "resumed step %d: loss %.9g vs %.9g", s, sa.loss, sb.loss);
+    }
+    float *pa = mallocCheck(P * 4), *pb = mallocCheck(P * 4);
+    model_get_params(&a.model, pa);
+    model_get_params(&b.model, pb);
+    CHECK(!memcmp(pa, pb, P * 4) && !memcmp(a.opt.state, b.opt.state, a.opt.state_bytes),
+          "3 steps after resume: weights and 8-bit state identical to the uninterrupted run");
+
+    /* conversions: 8-bit -> fp32 AdamW gives the dequantized moments; fp32 -> 8-bit quantizes within the bound */
+    Config c32 = c;
+    c32.optimizer = OPTIMIZER_ADAMW;
+    Trainer f;
+    trainer_init(&f, &c32);
+    load(&f, path);   /* the 8-bit run's checkpoint into an fp32 run */
+    float *m8 = mallocCheck(P * 4), *v8 = mallocCheck(P * 4), *m32 = mallocCheck(P * 4), *v32 = mallocCheck(P * 4);
+    Trainer g;
+    trainer_init(&g, &c);
+    load(&g, path);
+    optimizer_moments_to_fp32(&g.opt, &g.model, m8, v8);   /* cpu backend: host pointers */
+    CHECK(!memcmp(f.opt.m, m8, P * 4) && !memcmp(f.opt.v, v8, P * 4), "an 8-bit checkpoint loads into adamw as its dequantized moments");
+    for (int s = 0; s < 5; s++) trainer_step(&f);   /* fp32 moments of its own now */
+    save(&f, run, path, sizeof path);
+    load(&g, path);   /* fp32 checkpoint into the 8-bit run */
+    optimizer_moments_to_fp32(&g.opt, &g.model, m8, v8);
+    memcpy(m32, f.opt.m, P * 4);
+    memcpy(v32, f.opt.v, P * 4);
+    double worst_m = 0, worst_v = 0;
+    for (int s = 0; s < g.opt.n_slices8; s++) {
+        const AdamW8bitSlice *sl = &g.opt.slices8[s];
+        for (size_t j0 = 0; j0 < sl->count; j0 += 256) {
+            size_t n = sl->count - j0 < 256 ? sl->count - j0 : 256, i0 = sl->offset + j0;
+            double am = 0, av = 0, em = 0, ev = 0;
+            for (size_t i = i0; i < i0 + n; i++) {
+                am = fmax(am, fabsf(m32[i])); av = fmax(av, v32[i]);
+                em = fmax(em, fabs((double)m32[i] - m8[i])); ev = fmax(ev, fabs((double)v32[i] - v8[i]));
+            }
+            if (!sl->quantized) { worst_m = fmax(worst_m, em); worst_v = fmax(worst_v, ev); continue; }
+            if (am > 0) worst_m = fmax(worst_m, em / am);
+            if (av > 0) worst_v = fmax(worst_v, ev / av);
+        }
+    }
+    CHECK(worst_m <= max_half_gap(MS) + 2.4e-7 && worst_v <= max_half_gap(MU) + 2.4e-7,
+          "an fp32 AdamW checkpoint converts into 8-bit state within the bound: m %.5f, v %.5f of the block absmax", worst_m, worst_v);
+    CHECK(g.opt.step == f.opt.step && g.step == f.step, "optimizer step carried over (%d)", g.opt.step);
+    printf("checkpoints: 8-bit resume bit-exact; fp32 -> 8-bit conversion error m %.5f, v %.5f of the block absmax\n", worst_m, worst_v);
+    free(pa); free(pb); free(m8); free(v8); free(m32); free(v32);
+    trainer_free(&a); trainer_free(&b); trainer_free(&f); trainer_free(&g);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", run);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
+/* ------------------------------------------------------------------ config */
+static void test_config(void) {
+    Config c;
+    config_defaults(&c);
+    char err[512] = "";
+    CHECK(c.optimizer == OPTIMIZER_ADAMW, "the default optimizer is adamw");
+    CHECK(config_set(&c, "optimizer", "adamw8bit", err, sizeof err) == 0 && c.optimizer == OPTIMIZER_ADAMW8BIT, "optimizer=adamw8bit");
+    int rc = config_set(&c, "optimizer", "adam8", err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "'optimizer'") && strstr(err, "'adam8'") && strstr(err, "adamw|adamw8bit"),
+          "--optimizer=adam8 is refused naming the key, the value and the choices: %s", err);
+    printf("--optimizer=adam8: %s\n", err);
+}
+
+int main(void) {
+    rng_seed(&rng, 8);
+    adamw8bit_maps(&MS, &MU);
+    test_maps();
+    test_quantization_error();
+    test_kernel();
+    test_config();
+    test_state_bytes();
+    markov_shard(256, 300000);
+    test_nonfinite_skip();
+    test_checkpoint();
+    test_training();
+    unlink(shard_path);
+    return test_summary();
+}
