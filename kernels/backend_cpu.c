@@ -18,11 +18,12 @@ static void cpu_memcpy(void *dst, const void *src, size_t bytes) { memcpy(dst, s
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_synchronize(void) {}
 static size_t cpu_memory_in_use(void) { return 0; }
+static size_t cpu_memory_peak(void) { return 0; }
 
 static const Backend cpu = {
     .name = "cpu", .act = DTYPE_FP32,
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_memcpy, .download = cpu_memcpy, .zero = cpu_zero,
-    .copy = cpu_memcpy, .synchronize = cpu_synchronize, .memory_in_use = cpu_memory_in_use, .peak_flops = 0,
+    .copy = cpu_memcpy, .synchronize = cpu_synchronize, .memory_in_use = cpu_memory_in_use, .memory_peak = cpu_memory_peak, .memory_free = NULL, .peak_flops = 0,
     .embedding_forward = embedding_forward_cpu, .embedding_backward = embedding_backward_cpu,
     .rmsnorm_forward = rmsnorm_forward_cpu, .rmsnorm_backward = rmsnorm_backward_cpu,
     .matmul_forward = matmul_forward_cpu, .matmul_backward = matmul_backward_cpu,

@@ -132,7 +132,7 @@ static size_t layout_activations(Model *m, char *base) {
     return at;
 }
 
-void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute) {
+void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute) {
     memset(m, 0, sizeof *m);
     m->recompute = recompute;
     m->cfg = *cfg;
@@ -156,19 +156,26 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
     m->has_embedding = s == 0;
     m->has_head = s == pp - 1;
     build_layout(m);
-
-    size_t P = m->n_params;
-    m->params = be->alloc(P * sizeof(float), "fp32 master weights");
-    m->params_compute = be->act == DTYPE_FP32 ? (void *)m->params : be->alloc(P * act_size(m), "compute-dtype weights");
-    m->grads = be->alloc(P * sizeof(float), "gradients");
-
     m->B = B; m->T = T;
     m->res = callocCheck(m->n_local_layers + 1, sizeof(void *));
     m->acts = callocCheck(m->n_local_layers, sizeof(LayerActs));
     m->act_bytes = layout_activations(m, NULL);
+}
+
+void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute) {
+    model_plan(m, cfg, be, comm, B, T, recompute);
+    size_t P = m->n_params;
+    m->params = be->alloc(P * sizeof(float), "fp32 master weights");
+    m->params_compute = be->act == DTYPE_FP32 ? (void *)m->params : be->alloc(P * act_size(m), "compute-dtype weights");
+    m->grads = be->alloc(P * sizeof(float), "gradients");
     m->act_memory = be->alloc(m->act_bytes, "activations");
     layout_activations(m, m->act_memory);
     m->host_losses = mallocCheck((size_t)B * T * sizeof(float));
+}
+
+void model_plan_free(Model *m) {
+    free(m->tensors); free(m->layer); free(m->res); free(m->acts);
+    memset(m, 0, sizeof *m);
 }
 
 void model_free(Model *m) {

@@ -90,6 +90,11 @@ typedef struct {
 /* Build the layout for this rank and allocate everything on the backend, the
  * activations for micro-batches up to B x T under the given RECOMPUTE_* mode. */
 void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute);
+/* The layout alone — tensor table, n_params, act_bytes — with nothing
+ * allocated on the backend: what the memory report predicts from.
+ * Release with model_plan_free. */
+void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute);
+void model_plan_free(Model *m);
 void model_free(Model *m);
 /* LLaMA init: N(0, init_std), output projections (wo, w2) scaled by 1/sqrt(2*n_layers), norms 1.
  * Every tensor is drawn whole from its own seeded stream, then sliced, so the

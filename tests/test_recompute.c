@@ -2,10 +2,12 @@
  * gradients and losses under recompute=selective and recompute=full are
  * bit-identical to recompute=none on the CPU (the recomputation runs the very
  * same deterministic kernels on the very same inputs), over two training steps
- * with gradient accumulation; and the activation memory shrinks in order. */
+ * with gradient accumulation; and the activation memory shrinks in order, in
+ * the model and in the memory plan of l124m, as does 8-bit AdamW's state. */
 #include "test.h"
 #include "../common/util.h"
 #include "../train/trainer.h"
+#include "../train/memory.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -53,6 +55,28 @@ int main(void) {
     CHECK(a2 < a1 && a1 < a0, "activation bytes none %zu > selective %zu > full %zu", a0, a1, a2);
     printf("activation bytes: none %zu, selective %zu (%.0f%%), full %zu (%.0f%%)\n", a0, a1, 100.0 * a1 / a0, a2, 100.0 * a2 / a0);
     for (int k = 0; k < 3; k++) trainer_free(&tr[k]);
+
+    /* the memory plan of l124m (nothing allocated): recompute and 8-bit AdamW shrink what they claim to */
+    Config c;
+    config_defaults(&c);
+    char err[256];
+    config_set(&c, "preset", "l124m", err, sizeof err);
+    ModelConfig mc;
+    model_config_from(&mc, &c, 32000);
+    Comm comm;
+    comm_init(&comm, 1, 1, 1);
+    const Backend *be = backend_cpu_emulated(DTYPE_BF16);
+    MemoryPlan none = memory_plan(&c, &mc, be, &comm, RECOMPUTE_NONE, OPTIMIZER_ADAMW, 16);
+    MemoryPlan sel = memory_plan(&c, &mc, be, &comm, RECOMPUTE_SELECTIVE, OPTIMIZER_ADAMW, 16);
+    MemoryPlan full = memory_plan(&c, &mc, be, &comm, RECOMPUTE_FULL, OPTIMIZER_ADAMW, 16);
+    MemoryPlan q8 = memory_plan(&c, &mc, be, &comm, RECOMPUTE_NONE, OPTIMIZER_ADAMW8BIT, 16);
+    size_t P124 = none.master / 4;
+    CHECK(P124 == model_count_params(&mc), "plan counts %zu parameters, the model %zu", P124, model_count_params(&mc));
+    CHECK(full.activations < sel.activations && sel.activations < none.activations, "l124m activations shrink with recompute");
+    CHECK(q8.optimizer <= 2.1 * P124, "adamw8bit state is %.3f bytes/param (<= 2.1)", (double)q8.optimizer / P124);
+    CHECK(none.optimizer == 8 * P124, "adamw state is 8 bytes/param");
+    printf("l124m plan (B=16, the CPU layout: fp32 storage): activations none %.2f GiB, selective %.2f GiB, full %.2f GiB; adamw8bit %.3f bytes/param\n",
+           none.activations / 1073741824.0, sel.activations / 1073741824.0, full.activations / 1073741824.0, (double)q8.optimizer / P124);
     free(g0); free(g); free(p0); free(p);
     unlink(shard);
     return test_summary();

@@ -33,7 +33,7 @@ typedef struct {
     float temperature;
     char sample_prompt[1024], tokenizer[1024];
     /* logging */
-    int log_every;
+    int log_every, memory_report;
     char log_jsonl[1024], run_dir[1024];
     /* checkpoints (checkpoint/checkpoint.h) */
     int checkpoint_every, keep_checkpoints, resume;

@@ -3,6 +3,7 @@
  * Everything a run does is decided by the Config (train/config.h). */
 #include "config.h"
 #include "trainer.h"
+#include "memory.h"
 #include "../common/util.h"
 #include "../data/prepare.h"
 #include "../checkpoint/cli.h"
@@ -49,6 +50,14 @@ int main(int argc, char **argv) {
     trainer_init(&tr, &cfg);
     config_print_table(&tr.cfg, stdout);
     print_banner(&tr);
+    MemoryPlan plan = memory_plan(&tr.cfg, &tr.model_cfg, tr.be, &tr.comm, cfg.recompute, cfg.optimizer, cfg.batch_size);
+    memory_print(&plan, 0, stdout);
+    if (cfg.memory_report) {   /* one step, then the prediction next to what the allocator measured */
+        trainer_step(&tr);
+        memory_print(&plan, tr.be->memory_peak(), stdout);
+        trainer_free(&tr);
+        return 0;
+    }
     trainer_restore(&tr);
     struct sigaction sa = {0};
     sa.sa_handler = on_stop_signal;

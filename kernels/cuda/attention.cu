@@ -289,3 +289,76 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
     float *Dsum = attention_dsum(dout, out, B, T_, NH, HD);
     attention_backward_mma(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV);
 }
+
+/* ---- generation through a KV cache --------------------------------------------------------------
+ * New tokens' k and v are copied into the caches at positions pos0.., then one
+ * warp per new query walks the cached keys in tiles of 32 with the same online
+ * softmax as the forward kernel above (lane j scores key u0 + j). Speed does not
+ * matter here (a handful of tokens against at most T keys): it is written to be
+ * read. */
+
+/* kcache, vcache (B,Tmax,NKV*HD) at pos0 .. pos0+T-1 <- the k and v of qkv (B,T,(NH+2*NKV)*HD) */
+template <typename T> __global__ void kv_append_kernel(T *kc, T *vc, const T *qkv, int T_, int pos0, int Tmax, int NH, int NKV,
+                                                       int HD) {
+    int KV = NKV * HD, b = blockIdx.y, t = blockIdx.x;
+    const T *row = qkv + ((size_t)b * T_ + t) * (NH + 2 * NKV) * HD;
+    for (int e = threadIdx.x; e < KV; e += blockDim.x) {
+        kc[((size_t)b * Tmax + pos0 + t) * KV + e] = row[NH * HD + e];
+        vc[((size_t)b * Tmax + pos0 + t) * KV + e] = row[(NH + NKV) * HD + e];
+    }
+}
+
+/* out (B,T,NH*HD): query t of head h (grid: T*NH warps per b) against cache positions 0 .. pos0+t */
+template <typename T> __global__ void attention_cached_kernel(T *out, const T *kc, const T *vc, const T *qkv, int T_, int pos0,
+                                                              int Tmax, int NH, int NKV, int HD, float scale) {
+    int w = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32, b = blockIdx.y;
+    if (w >= T_ * NH) return;
+    int t = w / NH, h = w % NH, kvh = h / (NH / NKV), KV = NKV * HD, n = pos0 + t + 1;
+    const T *q = qkv + ((size_t)b * T_ + t) * (NH + 2 * NKV) * HD + h * HD;
+    float mx = -INFINITY, sum = 0, o[ATT_MAXR] = {0};
+    for (int u0 = 0; u0 < n; u0 += 32) {
+        int u = u0 + lane;
+        float s = -INFINITY;
+        if (u < n) {
+            const T *k = kc + ((size_t)b * Tmax + u) * KV + kvh * HD;
+            s = 0;
+            for (int d = 0; d < HD; d++) s += to_f(q[d]) * to_f(k[d]);
+            s *= scale;
+        }
+        float m2 = fmaxf(mx, warp_max(s));
+        float p = u < n ? expf(s - m2) : 0.0f, corr = expf(mx - m2);
+        sum = sum * corr + warp_sum(p);
+        mx = m2;
+#pragma unroll
+        for (int r = 0; r < ATT_MAXR; r++) o[r] *= corr;
+        for (int j = 0; j < 32 && u0 + j < n; j++) {
+            float pj = __shfl_sync(0xffffffffu, p, j);
+            const T *v = vc + ((size_t)b * Tmax + u0 + j) * KV + kvh * HD;
+#pragma unroll
+            for (int r = 0; r < ATT_MAXR; r++) {
+                int d = lane + 32 * r;
+                if (d < HD) o[r] += pj * to_f(v[d]);
+            }
+        }
+    }
+    T *y = out + ((size_t)b * T_ + t) * NH * HD + h * HD;
+#pragma unroll
+    for (int r = 0; r < ATT_MAXR; r++) {
+        int d = lane + 32 * r;
+        if (d < HD) y[d] = from_f<T>(o[r] / sum);
+    }
+}
+
+extern "C" void attention_cached_cuda(void *out, void *kcache, void *vcache, const void *qkv, int B, int T_, int pos0, int Tmax,
+                                      int NH, int NKV, int HD) {
+    check_shape(NH, NKV, HD);
+    if (B * T_ == 0) return;
+    ACT_SWITCH(T, {
+        kv_append_kernel<T><<<dim3(T_, B), 128, 0, cuda_stream>>>((T *)kcache, (T *)vcache, (const T *)qkv, T_, pos0, Tmax, NH,
+                                                                 NKV, HD);
+        launchCheck();
+        attention_cached_kernel<T><<<dim3(ceil_div(T_ * NH, 4), B), 128, 0, cuda_stream>>>(
+            (T *)out, (const T *)kcache, (const T *)vcache, (const T *)qkv, T_, pos0, Tmax, NH, NKV, HD, 1.0f / sqrtf((float)HD));
+        launchCheck();
+    });
+}

@@ -53,6 +53,33 @@ const char *cublas_hint(cublasStatus_t s) {
 }
 
 /* ---- memory --------------------------------------------------------------------------------- */
+/* Bytes allocated through this table, now and at the peak: what PyTorch calls
+ * memory_allocated / max_memory_allocated (no CUDA context, no library pools). */
+#define MAX_ALLOCS 4096
+static struct { void *p; size_t bytes; } allocs[MAX_ALLOCS];
+static size_t n_allocs, bytes_now, bytes_peak;
+static void track_alloc(void *p, size_t bytes) {
+    if (n_allocs == MAX_ALLOCS) die("internal: more than %d live GPU allocations", MAX_ALLOCS);
+    allocs[n_allocs].p = p;
+    allocs[n_allocs++].bytes = bytes;
+    bytes_now += bytes;
+    if (bytes_now > bytes_peak) bytes_peak = bytes_now;
+}
+static void track_free(void *p) {
+    for (size_t i = 0; i < n_allocs; i++)
+        if (allocs[i].p == p) {
+            bytes_now -= allocs[i].bytes;
+            allocs[i] = allocs[--n_allocs];
+            return;
+        }
+}
+static size_t cuda_memory_peak(void) { return bytes_peak; }
+static size_t cuda_memory_free(void) {
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    return free_b;
+}
+
 static void *cuda_alloc(size_t bytes, const char *what) {
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
@@ -67,9 +94,14 @@ static void *cuda_alloc(size_t bytes, const char *what) {
             format_bytes((double)total_b, b3, sizeof b3), cudaGetErrorString(e));
     }
     cudaCheck(cudaMemsetAsync(p, 0, bytes, cuda_stream));
+    track_alloc(p, bytes);
     return p;
 }
-static void cuda_free_(void *p) { if (p) cudaCheck(cudaFree(p)); }
+static void cuda_free_(void *p) {
+    if (!p) return;
+    track_free(p);
+    cudaCheck(cudaFree(p));
+}
 static void cuda_upload(void *dst, const void *src, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_stream));
     cudaCheck(cudaStreamSynchronize(cuda_stream));   /* the host buffer may be reused at once */
@@ -101,12 +133,13 @@ void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what)
 /* ---- the table -------------------------------------------------------------------------------- */
 #define CUDA_OPS \
     .alloc = cuda_alloc, .free = cuda_free_, .upload = cuda_upload, .download = cuda_download, .zero = cuda_zero, \
-    .copy = cuda_copy, .synchronize = cuda_synchronize, .memory_in_use = cuda_memory_in_use, .peak_flops = 0, \
+    .copy = cuda_copy, .synchronize = cuda_synchronize, .memory_in_use = cuda_memory_in_use, .memory_peak = cuda_memory_peak, .memory_free = cuda_memory_free, .peak_flops = 0, \
     .embedding_forward = embedding_forward_cuda, .embedding_backward = embedding_backward_cuda, \
     .rmsnorm_forward = rmsnorm_forward_cuda, .rmsnorm_backward = rmsnorm_backward_cuda, \
     .matmul_forward = matmul_forward_cuda, .matmul_backward = matmul_backward_cuda, \
     .rope_forward = rope_forward_cuda, .rope_backward = rope_backward_cuda, \
     .attention_forward = attention_forward_cuda, .attention_backward = attention_backward_cuda, \
+    .attention_cached = attention_cached_cuda, \
     .swiglu_forward = swiglu_forward_cuda, .swiglu_backward = swiglu_backward_cuda, \
     .cross_entropy = cross_entropy_cuda, .adamw_update = adamw_update_cuda, .adamw8bit_update = adamw8bit_update_cuda, \
     .add = add_cuda, .sum_squares = sum_squares_cuda, .cast_from_fp32 = cast_from_fp32_cuda

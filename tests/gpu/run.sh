@@ -3,6 +3,7 @@
 # GPU: builds the CUDA backend and the GPU programs (`make gpu`), runs the op
 # test (every CUDA op against the CPU reference, fp32/bf16/fp16), then the same
 # test with TF32 matmuls, then the op test under compute-sanitizer memcheck.
+# Then the whole-model test (tests/gpu/test_cuda_model.c), also under memcheck.
 # `--bench` also times every op at the l124m shape (bench/gpu/bench_cuda_ops).
 # Logs go to build/gpu/*.log. Not part of `make test`: CI has no GPU.
 # Ends with the summed "N passed, N failed"; exits non-zero on any failure.
@@ -58,6 +59,19 @@ if command -v compute-sanitizer >/dev/null; then
     tally build/gpu/test_cuda_ops_memcheck.log $rc
 else
     echo "== compute-sanitizer not found: memcheck skipped"
+fi
+
+echo "== model test (fixture fp32/bf16/fp16, KV cache, recompute, 20-step curves vs CPU, fp16 overflow)"
+build/gpu/test_cuda_model >build/gpu/test_cuda_model.log 2>&1; rc=$?
+grep -E '^FAIL|^error|hint|^fixture|^recompute|^loss curve|^fp16' build/gpu/test_cuda_model.log | head -40
+tally build/gpu/test_cuda_model.log $rc
+
+if command -v compute-sanitizer >/dev/null; then
+    echo "== model test (fixture part) under compute-sanitizer memcheck"
+    LLM3D_TEST_QUICK=1 compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 build/gpu/test_cuda_model \
+        >build/gpu/test_cuda_model_memcheck.log 2>&1; rc=$?
+    grep -E '^FAIL|^error|=========' build/gpu/test_cuda_model_memcheck.log | head -30
+    tally build/gpu/test_cuda_model_memcheck.log $rc
 fi
 
 if [ $bench = 1 ]; then

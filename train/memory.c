@@ -1,0 +1,87 @@
+/* train/memory.c — the memory plan, its report, and the out-of-memory advice. */
+#include "memory.h"
+#include "../common/util.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define CUBLASLT_WORKSPACE (64ull << 20)   /* kernels/cuda/backend_cuda.cu allocates this once */
+
+MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, int recompute,
+                       int optimizer, int batch_size) {
+    Model m;
+    model_plan(&m, mc, be, comm, batch_size, c->seq_len, recompute);
+    MemoryPlan p = {0};
+    size_t P = m.n_params, act = dtype_size(backend_storage(be));
+    p.master = P * 4;
+    p.compute = be->act == DTYPE_FP32 ? 0 : P * act;
+    p.grads = P * 4;
+    if (optimizer == OPTIMIZER_ADAMW8BIT) {
+        for (int i = 0; i < m.n_tensors; i++) {   /* as train/optimizer.c lays it out: 8-bit from 4096 elements up */
+            size_t n = (size_t)m.tensors[i].rows * m.tensors[i].cols;
+            size_t blocks = (n + 255) / 256;
+            p.optimizer += n >= 4096 ? blocks * 256 * 2 + blocks * 2 * 4 : n * 8;
+        }
+    } else {
+        p.optimizer = P * 8;
+    }
+    p.activations = m.act_bytes;
+    if (!strcmp(be->name, "cuda")) {
+        size_t N = (size_t)batch_size * c->seq_len;
+        /* cuBLASLt workspace; attention's per-query statistics; the embedding backward's sort */
+        p.workspace = CUBLASLT_WORKSPACE + (size_t)batch_size * m.NH * c->seq_len * 4 + N * 16;
+    }
+    p.total = p.master + p.compute + p.grads + p.optimizer + p.activations + p.workspace;
+    model_plan_free(&m);
+    return p;
+}
+
+void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out) {
+    char b[32];
+    struct { const char *name; size_t bytes; } rows[] = {
+        {"weights (compute copy)", p->compute}, {"master weights (fp32)", p->master}, {"gradients (fp32)", p->grads},
+        {"optimizer state", p->optimizer}, {"activations", p->activations}, {"workspaces", p->workspace},
+    };
+    fprintf(out, "memory | predicted:");
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (rows[i].bytes) fprintf(out, " %s %s |", rows[i].name, format_bytes((double)rows[i].bytes, b, sizeof b));
+    fprintf(out, " total %s", format_bytes((double)p->total, b, sizeof b));
+    if (measured_peak) {
+        char m[32];
+        fprintf(out, "\nmemory | measured peak allocated %s: prediction %+.1f%%", format_bytes((double)measured_peak, m, sizeof m),
+                100.0 * ((double)p->total - (double)measured_peak) / (double)measured_peak);
+    }
+    fprintf(out, "\n");
+    fflush(out);
+}
+
+void memory_check_fits(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm) {
+    size_t avail = be->memory_free ? be->memory_free() : 0;
+    if (!avail) return;                       /* the CPU: the operating system decides */
+    MemoryPlan p = memory_plan(c, mc, be, comm, c->recompute, c->optimizer, c->batch_size);
+    if (p.total <= avail) return;
+    char need[32], have[32];
+    fprintf(stderr, "error: this run needs about %s of GPU memory and %s is free:\n", format_bytes((double)p.total, need, sizeof need),
+            format_bytes((double)avail, have, sizeof have));
+    memory_print(&p, 0, stderr);
+    fprintf(stderr, "  settings that fit, by the same prediction (fewest changes first):\n");
+    static const char *rname[] = {"none", "selective", "full"}, *oname[] = {"adamw", "adamw8bit"};
+    int shown = 0;
+    for (int changes = 1; changes <= 3 && shown < 6; changes++)
+        for (int b = c->batch_size; b >= 1 && shown < 6; b /= 2)
+            for (int r = c->recompute; r <= RECOMPUTE_FULL && shown < 6; r++)
+                for (int o = c->optimizer; o <= OPTIMIZER_ADAMW8BIT && shown < 6; o++) {
+                    int n = (b != c->batch_size) + (r != c->recompute) + (o != c->optimizer);
+                    if (n != changes) continue;
+                    MemoryPlan q = memory_plan(c, mc, be, comm, r, o, b);
+                    if (q.total > avail) continue;
+                    fprintf(stderr, "    ");
+                    if (r != c->recompute) fprintf(stderr, "--recompute=%s ", rname[r]);
+                    if (o != c->optimizer) fprintf(stderr, "--optimizer=%s ", oname[o]);
+                    if (b != c->batch_size) fprintf(stderr, "--batch_size=%d --total_batch_tokens=%ld ", b,
+                                                    c->total_batch_tokens ? (long)c->total_batch_tokens : (long)c->batch_size * c->seq_len);
+                    fprintf(stderr, "(%s)\n", format_bytes((double)q.total, need, sizeof need));
+                    shown++;
+                }
+    if (!shown) fprintf(stderr, "    none of recompute, adamw8bit or a smaller batch_size: use a smaller model or more GPUs\n");
+    exit(1);
+}

@@ -1,0 +1,32 @@
+/* train/memory.h — where a run's device bytes go, predicted before anything is
+ * allocated, and what to switch when they do not fit.
+ *
+ * The idea: every big buffer of llm3d is allocated once at start-up from sizes
+ * the layout already knows (model_plan), so the prediction is the same
+ * arithmetic the allocation will do, plus the libraries' workspaces. The report
+ * sets it next to the allocator's measured peak; on out-of-memory the same
+ * prediction, redone for recompute / 8-bit AdamW / smaller micro-batches, says
+ * which switches would fit. */
+#pragma once
+#include <stdio.h>
+#include "config.h"
+#include "../model/llama.h"
+
+typedef struct {
+    size_t master;        /* fp32 master weights */
+    size_t compute;       /* act-dtype copy of the weights (0 in fp32: the master is used) */
+    size_t grads;         /* fp32 gradients */
+    size_t optimizer;     /* AdamW m, v (fp32) or 8-bit codes + absmax + small tensors' fp32 state */
+    size_t activations;   /* everything the forward keeps for the backward, plus backward scratch and logits */
+    size_t workspace;     /* cuBLASLt workspace and kernels' scratch (estimate) */
+    size_t total;
+} MemoryPlan;
+
+/* The plan for config c with the given recompute mode, optimizer and micro-batch. */
+MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, int recompute,
+                       int optimizer, int batch_size);
+/* The table; measured_peak 0 = not measured (yet). */
+void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out);
+/* Dies with the list of switches that would fit when the plan exceeds the
+ * device's free memory; does nothing on the CPU. */
+void memory_check_fits(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm);
