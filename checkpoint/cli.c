@@ -123,10 +123,9 @@ int checkpoint_logits_main(int argc, char **argv) {
     load_model(dir, &m, &comm, T);
     for (int t = 0; t < T; t++)
         if (ids[t] >= m.cfg.vocab_size) die("logits: token id %d is not below vocab_size %d", ids[t], m.cfg.vocab_size);
-    model_forward(&m, ids, NULL, 1, T, 0.0f);
     size_t n = (size_t)T * m.V;
     float *logits = mallocCheck(n * sizeof(float));
-    m.be->download(logits, m.logits, n * sizeof(float));
+    model_logits(&m, ids, 1, T, logits);
     int32_t h[256] = {LOGITS_MAGIC, 1, T, m.V};
     char tmp[1300];
     FILE *f = atomic_open(out, tmp, sizeof tmp);

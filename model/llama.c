@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define HEAD_CHUNK_ELEMENTS (64u << 20)   /* logits per LM-head chunk: 128 MiB in bf16 */
+
 
 static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
 static void *act_at(const Model *m, void *base, size_t elements) { return (char *)base + elements * act_size(m); }
@@ -84,9 +86,10 @@ static void build_layout(Model *m) {
  * recomputes the norms, the attention output and the SwiGLU activation. */
 static size_t layout_activations(Model *m, char *base) {
     size_t B = m->B, T = m->T, N = B * T, a = act_size(m), at = 0;
-    size_t S = (size_t)m->QKV;
-    if ((size_t)2 * m->F > S) S = (size_t)2 * m->F;
-    if ((size_t)m->C > S) S = m->C;
+    /* backward scratch: s1 holds dlnf, dhs, datt and dln (widths C, F, NH*HD, C), s2 holds dqkv */
+    size_t S1 = (size_t)m->C;
+    if ((size_t)m->F > S1) S1 = m->F;
+    if ((size_t)m->NH * m->HD > S1) S1 = (size_t)m->NH * m->HD;
 #define TAKE(bytes) (at += ((bytes) + 255) & ~(size_t)255, base ? (void *)(base + at - (((bytes) + 255) & ~(size_t)255)) : NULL)
     int sel = m->recompute == RECOMPUTE_SELECTIVE, full = m->recompute == RECOMPUTE_FULL;
     LayerActs shared = {0};   /* what is recomputed lives once, here */
@@ -120,12 +123,12 @@ static size_t layout_activations(Model *m, char *base) {
     }
     m->lnf = TAKE(N * m->C * a);
     m->lnf_rstd = TAKE(N * 4);
-    m->logits = TAKE(N * m->V * a);
+    m->logits = TAKE((size_t)m->head_chunk * m->V * a);
     m->losses = TAKE(N * 4);
     m->dres = TAKE(N * m->C * a);
-    m->tmp = TAKE(N * m->C * a);
-    m->scratch1 = TAKE(N * S * a);
-    m->scratch2 = TAKE(N * S * a);
+    m->scratch1 = TAKE(N * S1 * a);
+    m->tmp = m->scratch1;   /* the forward's tmp is dead whenever the backward's scratch1 is live, and vice versa */
+    m->scratch2 = TAKE(N * m->QKV * a);
     m->ids = TAKE(N * 4);
     m->targets = TAKE(N * 4);
 #undef TAKE
@@ -157,6 +160,11 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->has_head = s == pp - 1;
     build_layout(m);
     m->B = B; m->T = T;
+    /* the LM head runs over chunks of tokens so the (B*T, V) logits never exist at once */
+    m->head_chunk = (int)(HEAD_CHUNK_ELEMENTS / (m->V > 0 ? m->V : 1));
+    if (m->head_chunk > 64) m->head_chunk &= ~63;
+    if (m->head_chunk < 1) m->head_chunk = 1;
+    if (m->head_chunk > B * T) m->head_chunk = B * T;
     m->res = callocCheck(m->n_local_layers + 1, sizeof(void *));
     m->acts = callocCheck(m->n_local_layers, sizeof(LayerActs));
     m->act_bytes = layout_activations(m, NULL);
@@ -264,26 +272,55 @@ static void block_forward(Model *m, int i, int B, int T, int pos0, int cached, i
     be->add(m->res[i + 1], L->res_mid, m->tmp, (size_t)N * C);
 }
 
-double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss) {
+/* Embedding, the blocks and the final norm: ids (B,T) -> m->lnf (B,T,C). */
+static void trunk_forward(Model *m, const int *ids, int B, int T) {
     const Backend *be = m->be;
     if (B > m->B || T > m->T) die("internal: micro-batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
     int N = B * T, C = m->C;
     m->cur_B = B; m->cur_T = T;
     void *W = m->params_compute;
-
     be->upload(m->ids, ids, (size_t)N * sizeof(int));
     be->embedding_forward(m->res[0], m->ids, act_at(m, W, m->off_embedding), N, C);
     for (int i = 0; i < m->n_local_layers; i++) block_forward(m, i, B, T, 0, 0, 0);
-    void *x = m->res[m->n_local_layers];
-    be->rmsnorm_forward(m->lnf, m->lnf_rstd, x, act_at(m, W, m->off_final_norm), N, C, m->cfg.norm_eps);
-    be->matmul_forward(m->logits, m->lnf, act_at(m, W, m->off_lm_head), N, C, m->V);
-    if (!targets) return 0;
+    be->rmsnorm_forward(m->lnf, m->lnf_rstd, m->res[m->n_local_layers], act_at(m, W, m->off_final_norm), N, C, m->cfg.norm_eps);
+}
+
+/* The LM head and the loss, chunk by chunk of head_chunk tokens: logits ->
+ * cross-entropy (the gradient written over the logits) -> at once the head's
+ * backward for the chunk: dlnf rows (into scratch1) and dW_head. So only one
+ * chunk of logits ever exists. */
+double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss) {
+    const Backend *be = m->be;
+    trunk_forward(m, ids, B, T);
+    int N = B * T, C = m->C, V = m->V;
+    void *W = m->params_compute, *Wh = act_at(m, W, m->off_lm_head);
     be->upload(m->targets, targets, (size_t)N * sizeof(int));
-    be->cross_entropy(m->losses, m->logits, m->targets, N, m->V, dloss, IGNORE_INDEX);
+    for (int c0 = 0; c0 < N; c0 += m->head_chunk) {
+        int n = N - c0 < m->head_chunk ? N - c0 : m->head_chunk;
+        void *x = act_at(m, m->lnf, (size_t)c0 * C);
+        be->matmul_forward(m->logits, x, Wh, n, C, V);
+        be->cross_entropy(m->losses + c0, m->logits, m->targets + c0, n, V, dloss, IGNORE_INDEX);
+        if (dloss != 0) be->matmul_backward(act_at(m, m->scratch1, (size_t)c0 * C), m->grads + m->off_lm_head, m->logits, x, Wh, n, C, V);
+    }
     be->download(m->host_losses, m->losses, (size_t)N * sizeof(float));
     double sum = 0;
     for (int n = 0; n < N; n++) sum += m->host_losses[n];
     return sum;
+}
+
+void model_logits(Model *m, const int *ids, int B, int T, float *out) {
+    const Backend *be = m->be;
+    trunk_forward(m, ids, B, T);
+    int N = B * T, C = m->C, V = m->V;
+    size_t a = act_size(m);
+    void *row = mallocCheck((size_t)m->head_chunk * V * a);
+    for (int c0 = 0; c0 < N; c0 += m->head_chunk) {
+        int n = N - c0 < m->head_chunk ? N - c0 : m->head_chunk;
+        be->matmul_forward(m->logits, act_at(m, m->lnf, (size_t)c0 * C), act_at(m, m->params_compute, m->off_lm_head), n, C, V);
+        be->download(row, m->logits, (size_t)n * V * a);
+        for (size_t i = 0; i < (size_t)n * V; i++) out[(size_t)c0 * V + i] = dtype_to_float(row, backend_storage(be), i);
+    }
+    free(row);
 }
 
 const float *model_decode(Model *m, const int *ids, int T, int pos0) {
@@ -339,9 +376,8 @@ void model_backward(Model *m) {
     float *G = m->grads;
     void *s1 = m->scratch1, *s2 = m->scratch2, *dres = m->dres;
 
-    /* head: dlogits (already in m->logits) -> dlnf -> dres */
+    /* the head's backward ran inside model_forward: s1 holds dlnf; dlnf -> dres */
     void *x = m->res[m->n_local_layers];
-    be->matmul_backward(s1, G + m->off_lm_head, m->logits, m->lnf, act_at(m, W, m->off_lm_head), N, C, m->V);
     be->zero(dres, (size_t)N * C * act_size(m));
     be->rmsnorm_backward(dres, G + m->off_final_norm, s1, x, act_at(m, W, m->off_final_norm), m->lnf_rstd, N, C);
 
@@ -351,8 +387,8 @@ void model_backward(Model *m) {
         recompute_block(m, i, B, T);
         /* MLP: dres is d(res[i+1]) */
         be->matmul_backward(s1, G + o->w2, dres, L->hs, act_at(m, W, o->w2), N, F, C);                /* s1 = dhs (N,F) */
-        be->swiglu_backward(s2, s1, L->h13, N, F);                                                    /* s2 = dh13 (N,2F) */
-        be->matmul_backward(s1, G + o->w13, s2, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);           /* s1 = dln2 (N,C) */
+        be->swiglu_backward(L->h13, s1, L->h13, N, F);                  /* dh13 (N,2F) over h13: its last use */
+        be->matmul_backward(s1, G + o->w13, L->h13, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);       /* s1 = dln2 (N,C) */
         comm_allreduce_sum(m->comm, GROUP_TP, s1, (size_t)N * C);                                   /* column-parallel input */
         be->rmsnorm_backward(dres, G + o->ffn_norm, s1, L->res_mid, act_at(m, W, o->ffn_norm), L->ln2_rstd, N, C);
         /* attention: dres is now d(res_mid) */

@@ -74,9 +74,13 @@ typedef struct {
     LayerActs *acts;                    /* (n_local_layers) */
     void *lnf;                          /* (B,T,C) */
     float *lnf_rstd;                    /* (B,T) */
-    void *logits;                       /* (B,T,V) logits, then their gradient */
+    void *logits;                       /* (head_chunk,V) one chunk of logits, then their gradient */
+    int head_chunk;                     /* tokens per LM-head chunk */
     float *losses;                      /* (B,T) */
-    void *dres, *scratch1, *scratch2, *tmp;  /* (B,T,C), (B,T,S), (B,T,S), (B,T,C) backward buffers; S = max width */
+    void *dres;                         /* (B,T,C) gradient of the residual stream */
+    void *scratch1;                     /* (B,T,max(C,F,NH*HD)) backward: dlnf, dhs, datt, dln */
+    void *scratch2;                     /* (B,T,QKV) backward: dqkv */
+    void *tmp;                          /* (B,T,C) forward: a row-parallel matmul's output before the residual add (aliases scratch1) */
     int *ids, *targets;                 /* (B,T) on the device */
     /* generation */
     void **kcache, **vcache;            /* (n_local_layers) x (1,T,NKV*HD), made by the first model_decode */
@@ -106,17 +110,20 @@ void model_get_params(const Model *m, float *host);
 void model_get_grads(const Model *m, float *host);
 void model_zero_grads(Model *m);
 const ParamTensor *model_find_tensor(const Model *m, const char *name);
-/* Forward one micro-batch (B' <= B, T' <= T). With targets, returns the SUM of
- * the per-token losses (ignored targets add 0) and, when dloss != 0, leaves the
- * loss gradient (scaled by dloss) ready for model_backward. Without targets,
- * leaves the logits in m->logits and returns 0. */
+/* Forward one micro-batch (B' <= B, T' <= T) with its targets: returns the SUM
+ * of the per-token losses (ignored targets add 0). With dloss != 0 (the loss
+ * gradient per token) it also starts the backward: the LM head runs chunk by
+ * chunk — logits, loss, dlogits, and at once the head's weight gradient and
+ * dlnf — so the (B*T, V) logits never exist; model_backward must follow. */
 double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss);
+/* The logits of every position, as fp32 on the host: out (B*T, V). */
+void model_logits(Model *m, const int *ids, int B, int T, float *out);
 /* Generation, batch 1: run T new tokens at positions pos0 .. pos0+T-1 through
  * the model, reading and filling the KV cache; returns the next-token logits
  * after the last of them (V floats, host memory, valid until the next call).
  * pos0 + T must not exceed the model's T. */
 const float *model_decode(Model *m, const int *ids, int T, int pos0);
-/* Backward of the last forward: ADDS this micro-batch's gradients into m->grads. */
+/* Backward of the last forward (dloss != 0): ADDS this micro-batch's gradients into m->grads. */
 void model_backward(Model *m);
 /* Matmul FLOPs per token for MFU, counted as the PyTorch peer does:
  * 6 * (matmul parameters) + 6 * n_layers * dim * seq_len. */

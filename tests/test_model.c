@@ -24,13 +24,15 @@ int main(void) {
     fixture_model(&f, &m, backend_cpu(), &comm, RECOMPUTE_NONE);
     CHECK(m.n_params == model_count_params(&mc), "n_params %zu vs count %zu", m.n_params, model_count_params(&mc));
 
-    /* forward: logits before the loss overwrites them with their gradient */
+    /* forward: the logits of every position */
     int valid = f.valid;
-    model_forward(&m, f.ids, NULL, B, T, 0);
+    float *logits = mallocCheck((size_t)B * T * mc.vocab_size * 4);
+    model_logits(&m, f.ids, B, T, logits);
     const FixTensor *lg = fixture_tensor(&f, "logits");
-    double e = fixture_rel_err(m.logits, lg->data, (size_t)B * T * mc.vocab_size);
+    double e = fixture_rel_err(logits, lg->data, (size_t)B * T * mc.vocab_size);
     CHECK(e < 1e-5, "logits rel err %.3g", e);
     printf("logits   rel err %.2e\n", e);
+    model_zero_grads(&m);
     double loss = model_forward(&m, f.ids, f.targets, B, T, 1.0f / valid) / valid;
     float ref_loss = fixture_tensor(&f, "loss")->data[0];
     e = fabs(loss - ref_loss) / fabs(ref_loss);
@@ -38,7 +40,6 @@ int main(void) {
     printf("loss     %.6f vs PyTorch %.6f, rel err %.2e\n", loss, ref_loss, e);
 
     /* backward: every parameter gradient */
-    model_zero_grads(&m);
     model_backward(&m);
     float *grads = mallocCheck(m.n_params * 4);
     model_get_grads(&m, grads);
@@ -75,9 +76,8 @@ int main(void) {
 
     /* generation through the KV cache gives the same logits as the full forward:
      * a 5-token prefill, then one token at a time */
-    model_forward(&m, f.ids, NULL, 1, T, 0);
-    float *full = mallocCheck((size_t)T * mc.vocab_size * 4);
-    memcpy(full, m.logits, (size_t)T * mc.vocab_size * 4);
+    float *full = logits;
+    model_logits(&m, f.ids, 1, T, full);
     double worst_kv = 0;
     for (int t = 4; t < T; t++) {
         const float *lg = t == 4 ? model_decode(&m, f.ids, 5, 0) : model_decode(&m, f.ids + t, 1, t);

@@ -233,6 +233,12 @@ static void test_swiglu(void) {
     be->swiglu_backward(d, c.gw, c.h13, c.N, c.F);
     e = fd_check(swi_obj, &c, c.h13, d, 2 * nf, 1e-2f);
     CHECK(e < FD_TOL, "swiglu backward vs finite differences: %.3g", e);
+    float *inplace = mallocCheck(2 * nf * 4);   /* the model runs it in place: dh13 over h13 */
+    memcpy(inplace, c.h13, 2 * nf * 4);
+    be->swiglu_backward(d, c.gw, c.h13, c.N, c.F);
+    be->swiglu_backward(inplace, c.gw, inplace, c.N, c.F);
+    CHECK(!memcmp(inplace, d, 2 * nf * 4), "swiglu backward in place equals out of place");
+    free(inplace);
     free(c.h13); free(c.out); free(c.gw); free(ref); free(d);
 }
 

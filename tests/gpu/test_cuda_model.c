@@ -29,11 +29,8 @@ static void test_fixture(DType act) {
     double tol = act == DTYPE_FP32 ? 1e-5 : 1e-2, gtol = act == DTYPE_FP32 ? 1e-5 : 3e-2;
     const char *dn = dtype_name(act);
     /* logits */
-    model_forward(&m, f.ids, NULL, f.B, f.T, 0);
-    void *raw = mallocCheck((size_t)BT * V * 4);
-    float *logits = mallocCheck((size_t)BT * V * 4);
-    m.be->download(raw, m.logits, (size_t)BT * V * dtype_size(act));
-    for (size_t i = 0; i < (size_t)BT * V; i++) logits[i] = dtype_to_float(raw, act, i);
+    float *logits = mallocCheck((size_t)BT * V * 4), *full = mallocCheck((size_t)BT * V * 4);
+    model_logits(&m, f.ids, f.B, f.T, logits);
     double e = fixture_rel_err(logits, fixture_tensor(&f, "logits")->data, (size_t)BT * V);
     CHECK(e < tol, "%s logits rel err %.3g", dn, e);
     /* loss and gradients */
@@ -56,14 +53,13 @@ static void test_fixture(DType act) {
     }
     printf("fixture %s: logits %.2e, loss %.2e, worst gradient %.2e\n", dn, e, le, worst);
     /* KV-cache decoding vs the full forward (batch row 0) */
-    model_forward(&m, f.ids, NULL, 1, f.T, 0);
-    m.be->download(raw, m.logits, (size_t)f.T * V * dtype_size(act));
+    model_logits(&m, f.ids, 1, f.T, full);
     double worst_kv = 0;
     for (int t = 4; t < f.T; t++) {
         const float *lg = t == 4 ? model_decode(&m, f.ids, 5, 0) : model_decode(&m, f.ids + t, 1, t);
-        for (int v = 0; v < V; v++) logits[v] = dtype_to_float(raw, act, (size_t)t * V + v);
+        const float *ref = full + (size_t)t * V;
         double num = 0, den = 0;
-        for (int v = 0; v < V; v++) { num += (lg[v] - logits[v]) * (double)(lg[v] - logits[v]); den += (double)logits[v] * logits[v]; }
+        for (int v = 0; v < V; v++) { num += (lg[v] - ref[v]) * (double)(lg[v] - ref[v]); den += (double)ref[v] * ref[v]; }
         worst_kv = fmax(worst_kv, sqrt(num / den));
     }
     CHECK(worst_kv < tol, "%s KV-cache decode vs full forward: rel err %.3g", dn, worst_kv);
@@ -89,7 +85,7 @@ static void test_fixture(DType act) {
         optimizer_free(&opt, m.be);
     }
     model_free(&m);
-    free(raw); free(logits); free(g);
+    free(full); free(logits); free(g);
 }
 
 static void test_recompute(DType act) {
