@@ -12,9 +12,16 @@ BUILD   ?= build
 
 # --- BLAS: OpenBLAS where it is installed, else the naive loops in kernels/cpu/matmul.c
 BLAS_HEADER := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/aarch64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h))
+# OpenBLAS's OpenMP build shares llm3d's OpenMP threads; the default pthread
+# build spins its own beside them and halves the speed on a small machine.
+OPENBLAS_OMP := $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0 /usr/lib/aarch64-linux-gnu/openblas-openmp/libopenblas.so.0)
 ifneq ($(BLAS_HEADER),)
   CFLAGS += -DLLM3D_BLAS
-  LDLIBS += -lopenblas
+  ifneq ($(OPENBLAS_OMP),)
+    LDLIBS += $(firstword $(OPENBLAS_OMP)) -Wl,-rpath,$(dir $(firstword $(OPENBLAS_OMP)))
+  else
+    LDLIBS += -lopenblas
+  endif
 else
   $(info llm3d: OpenBLAS not found (apt-get install libopenblas-dev); CPU matmuls use the slow naive loops)
 endif

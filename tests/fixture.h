@@ -80,3 +80,18 @@ static inline double fixture_rel_err(const float *a, const float *ref, size_t n)
     }
     return sqrt(num / (den > 0 ? den : 1));
 }
+
+/* Each parameter gradient (host copy, n_params) against the fixture's: one
+ * CHECK per tensor at tolerance tol (tests/test.h must come first). Returns the worst error. */
+static inline double fixture_check_grads(const Fixture *f, const Model *m, const float *grads, double tol, const char *label) {
+    double worst = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        char name[128];
+        snprintf(name, sizeof name, "grad:%s", t->name);
+        double e = fixture_rel_err(grads + t->offset, fixture_tensor(f, name)->data, (size_t)t->rows * t->cols);
+        CHECK(e < tol, "%s gradient of %s rel err %.3g", label, t->name, e);
+        if (e > worst) worst = e;
+    }
+    return worst;
+}

@@ -94,6 +94,12 @@ int main(void) {
     expect_error(ARGS("%s --train_data=%s/tiny.bin", small, dir), "fewer than one step needs");
     expect_error(ARGS("%s --train_data=%s --vocab_size=20", small, good), "but vocab_size is 20");
 
+    if (system("nvidia-smi >/dev/null 2>&1") != 0) {   /* no GPU here: device=cuda must say so in words */
+        int rc = run(ARGS("%s --train_data=%s --device=cuda", small, good));
+        CHECK(rc == 1 && (strstr(out, "no usable NVIDIA GPU") || strstr(out, "has no CUDA backend")) && strstr(out, "device=cpu"),
+              "--device=cuda without a GPU: want a clear error, got exit %d:\n%s", rc, out);
+    }
+
     /* good paths */
     int rc = run("--help");
     CHECK(rc == 0 && strstr(out, "--n_kv_heads") && strstr(out, "--lr_schedule") && strstr(out, "l124m"), "--help lists the keys and presets (rc %d)", rc);

@@ -43,15 +43,7 @@ int main(void) {
     model_backward(&m);
     float *grads = mallocCheck(m.n_params * 4);
     model_get_grads(&m, grads);
-    double worst = 0;
-    for (int i = 0; i < m.n_tensors; i++) {
-        const ParamTensor *t = &m.tensors[i];
-        char gname[128];
-        snprintf(gname, sizeof gname, "grad:%s", t->name);
-        double ge = fixture_rel_err(grads + t->offset, fixture_tensor(&f, gname)->data, (size_t)t->rows * t->cols);
-        CHECK(ge < 1e-5, "gradient of %s rel err %.3g", t->name, ge);
-        if (ge > worst) worst = ge;
-    }
+    double worst = fixture_check_grads(&f, &m, grads, 1e-5, "fp32");
     printf("grads    worst rel err %.2e over %d tensors\n", worst, m.n_tensors);
 
     /* 10 AdamW steps on the same batch, clipping on, decay on matrices only */

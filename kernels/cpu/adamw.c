@@ -13,11 +13,7 @@ void adamw_update_cpu(float *params, void *params_compute, const float *grads, f
         size_t lo = slices[s].offset, hi = lo + slices[s].count;
 #pragma omp parallel for
         for (size_t i = lo; i < hi; i++) {
-            float g = grads[i] * h.grad_scale;
-            float p = params[i] * decay;
-            m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g;
-            v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g * g;
-            p -= step_size * m[i] / (sqrtf(v[i]) / bc2_sqrt + h.eps);
+            float p = adamw_element(params[i], grads[i], &m[i], &v[i], decay, step_size, bc2_sqrt, &h);
             params[i] = p;
             if (params_compute) ((float *)params_compute)[i] = p;
         }

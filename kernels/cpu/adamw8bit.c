@@ -77,11 +77,7 @@ static void update_piece(float *params, float *pc, const float *grads, AdamW8bit
     }
     for (int k = 0; k < n; k++) {
         size_t i = sl.offset + j0 + k;
-        float g = grads[i] * h.grad_scale;
-        float p = params[i] * decay;
-        m[k] = h.beta1 * m[k] + (1.0f - h.beta1) * g;
-        v[k] = h.beta2 * v[k] + (1.0f - h.beta2) * g * g;
-        p -= step_size * m[k] / (sqrtf(v[k]) / bc2_sqrt + h.eps);
+        float p = adamw_element(params[i], grads[i], &m[k], &v[k], decay, step_size, bc2_sqrt, &h);
         params[i] = p;
         if (pc) pc[i] = p;
     }

@@ -42,15 +42,7 @@ static void test_fixture(DType act) {
     CHECK(le < tol, "%s loss %.6f vs PyTorch %.6f (rel %.3g)", dn, loss, ref, le);
     float *g = mallocCheck(m.n_params * 4);
     model_get_grads(&m, g);
-    double worst = 0;
-    for (int i = 0; i < m.n_tensors; i++) {
-        const ParamTensor *t = &m.tensors[i];
-        char name[128];
-        snprintf(name, sizeof name, "grad:%s", t->name);
-        double ge = fixture_rel_err(g + t->offset, fixture_tensor(&f, name)->data, (size_t)t->rows * t->cols);
-        CHECK(ge < gtol, "%s gradient of %s rel err %.3g", dn, t->name, ge);
-        worst = fmax(worst, ge);
-    }
+    double worst = fixture_check_grads(&f, &m, g, gtol, dn);
     printf("fixture %s: logits %.2e, loss %.2e, worst gradient %.2e\n", dn, e, le, worst);
     /* KV-cache decoding vs the full forward (batch row 0) */
     model_logits(&m, f.ids, 1, f.T, full);
