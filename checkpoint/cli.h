@@ -11,9 +11,13 @@
  *       T, V), then T int32 ids, then T x V float32 logits
  * Each takes argv with argv[0] = the verb and returns the exit code. */
 #pragma once
+#include "../model/llama.h"
 
 #define LOGITS_MAGIC 0x5354474c    /* "LGTS" little-endian */
 
 int checkpoint_export_main(int argc, char **argv);
 int checkpoint_inspect_main(int argc, char **argv);
 int checkpoint_logits_main(int argc, char **argv);
+/* A one-sequence CPU model (micro-batch 1 x T; T = 0: the model's seq_len) with
+ * the weights of a Hugging Face folder, a checkpoint folder or a run_dir's newest. */
+void checkpoint_load_model(const char *dir, Model *m, Comm *comm, int T);

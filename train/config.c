@@ -315,7 +315,9 @@ void config_format(const Config *c, const ConfigField *f, char *out, size_t size
 
 void config_print_help(FILE *out) {
     fprintf(out, "usage: build/train [--config=FILE.ini] [--preset=NAME] [--key=value ...]\n"
-                 "       build/train prepare --help    (text -> token shards)\n\n"
+                 "       build/train prepare --help    (text -> token shards)\n"
+                 "       build/train sample --help     (text from a checkpoint or a Hugging Face folder)\n"
+                 "       build/train export | inspect | logits   (checkpoints; run without arguments for usage)\n\n"
                  "Settings are applied in order: defaults, preset, config file, --key=value.\n");
     const char *section = "";
     for (int i = 0; i < config_n_fields; i++) {

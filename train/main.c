@@ -3,6 +3,7 @@
  * Everything a run does is decided by the Config (train/config.h). */
 #include "config.h"
 #include "trainer.h"
+#include "sample.h"
 #include "memory.h"
 #include "../common/util.h"
 #include "../data/prepare.h"
@@ -42,6 +43,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "export")) return checkpoint_export_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "inspect")) return checkpoint_inspect_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "logits")) return checkpoint_logits_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "sample")) return sample_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
     Config cfg;

@@ -1,5 +1,6 @@
 /* train/sample.c — temperature / top-k sampling over the KV-cache decode. */
 #include "sample.h"
+#include "../checkpoint/cli.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,4 +75,52 @@ int sample_generate(Model *m, const Tokenizer *tok, const char *prompt, const Sa
     }
     free(ids);
     return made;
+}
+
+/* ---- build/train sample ---------------------------------------------------------------- */
+
+static const char *sample_usage =
+    "usage: build/train sample --model=DIR [--prompt=TEXT] [--tokens=200] [--temperature=0.8] [--top_k=40]\n"
+    "                          [--seed=1] [--tokenizer=data/corpus/tokenizer.bin]\n"
+    "  DIR: a checkpoint folder, a run_dir (its newest checkpoint) or a Hugging Face folder\n"
+    "  generates text on the CPU through the KV cache; stops at --tokens, end-of-text or a full context\n";
+
+int sample_main(int argc, char **argv) {
+    const char *model = NULL, *prompt = "", *tok_path = "data/corpus/tokenizer.bin";
+    SampleOptions o = {.temperature = 0.8f, .top_k = 40, .max_tokens = 200};
+    long seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        if (!strcmp(a, "--help")) { printf("%s", sample_usage); return 0; }
+        if (strncmp(a, "--", 2) || !eq) die("sample: '%s' is not --key=value\n%s", a, sample_usage);
+        const char *v = eq + 1;
+        char *end = NULL;
+        size_t k = (size_t)(eq - a);
+        if (k == 7 && !strncmp(a, "--model", k)) model = v;
+        else if (k == 8 && !strncmp(a, "--prompt", k)) prompt = v;
+        else if (k == 11 && !strncmp(a, "--tokenizer", k)) tok_path = v;
+        else if (k == 8 && !strncmp(a, "--tokens", k)) { o.max_tokens = (int)strtol(v, &end, 10); if (*end || o.max_tokens < 1) die("sample: --tokens must be a positive whole number, got '%s'", v); }
+        else if (k == 13 && !strncmp(a, "--temperature", k)) { o.temperature = strtof(v, &end); if (*end || o.temperature < 0) die("sample: --temperature must be a number >= 0, got '%s'", v); }
+        else if (k == 7 && !strncmp(a, "--top_k", k)) { o.top_k = (int)strtol(v, &end, 10); if (*end || o.top_k < 0) die("sample: --top_k must be a whole number >= 0, got '%s'", v); }
+        else if (k == 6 && !strncmp(a, "--seed", k)) { seed = strtol(v, &end, 10); if (*end) die("sample: --seed must be a whole number, got '%s'", v); }
+        else die("sample: unknown option '%.*s'\n%s", (int)k, a, sample_usage);
+    }
+    if (!model) die("sample: --model=DIR is required\n%s", sample_usage);
+    FILE *f = fopen(tok_path, "rb");
+    if (!f) die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
+    fclose(f);
+    Tokenizer *tok = tokenizer_load(tok_path);
+    Model m;
+    Comm comm;
+    checkpoint_load_model(model, &m, &comm, 0);
+    if (tokenizer_vocab_size(tok) > m.V)
+        die("sample: the vocabulary '%s' has %d tokens but the model only %d: it is not the one the model was trained with",
+            tok_path, tokenizer_vocab_size(tok), m.V);
+    Rng rng;
+    rng_seed(&rng, (uint64_t)seed);
+    sample_generate(&m, tok, prompt, &o, &rng, stdout);
+    printf("\n");
+    model_free(&m);
+    tokenizer_free(tok);
+    return 0;
 }

@@ -26,3 +26,6 @@ int sample_encode_prompt(const Tokenizer *tok, const char *prompt, int seq_len, 
 /* Generate after the prompt, writing the text (prompt included) to out.
  * Returns the number of tokens generated. */
 int sample_generate(Model *m, const Tokenizer *tok, const char *prompt, const SampleOptions *o, Rng *rng, FILE *out);
+/* `build/train sample --model=DIR ...`: text from a checkpoint or a Hugging Face
+ * folder (argv[0] = "sample"). Returns the exit code. */
+int sample_main(int argc, char **argv);
