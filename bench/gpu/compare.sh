@@ -33,4 +33,4 @@ for p in $presets; do
     case " $modes " in *" 8bit "*) run "$p" --precision=bf16 --optimizer=adamw8bit;; esac
     case " $modes " in *" fp32 "*) run "$p" --precision=fp32;; esac
 done
-[ -f "$peer/roofline.py" ] && python3 "$peer/roofline.py" 2>/dev/null | tee -a "$LOG"
+[ -z "${NO_ROOFLINE:-}" ] && [ -f "$peer/roofline.py" ] && python3 "$peer/roofline.py" 2>/dev/null | tee -a "$LOG"
