@@ -34,9 +34,11 @@ static void bench(Config *c, int steps, int json) {
     double mfu = tr.be->peak_flops > 0 ? tok / dt * model_flops_per_token(&tr.model_cfg) / tr.be->peak_flops : 0;
     char mem[32];
     size_t used = tr.be->memory_in_use(), peak = tr.be->memory_peak();
-    printf("| %-6s | %-4s %-4s | %10zu | %3d x %4d | %8.2f | %9.0f | %5.1f%% | %9s |\n", c->preset, tr.be->name,
-           dtype_name(tr.be->act), tr.model.n_params, c->batch_size, c->seq_len, dt * 1e3, tok / dt, 100 * mfu,
-           peak ? format_bytes((double)peak, mem, sizeof mem) : "-");
+    char mfu_text[16] = "-";
+    if (mfu > 0) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100 * mfu);
+    printf("| %-6s | %-4s %-4s | %10zu | %3d x %4d | %8.2f | %9.0f | %8.3f | %6s | %10s |\n", c->preset, tr.be->name,
+           dtype_name(tr.be->act), tr.model.n_params, c->batch_size, c->seq_len, dt * 1e3, tok / dt,
+           tok / dt * model_flops_per_token(&tr.model_cfg) / 1e12, mfu_text, peak ? format_bytes((double)peak, mem, sizeof mem) : "-");
     if (json)
         printf("{\"preset\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recompute\": %d, \"params\": %zu, "
                "\"batch\": %d, \"seq_len\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
@@ -66,8 +68,8 @@ int main(int argc, char **argv) {
     shard_write(shard, tok, N, 0);
     free(tok);
     printf("training steps on random tokens: %d timed after 2 warm-up\n", steps);
-    printf("| preset | backend   | params     | B x T      | ms/step  | tokens/s  | MFU    | peak alloc |\n"
-           "|---|---|---|---|---|---|---|---|\n");
+    printf("| preset | backend   | params     | B x T      | ms/step  | tokens/s  | TFLOP/s  | MFU    | peak alloc |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     Config c;
     if (n > 1) {
         config_parse_args(&c, n, args);
