@@ -11,16 +11,8 @@
 
 static char train_bin[512], dir[256], out[1 << 16];
 
-/* Run build/train with args; capture stdout+stderr into out; return the exit code (or 128+signal). */
-static int run(const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", train_bin, args);
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+/* build/train with args; what it printed lands in out. */
+static int run(const char *args) { return test_run(train_bin, args, out, sizeof out); }
 
 static void expect_error(const char *args, const char *needle) {
     int rc = run(args);

@@ -14,15 +14,7 @@
 
 static char train_bin[512], dir[256], out[1 << 16];
 
-static int run(const char *args) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", train_bin, args);
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
+static int run(const char *args) { return test_run(train_bin, args, out, sizeof out); }
 #define ARGS(...) (snprintf(args, sizeof args, __VA_ARGS__), args)
 
 static void test_sample_token(void) {
