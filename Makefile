@@ -36,12 +36,20 @@ CUDA_SRC := $(wildcard kernels/cuda/*.cu)
 ifeq ($(CUDA_SRC),)
   NVCC :=
 endif
+# the libraries the CUDA backend needs beside nvcc: say which are missing, build the CPU path
+ifneq ($(NVCC),)
+  CUDA_MISSING := $(strip $(foreach f,include/cublasLt.h lib64/libcublasLt.so lib64/libcublas.so lib64/libcudart.so,$(if $(wildcard $(CUDA_HOME)/$(f)),,$(f))))
+  ifneq ($(CUDA_MISSING),)
+    $(info llm3d: nvcc found, but $(CUDA_HOME) lacks $(CUDA_MISSING): building the CPU path only (install cuBLAS there, or set CUDA_HOME))
+    NVCC :=
+  endif
+endif
 ifneq ($(NVCC),)
   CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80
   NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) --expt-relaxed-constexpr -Xcompiler -Wall,-Werror,-fPIC
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
   CFLAGS   += -DLLM3D_CUDA -I$(CUDA_HOME)/include
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudnn -lcublasLt -lcublas -lcudart -lstdc++
+  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
   $(info llm3d: building the CUDA backend with $(NVCC))
 endif
 # GPU-only programs, built on demand by tests/gpu/run.sh (`make gpu`), never by `make`

@@ -60,7 +60,9 @@ int main(void) {
     snprintf(path, sizeof path, "%s/bad.ini", dir);
     write_bytes(path, "# a config\n[model]\ndim = 64\nthis line has no equals sign\n", 55);
 
-    const char *small = "--dim=32 --n_layers=1 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16 --batch_size=2 --val_data=";
+    char small[512];   /* every run writes its checkpoints under dir, never into the user's runs/ */
+    snprintf(small, sizeof small, "--dim=32 --n_layers=1 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16 --batch_size=2 "
+                                  "--val_data= --run_dir=%s/run", dir);
 #define ARGS(...) (snprintf(args, sizeof args, __VA_ARGS__), args)
     expect_error("--dimm=64", "unknown config key 'dimm' (did you mean 'dim'?)");
     expect_error("--dim=abc", "'abc' is not a whole number");
@@ -101,6 +103,15 @@ int main(void) {
                   small, good, good, jsonl));
     CHECK(rc == 0 && strstr(out, "step     3/3 | loss") && strstr(out, "tok/s") && strstr(out, "val_loss"), "a 3-step run logs steps and eval (rc %d):\n%s", rc, out);
     CHECK(strstr(out, "| dim                  | 32 ") != NULL, "the startup table shows the settings");
+    /* a config file: sections and comments ignored, its keys over the preset, --key=value over the file */
+    snprintf(path, sizeof path, "%s/good.ini", dir);
+    const char *ini = "# run settings\n[model]\npreset = l15m\ndim = 48   # narrower\nn_heads=4\nn_kv_heads = 2\n[training]\nlr = 0.002\n";
+    write_bytes(path, ini, strlen(ini));
+    rc = run(ARGS("--config=%s --train_data=%s --val_data= --vocab_size=50 --seq_len=16 --batch_size=2 --max_steps=1 --warmup_steps=0 "
+                  "--lr=0.003 --n_layers=1 --ffn_dim=32 --checkpoint_every=-1", path, good));
+    CHECK(rc == 0 && strstr(out, "| preset               | l15m") && strstr(out, "| dim                  | 48 ") &&
+          strstr(out, "| lr                   | 0.003") && strstr(out, "| n_kv_heads           | 2 "),
+          "config file over preset, command line over file (rc %d):\n%s", rc, out);
     f = fopenCheck(jsonl, "r");
     char line[512];
     int steps = 0, evals = 0;

@@ -13,7 +13,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cublasLt.h>
-#include <cudnn.h>
 #include <stddef.h>
 #include <stdint.h>
 extern "C" {
@@ -30,9 +29,6 @@ const char *cublas_hint(cublasStatus_t s);
     if (e_ != cudaSuccess) cuda_fail(#call, cudaGetErrorString(e_), cuda_hint(e_), __FILE__, __LINE__); } while (0)
 #define cublasCheck(call) do { cublasStatus_t s_ = (call); \
     if (s_ != CUBLAS_STATUS_SUCCESS) cuda_fail(#call, cublasGetStatusString(s_), cublas_hint(s_), __FILE__, __LINE__); } while (0)
-#define cudnnCheck(call) do { cudnnStatus_t s_ = (call); \
-    if (s_ != CUDNN_STATUS_SUCCESS) cuda_fail(#call, cudnnGetErrorString(s_), \
-        "cuDNN refused this graph or shape; run with the hand-written attention (LLM3D_ATTENTION=flash)", __FILE__, __LINE__); } while (0)
 /* after every launch: a bad launch configuration is reported where it happened */
 #define launchCheck() cudaCheck(cudaGetLastError())
 
