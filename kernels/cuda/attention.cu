@@ -217,11 +217,15 @@ static void check_shape(int NH, int NKV, int HD) {
             32 * ATT_MAXR, HD, NH, NKV);
 }
 
-/* Dsum (B,NH,T) = rowwise dout . out, in a scratch buffer of this file */
-static float *attention_dsum(const void *dout, const void *out, int B, int T_, int NH, int HD) {
+/* the scratch buffer for Dsum (B,NH,T) */
+static float *attention_dsum_buffer(int B, int T_, int NH) {
     static void *buf = 0;
     static size_t cap = 0;
-    float *Dsum = (float *)cuda_scratch(&buf, &cap, (size_t)B * NH * T_ * sizeof(float), "attention backward row sums");
+    return (float *)cuda_scratch(&buf, &cap, (size_t)B * NH * T_ * sizeof(float), "attention backward row sums");
+}
+/* Dsum (B,NH,T) = rowwise dout . out, in that buffer */
+static float *attention_dsum(const void *dout, const void *out, int B, int T_, int NH, int HD) {
+    float *Dsum = attention_dsum_buffer(B, T_, NH);
     ACT_SWITCH(T, {
         attention_dsum_kernel<T><<<ceil_div((size_t)B * T_ * NH, 8), 256, 0, cuda_stream>>>(Dsum, (const T *)dout,
                                                                                         (const T *)out, B, T_, NH, HD);
@@ -264,8 +268,8 @@ extern "C" void attention_backward_cuda_simple(void *dqkv, const void *dout, con
 /* the tensor-core path of attention_mma.cu: bf16/fp16, HD = 64, 16-byte aligned tensors */
 extern "C" int attention_mma_supported(int HD, const void *a, const void *b, const void *c);
 extern "C" void attention_forward_mma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
-extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum,
-                                       int B, int T, int NH, int NKV);
+extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                       float *Dsum, int B, int T, int NH, int NKV);
 
 int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=simple */
 
@@ -286,8 +290,8 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
         return;
     }
     if (B * T_ == 0) return;
-    float *Dsum = attention_dsum(dout, out, B, T_, NH, HD);
-    attention_backward_mma(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV);
+    /* the dq kernel computes Dsum itself (no separate pass) and leaves it in the buffer for the dk/dv kernel */
+    attention_backward_mma(dqkv, dout, qkv, out, lse, attention_dsum_buffer(B, T_, NH), B, T_, NH, NKV);
 }
 
 /* ---- generation through a KV cache --------------------------------------------------------------
