@@ -14,7 +14,6 @@
 
 #define HEAD_CHUNK_ELEMENTS (64u << 20)   /* logits per LM-head chunk: 128 MiB in bf16 */
 
-
 static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
 static void *act_at(const Model *m, void *base, size_t elements) { return (char *)base + elements * act_size(m); }
 
@@ -327,7 +326,6 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
     const Backend *be = m->be;
     int C = m->C, KV = m->NKV * m->HD;
     if (pos0 + T > m->T) die("internal: decode to position %d past the context of %d", pos0 + T, m->T);
-    if (!be->attention_cached) die("generation is not available on the %s backend yet: sample on device=cpu", be->name);
     if (!m->kcache) {
         m->kcache = callocCheck(m->n_local_layers, sizeof(void *));
         m->vcache = callocCheck(m->n_local_layers, sizeof(void *));
