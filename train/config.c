@@ -66,7 +66,7 @@ const int config_n_fields = sizeof config_fields / sizeof config_fields[0];
 typedef struct { const char *name; const char *settings; const char *about; } Preset;
 static const Preset presets[] = {
     {"tiny", "dim=128 n_layers=4 n_heads=4 n_kv_heads=2 ffn_dim=352 seq_len=128 batch_size=16 vocab_size=0 "
-             "max_steps=600 warmup_steps=30 lr=3e-3 eval_every=100 log_every=10 sample_tokens=200",
+             "max_steps=600 warmup_steps=30 lr=3e-3 eval_every=100 log_every=10 sample_tokens=120",
      "the README's main job: trains on a 2-core CPU in minutes, then writes a sample"},
     /* the three below are the shapes of CFGS in the PyTorch peer (shared/peers/torch_llama.py) */
     {"l15m", "vocab_size=32000 dim=288 n_layers=6 n_heads=6 n_kv_heads=6 ffn_dim=768 seq_len=256 batch_size=128", "llama2.c's 15M"},
