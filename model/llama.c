@@ -32,7 +32,7 @@ static void add_tensor(Model *m, size_t *cursor, const char *name, int rows, int
 /* Lay out this rank's parameters: HF names, local shapes, offsets. */
 static void build_layout(Model *m) {
     const ModelConfig *c = &m->cfg;
-    int tp = m->comm->tp, r = m->comm->tp_rank, C = m->C, HD = m->HD;
+    int r = m->comm->tp_rank, C = m->C, HD = m->HD;
     m->tensors = callocCheck(9 * (size_t)m->n_local_layers + 4, sizeof(ParamTensor));
     m->layer = callocCheck(m->n_local_layers, sizeof(LayerOffsets));
     size_t at = 0;
@@ -73,7 +73,6 @@ static void build_layout(Model *m) {
             add_tensor(m, &at, "lm_head.weight", c->vocab_size, C, c->vocab_size, C, 0, 0, 0);
         }
     }
-    (void)tp;
     m->n_params = at;
 }
 
