@@ -52,11 +52,10 @@ int main(int argc, char **argv) {
     trainer_init(&tr, &cfg);
     config_print_table(&tr.cfg, stdout);
     print_banner(&tr);
-    MemoryPlan plan = memory_plan(&tr.cfg, &tr.model_cfg, tr.be, &tr.comm, cfg.recompute, cfg.optimizer, cfg.batch_size);
-    memory_print(&plan, 0, stdout);
+    memory_print(&tr.memory, 0, stdout);
     if (cfg.memory_report) {   /* one step, then the prediction next to what the allocator measured */
         trainer_step(&tr);
-        memory_print(&plan, tr.be->memory_peak(), stdout);
+        memory_print(&tr.memory, tr.be->memory_peak(), stdout);
         trainer_free(&tr);
         return 0;
     }

@@ -2,9 +2,6 @@
 #include "memory.h"
 #include "../common/util.h"
 #include <stdlib.h>
-#include <string.h>
-
-#define CUBLASLT_WORKSPACE (64ull << 20)   /* kernels/cuda/backend_cuda.cu allocates this once */
 
 MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, int recompute,
                        int optimizer, int batch_size) {
@@ -25,10 +22,9 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
         p.optimizer = P * 8;
     }
     p.activations = m.act_bytes;
-    if (!strcmp(be->name, "cuda")) {
+    if (be->workspace_bytes) {   /* the CUDA kernels' scratch: attention's per-query statistics, the embedding backward's sort */
         size_t N = (size_t)batch_size * c->seq_len;
-        /* cuBLASLt workspace; attention's per-query statistics; the embedding backward's sort */
-        p.workspace = CUBLASLT_WORKSPACE + (size_t)batch_size * m.NH * c->seq_len * 4 + N * 16;
+        p.workspace = be->workspace_bytes + (size_t)batch_size * m.NH * c->seq_len * 4 + N * 16;
     }
     p.total = p.master + p.compute + p.grads + p.optimizer + p.activations + p.workspace;
     model_plan_free(&m);
@@ -54,15 +50,14 @@ void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out) {
     fflush(out);
 }
 
-void memory_check_fits(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm) {
+void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm) {
     size_t avail = be->memory_free ? be->memory_free() : 0;
     if (!avail) return;                       /* the CPU: the operating system decides */
-    MemoryPlan p = memory_plan(c, mc, be, comm, c->recompute, c->optimizer, c->batch_size);
-    if (p.total <= avail) return;
+    if (p->total <= avail) return;
     char need[32], have[32];
-    fprintf(stderr, "error: this run needs about %s of GPU memory and %s is free:\n", format_bytes((double)p.total, need, sizeof need),
+    fprintf(stderr, "error: this run needs about %s of GPU memory and %s is free:\n", format_bytes((double)p->total, need, sizeof need),
             format_bytes((double)avail, have, sizeof have));
-    memory_print(&p, 0, stderr);
+    memory_print(p, 0, stderr);
     fprintf(stderr, "  settings that fit, by the same prediction (fewest changes first):\n");
     static const char *rname[] = {"none", "selective", "full"}, *oname[] = {"adamw", "adamw8bit"};
     int shown = 0;

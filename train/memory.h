@@ -27,6 +27,6 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
                        int optimizer, int batch_size);
 /* The table; measured_peak 0 = not measured (yet). */
 void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out);
-/* Dies with the list of switches that would fit when the plan exceeds the
- * device's free memory; does nothing on the CPU. */
-void memory_check_fits(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm);
+/* Dies with the list of switches that would fit when plan p (this config's)
+ * exceeds the device's free memory; does nothing on the CPU. */
+void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm);

@@ -52,7 +52,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     }
 
     model_config_from(&tr->model_cfg, c, vocab);
-    memory_check_fits(c, &tr->model_cfg, tr->be, &tr->comm);   /* before allocating: say what would fit */
+    tr->memory = memory_plan(c, &tr->model_cfg, tr->be, &tr->comm, c->recompute, c->optimizer, c->batch_size);
+    memory_check_fits(&tr->memory, c, &tr->model_cfg, tr->be, &tr->comm);   /* before allocating: say what would fit */
     model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, c->batch_size, c->seq_len, c->recompute);
     model_init_weights(&tr->model, (uint64_t)c->seed, c->init_std);
     optimizer_init(&tr->opt, &tr->model, c);

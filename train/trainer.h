@@ -11,6 +11,7 @@
 #include "../model/llama.h"
 #include "../data/loader.h"
 #include "optimizer.h"
+#include "memory.h"
 #include "../data/tokenizer.h"
 #include "../common/util.h"
 
@@ -21,6 +22,7 @@ typedef struct {
     Model model;
     ModelConfig model_cfg;
     Optimizer opt;
+    MemoryPlan memory;          /* the predicted bytes of this run (train/memory.h) */
     Loader train, val;
     int has_val;
     int step;                   /* optimizer steps done */

@@ -178,7 +178,7 @@ extern "C" const Backend *backend_cuda(DType act) {
             die("GPU %d (%s) has compute capability %d.%d; this build's kernels need 8.0 or newer%s\n"
                 "  hint: %s", dev, prop.name, prop.major, prop.minor,
                 act == DTYPE_BF16 ? " (bf16 needs 8.0: Ampere or later)" : "",
-                act == DTYPE_BF16 ? "use dtype=fp16 or dtype=fp32 and rebuild with CUDA_ARCH naming this GPU, or run with device=cpu"
+                act == DTYPE_BF16 ? "use precision=fp16 or precision=fp32 and rebuild with CUDA_ARCH naming this GPU, or run with device=cpu"
                                   : "rebuild with CUDA_ARCH naming this GPU, or run with device=cpu");
         cuda_num_sms = prop.multiProcessorCount;
         const char *t = getenv("LLM3D_TF32");
@@ -186,8 +186,11 @@ extern "C" const Backend *backend_cuda(DType act) {
         const char *a = getenv("LLM3D_ATTENTION");
         cuda_attention_simple = a && strcmp(a, "simple") == 0;
         cublasCheck(cublasLtCreate(&cuda_cublaslt));
-        cudaCheck(cudaMalloc(&cuda_cublaslt_workspace, cuda_cublaslt_workspace_size));
-        for (int d = 0; d < 3; d++) tables[d].peak_flops = peak_flops_for(&prop, (DType)d, cuda_tf32);
+        cuda_cublaslt_workspace = cuda_alloc(cuda_cublaslt_workspace_size, "the cuBLASLt workspace");
+        for (int d = 0; d < 3; d++) {
+            tables[d].peak_flops = peak_flops_for(&prop, (DType)d, cuda_tf32);
+            tables[d].workspace_bytes = cuda_cublaslt_workspace_size;
+        }
         opened = 1;
     }
     cuda_act = act;   /* the launchers run in the dtype of the latest call (tests switch between dtypes) */
