@@ -52,6 +52,27 @@ ifneq ($(NVCC),)
   LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
   $(info llm3d: building the CUDA backend with $(NVCC))
 endif
+# --- Open MPI: launches and connects the ranks of a multi-rank run (parallel/comm_mpi.c);
+#     without it only the one-rank grid is built
+MPICC := $(shell command -v mpicc 2>/dev/null)
+ifneq ($(MPICC),)
+  CFLAGS += -DLLM3D_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
+  LDLIBS += $(shell $(MPICC) --showme:link 2>/dev/null)
+else
+  $(info llm3d: Open MPI not found (apt-get install libopenmpi-dev openmpi-bin); building the one-rank path only)
+endif
+# --- NCCL: GPU collectives when each rank has its own GPU (parallel/comm_nccl.c); needs CUDA and MPI
+ifneq ($(NVCC),)
+  NCCL_HEADER := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+  NCCL_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/lib/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib/aarch64-linux-gnu/libnccl.so))
+  ifneq ($(and $(NCCL_HEADER),$(NCCL_LIB),$(MPICC)),)
+    CFLAGS += -DLLM3D_NCCL -I$(dir $(NCCL_HEADER))
+    LDLIBS += -L$(dir $(NCCL_LIB)) -Wl,-rpath,$(dir $(NCCL_LIB)) -lnccl
+    $(info llm3d: NCCL found ($(NCCL_HEADER)))
+  else
+    $(info llm3d: building without NCCL (nccl.h: $(if $(NCCL_HEADER),found,missing), libnccl.so: $(if $(NCCL_LIB),found,missing), mpicc: $(if $(MPICC),found,missing)); GPU ranks will talk through MPI)
+  endif
+endif
 # GPU-only programs, built on demand by tests/gpu/run.sh (`make gpu`), never by `make`
 # or `make test` (CI has no GPU): tests/gpu/test_*.c and bench/gpu/bench_*.c
 GPU_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.c)) \

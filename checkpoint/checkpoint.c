@@ -94,14 +94,8 @@ static int64_t tensor_shape(const ParamTensor *t, int64_t *shape) {
     return 2;
 }
 
-void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMirror *mirrors, int n_mirrors,
-                     const CkptState *s, const char *config_text, char *saved, size_t saved_size) {
-    for (int i = 0; i < m->n_tensors; i++) {
-        const ParamTensor *t = &m->tensors[i];
-        if (t->rows != t->global_rows || t->cols != t->global_cols || m->comm->world_size > 1)
-            die("saving a checkpoint with more than one rank needs the tensors gathered to rank 0; not in this build yet\n"
-                "  hint: checkpoints are layout-independent, but only one-rank runs can write them today");
-    }
+void checkpoint_write(const char *run_dir, int keep, const CkptSource *src, const CkptState *s, const char *config_text,
+                      char *saved, size_t saved_size) {
     char final[1100], tmp[1120], old[1120], state[1200], done[1200];
     snprintf(final, sizeof final, "%s/ckpt_%08lld", run_dir, (long long)s->step);
     snprintf(tmp, sizeof tmp, "%s.tmp", final);
@@ -117,21 +111,25 @@ void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMi
     if ((h = hook_for_step(s->step, "kill")) && h[0] >= '0' && h[0] <= '9') hooks.kill_after = atoll(h);
     if ((h = hook_for_step(s->step, "enospc"))) hooks.fail_after = atoll(h);
 
-    float *host = mallocCheck(m->n_params * sizeof(float));
+    size_t largest = 1;
+    for (int i = 0; i < src->n_tensors; i++) {
+        size_t n = (size_t)src->tensors[i].global_rows * src->tensors[i].global_cols;
+        if (n > largest) largest = n;
+    }
+    float *host = mallocCheck(largest * sizeof(float));
     CkptWriter w;
     ckpt_writer_open(&w, state, s, config_text, hooks);
-    for (int k = -1; k < n_mirrors; k++) {          /* k = -1: the weights themselves */
-        m->be->download(host, k < 0 ? m->params : mirrors[k].device, m->n_params * sizeof(float));
-        for (int i = 0; i < m->n_tensors; i++) {
-            const ParamTensor *t = &m->tensors[i];
+    for (int k = 0; k < src->n_mirrors; k++)
+        for (int i = 0; i < src->n_tensors; i++) {
+            const ParamTensor *t = &src->tensors[i];
             char name[CKPT_NAME_BYTES];
-            if (k < 0) snprintf(name, sizeof name, "%s", t->name);
-            else snprintf(name, sizeof name, "%s/%s", mirrors[k].prefix, t->name);
+            if (!src->prefixes[k]) snprintf(name, sizeof name, "%s", t->name);
+            else snprintf(name, sizeof name, "%s/%s", src->prefixes[k], t->name);
             int64_t shape[2];
             int ndim = (int)tensor_shape(t, shape);
-            ckpt_writer_add(&w, name, CKPT_F32, ndim, shape, host + t->offset);
+            src->fetch(src->ctx, k, i, host);
+            ckpt_writer_add(&w, name, CKPT_F32, ndim, shape, host);
         }
-    }
     free(host);
     int64_t bytes = w.pos;
     ckpt_writer_finish(&w);
@@ -186,6 +184,36 @@ void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMi
         fsync_dir(run_dir);
     }
     free(steps);
+}
+
+/* One rank, whole model: each mirror downloaded once, tensors cut from it. */
+typedef struct { const Model *m; const CkptMirror *mirrors; float *host; int have; } ModelSource;
+
+static void fetch_from_model(void *ctx, int mirror, int tensor, float *dst) {
+    ModelSource *ms = ctx;
+    const Model *m = ms->m;
+    if (ms->have != mirror) {
+        m->be->download(ms->host, mirror == 0 ? m->params : ms->mirrors[mirror - 1].device, m->n_params * sizeof(float));
+        ms->have = mirror;
+    }
+    const ParamTensor *t = &m->tensors[tensor];
+    memcpy(dst, ms->host + t->offset, (size_t)t->rows * t->cols * sizeof(float));
+}
+
+void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMirror *mirrors, int n_mirrors,
+                     const CkptState *s, const char *config_text, char *saved, size_t saved_size) {
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        if (t->rows != t->global_rows || t->cols != t->global_cols || !m->params)
+            die("internal: checkpoint_save takes a model one rank holds whole; a slice is saved through checkpoint_write");
+    }
+    const char *prefixes[8] = {NULL};
+    if (n_mirrors > 7) die("internal: more than 7 checkpoint mirrors");
+    for (int k = 0; k < n_mirrors; k++) prefixes[k + 1] = mirrors[k].prefix;
+    ModelSource ms = {m, mirrors, mallocCheck(m->n_params * sizeof(float)), -1};
+    CkptSource src = {m->tensors, m->n_tensors, prefixes, n_mirrors + 1, fetch_from_model, &ms};
+    checkpoint_write(run_dir, keep, &src, s, config_text, saved, saved_size);
+    free(ms.host);
 }
 
 long long checkpoint_find_latest(const char *run_dir, char *path, size_t size) {
@@ -292,8 +320,7 @@ static void open_or_die(CkptReader *r, const char *dir) {
         die("%s\n  hint: the checkpoint is damaged; move its folder aside to fall back to an earlier one", err);
 }
 
-static void load_tensors(CkptReader *r, Model *m, const char *prefix, float *device) {
-    float *host = mallocCheck(m->n_params * sizeof(float));
+static void read_tensors(CkptReader *r, const Model *m, const char *prefix, float *host) {
     char err[1600];
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
@@ -303,18 +330,16 @@ static void load_tensors(CkptReader *r, Model *m, const char *prefix, float *dev
         if (checkpoint_read_slice(r, name, t, host + t->offset, err, sizeof err) != 0)
             die("%s\n  hint: the checkpoint is damaged or from another model; move its folder aside to fall back to an earlier one", err);
     }
-    if (device) m->be->upload(device, host, m->n_params * sizeof(float));
-    else model_set_params(m, host);
-    free(host);
 }
 
-void checkpoint_load(const char *ckpt_dir, Model *m, const CkptMirror *mirrors, int n_mirrors, CkptState *s, const char *config_text) {
+void checkpoint_read(const char *ckpt_dir, const Model *m, const char *const *prefixes, int n_prefixes, float **host, CkptState *s,
+                     const char *config_text, int verbose) {
     CkptReader r;
     open_or_die(&r, ckpt_dir);
     char err[2048];
     if (checkpoint_check_config(r.config_text, config_text, checkpoint_fixed_keys, 64, r.path, err, sizeof err) != 0) die("%s", err);
     /* report every other key that changed */
-    for (const char *p = r.config_text; p && *p;) {
+    for (const char *p = r.config_text; verbose && p && *p;) {
         const char *nl = strchr(p, '\n'), *eq = strchr(p, '=');
         if (!eq || (nl && eq > nl)) break;
         char key[128], now[1024];
@@ -325,20 +350,39 @@ void checkpoint_load(const char *ckpt_dir, Model *m, const CkptMirror *mirrors, 
             printf("resume | %s changed: %s -> %s\n", key, was, now);
         p = nl ? nl + 1 : NULL;
     }
-    load_tensors(&r, m, NULL, NULL);
-    for (int k = 0; k < n_mirrors; k++) load_tensors(&r, m, mirrors[k].prefix, mirrors[k].device);
+    read_tensors(&r, m, NULL, host[0]);
+    for (int k = 0; k < n_prefixes; k++) read_tensors(&r, m, prefixes[k], host[k + 1]);
     *s = r.state;
     ckpt_close(&r);
 }
 
-void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_text) {
+void checkpoint_load(const char *ckpt_dir, Model *m, const CkptMirror *mirrors, int n_mirrors, CkptState *s, const char *config_text) {
+    const char *prefixes[8] = {NULL};
+    float *host[8] = {NULL};
+    if (n_mirrors > 7) die("internal: more than 7 checkpoint mirrors");
+    for (int k = 0; k <= n_mirrors; k++) host[k] = mallocCheck(m->n_params * sizeof(float));
+    for (int k = 0; k < n_mirrors; k++) prefixes[k] = mirrors[k].prefix;
+    checkpoint_read(ckpt_dir, m, prefixes, n_mirrors, host, s, config_text, 1);
+    model_set_params(m, host[0]);
+    for (int k = 0; k < n_mirrors; k++) m->be->upload(mirrors[k].device, host[k + 1], m->n_params * sizeof(float));
+    for (int k = 0; k <= n_mirrors; k++) free(host[k]);
+}
+
+void checkpoint_read_weights(const char *ckpt_dir, const Model *m, float *host, const char *config_text) {
     CkptReader r;
     open_or_die(&r, ckpt_dir);
     char err[2048];
     if (checkpoint_check_config(r.config_text, config_text, checkpoint_fixed_keys, CHECKPOINT_N_MODEL_KEYS, r.path, err, sizeof err) != 0)
         die("%s", err);
-    load_tensors(&r, m, NULL, NULL);
+    read_tensors(&r, m, NULL, host);
     ckpt_close(&r);
+}
+
+void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_text) {
+    float *host = mallocCheck(m->n_params * sizeof(float));
+    checkpoint_read_weights(ckpt_dir, m, host, config_text);
+    model_set_params(m, host);
+    free(host);
 }
 
 /* ------------------------------------------------------------------- inspect */

@@ -30,6 +30,18 @@ typedef struct {            /* a device buffer laid out like the model's paramet
     float *device;          /* (n_params) fp32 on the model's backend */
 } CkptMirror;
 
+/* What a save writes, whatever holds it: the whole model's tensors (names and
+ * global shapes) for the weights and for each mirror, fetched whole one at a
+ * time — from one rank's buffers, or assembled from many ranks' slices. */
+typedef struct {
+    const ParamTensor *tensors;   /* the whole model's table (global shapes) */
+    int n_tensors;
+    const char *const *prefixes;  /* (n_mirrors) prefixes[0] = NULL: the weights; then e.g. "optimizer.adamw.m" */
+    int n_mirrors;
+    void (*fetch)(void *ctx, int mirror, int tensor, float *dst /* global_rows x global_cols */);
+    void *ctx;
+} CkptSource;
+
 /* Keys that must match on resume; NULL-terminated. The first nine alone fix the weights' shapes and meaning. */
 extern const char *const checkpoint_fixed_keys[];
 #define CHECKPOINT_N_MODEL_KEYS 9
@@ -40,15 +52,26 @@ extern const char *const checkpoint_fixed_keys[];
  * Test hook: LLM3D_CKPT_HOOK=kill:STEP:WHERE (WHERE = a byte count into state.bin, or
  * done | rename | retention) SIGKILLs the process at that point of the save of step STEP;
  * LLM3D_CKPT_HOOK=enospc:STEP:BYTES makes the write fail with "no space left" after BYTES. */
+void checkpoint_write(const char *run_dir, int keep, const CkptSource *src, const CkptState *s, const char *config_text,
+                      char *saved, size_t saved_size);
+/* checkpoint_write of one rank holding the whole model: its weights and device mirrors. */
 void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMirror *mirrors, int n_mirrors,
                      const CkptState *s, const char *config_text, char *saved, size_t saved_size);
 /* The newest complete checkpoint folder in run_dir: returns its step and writes its path, or -1 if none. */
 long long checkpoint_find_latest(const char *run_dir, char *path, size_t size);
-/* Resume: checks the config against config_text (dies naming the first contradicting
- * key), then reads this rank's slice of every weight and mirror, and the run state. */
+/* Resume: checks the config against config_text (dies naming the first
+ * contradicting key; verbose also prints every other key that changed), then
+ * reads this rank's slice of every tensor of the weights (host[0]) and of each
+ * prefix (host[1+k]) into host arrays laid out like m's buffer (n_params), and
+ * the run state. Any layout reads any other's checkpoint this way. */
+void checkpoint_read(const char *ckpt_dir, const Model *m, const char *const *prefixes, int n_prefixes, float **host, CkptState *s,
+                     const char *config_text, int verbose);
+/* checkpoint_read into the model's weights and device mirrors. */
 void checkpoint_load(const char *ckpt_dir, Model *m, const CkptMirror *mirrors, int n_mirrors, CkptState *s, const char *config_text);
 /* Weights only (init_from=<checkpoint folder>): checks only the model-shape keys. */
 void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_text);
+/* The same into host (n_params, laid out like m's buffer), the model untouched. */
+void checkpoint_read_weights(const char *ckpt_dir, const Model *m, float *host, const char *config_text);
 /* Compares keys[] of two config texts. Returns 0, or -1 with a message naming the key in err. */
 int checkpoint_check_config(const char *saved, const char *current, const char *const *keys, int n_keys, const char *file,
                             char *err, size_t err_size);

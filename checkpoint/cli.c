@@ -80,10 +80,10 @@ int checkpoint_inspect_main(int argc, char **argv) {
 void checkpoint_load_model(const char *dir, Model *m, Comm *comm, int T) {
     ModelConfig mc;
     char err[2048];
-    comm_init(comm, 1, 1, 1);
+    comm_init_one(comm);
     if (has_file(dir, "config.json")) {
         if (hf_read_config(dir, &mc, err, sizeof err) != 0) die("%s", err);
-        model_create(m, &mc, backend_cpu(), comm, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
+        model_create(m, &mc, backend_cpu(), comm, NULL, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
         if (hf_load_weights(dir, m, err, sizeof err) != 0) die("%s", err);
         return;
     }
@@ -93,7 +93,7 @@ void checkpoint_load_model(const char *dir, Model *m, Comm *comm, int T) {
     CkptReader r;
     if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
-    model_create(m, &mc, backend_cpu(), comm, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
+    model_create(m, &mc, backend_cpu(), comm, NULL, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
     checkpoint_load_weights(path, m, r.config_text);
     ckpt_close(&r);
 }

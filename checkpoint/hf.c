@@ -329,13 +329,12 @@ fail:
     return -1;
 }
 
-int hf_load_weights(const char *dir, Model *m, char *err, size_t err_size) {
+int hf_read_weights(const char *dir, const Model *m, float *host, char *err, size_t err_size) {
     char path[1200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     StFile s;
     if (st_open(&s, path, err, err_size) != 0) return -1;
     Json *j = &s.j;
-    float *host = mallocCheck(m->n_params * sizeof(float));
     int used = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
@@ -375,14 +374,19 @@ int hf_load_weights(const char *dir, Model *m, char *err, size_t err_size) {
         if (!other_stage) fprintf(stderr, "note: '%s': tensor '%s' is not part of this model; ignored\n", path, name);
     }
     (void)used;
-    model_set_params(m, host);
-    free(host);
     st_close(&s);
     return 0;
 fail:
-    free(host);
     st_close(&s);
     return -1;
+}
+
+int hf_load_weights(const char *dir, Model *m, char *err, size_t err_size) {
+    float *host = mallocCheck(m->n_params * sizeof(float));
+    int rc = hf_read_weights(dir, m, host, err, err_size);
+    if (rc == 0) model_set_params(m, host);
+    free(host);
+    return rc;
 }
 
 int hf_inspect(const char *path, FILE *out) {

@@ -21,5 +21,7 @@ int hf_check_config(const char *dir, const ModelConfig *run, char *err, size_t e
 /* Loads dir/model.safetensors into the model (this rank's slices). Returns 0, or -1
  * with a message naming the file and the tensor (missing, misshaped, bad dtype, out of bounds). */
 int hf_load_weights(const char *dir, Model *m, char *err, size_t err_size);
+/* The same into host (n_params, laid out like m's buffer), the model untouched. */
+int hf_read_weights(const char *dir, const Model *m, float *host, char *err, size_t err_size);
 /* Prints a safetensors file's tensor table; returns 0, or 1 if it is malformed. */
 int hf_inspect(const char *path, FILE *out);

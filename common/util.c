@@ -10,14 +10,28 @@
 #include <time.h>
 #include <unistd.h>
 
+static DieContext die_ctx = {0, 1, 0, NULL};
+void die_set_context(DieContext ctx) { die_ctx = ctx; }
+DieContext die_get_context(void) { return die_ctx; }
+
 void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fflush(stdout);
-    fprintf(stderr, "error: ");
+    int many = die_ctx.world > 1;
+    if (many && die_ctx.rank0_only && die_ctx.rank != 0) {
+        /* rank 0 meets the same error and ends the job (die_ctx.end) while this one waits; a
+         * rank still alive after that met an error of its own, and says it */
+        struct timespec ts = {3, 0};
+        nanosleep(&ts, NULL);
+    }
+    if (many && (!die_ctx.rank0_only || die_ctx.rank != 0)) fprintf(stderr, "error: [rank %d/%d] ", die_ctx.rank, die_ctx.world);
+    else fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
+    fflush(stderr);
     va_end(ap);
+    if (die_ctx.end) die_ctx.end(1);
     exit(1);
 }
 

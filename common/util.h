@@ -10,6 +10,14 @@
 
 /* Print "error: <message>" (printf-style) and exit(1). */
 void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* How die() reports and ends a run of many ranks (parallel/launch.c sets it):
+ * rank and world for a "[rank r/N]" prefix; with rank0_only, an error every
+ * rank meets alike (a bad config) is printed by rank 0 alone while the others
+ * wait a moment and exit quietly; end (MPI_Abort) replaces exit(1), so every
+ * rank of the job stops and none waits for ever on a peer that died. */
+typedef struct { int rank, world, rank0_only; void (*end)(int code); } DieContext;
+void die_set_context(DieContext ctx);
+DieContext die_get_context(void);
 
 FILE *fopen_check(const char *path, const char *mode, const char *file, int line);
 void fread_check(void *dst, size_t size, size_t count, FILE *f, const char *path, const char *file, int line);

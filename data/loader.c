@@ -64,12 +64,10 @@ static void build_order(Loader *l) {
     l->order_epoch = l->state.epoch;
 }
 
-void loader_next(Loader *l, int *ids, int *targets) {
-    int64_t step = (int64_t)l->B * l->dp_size;
-    if (l->state.cursor + step > l->n_samples) { l->state.epoch++; l->state.cursor = 0; }
+void loader_fetch(Loader *l, int64_t position, int *ids, int *targets) {
     if (l->order_epoch != l->state.epoch) build_order(l);
     for (int b = 0; b < l->B; b++) {
-        int64_t sample = l->order[l->state.cursor + (int64_t)l->dp_rank * l->B + b];
+        int64_t sample = l->order[position + b];
         int s = 0;
         while (sample >= l->first_sample[s + 1]) s++;
         const Shard *sh = &l->shards[s];
@@ -84,8 +82,21 @@ void loader_next(Loader *l, int *ids, int *targets) {
             if (t > 0) targets[b * l->T + t - 1] = (int)tok;
         }
     }
+}
+
+void loader_next_step(Loader *l, int k, int *ids, int *targets) {
+    int64_t stride = (int64_t)l->B * l->dp_size, step = stride * k;
+    if (step > l->n_samples)
+        die("one step takes %lld samples (%d micro-batches x %d ranks x batch_size %d), but the shards hold %lld\n"
+            "  hint: use more text, or a smaller total_batch_tokens", (long long)step, k, l->dp_size, l->B, (long long)l->n_samples);
+    if (l->state.cursor + step > l->n_samples) { l->state.epoch++; l->state.cursor = 0; }
+    size_t BT = (size_t)l->B * l->T;
+    for (int j = 0; j < k; j++)
+        loader_fetch(l, l->state.cursor + j * stride + (int64_t)l->dp_rank * l->B, ids + j * BT, targets + j * BT);
     l->state.cursor += step;
 }
+
+void loader_next(Loader *l, int *ids, int *targets) { loader_next_step(l, 1, ids, targets); }
 
 void loader_reset(Loader *l) { l->state.epoch = 0; l->state.cursor = 0; }
 LoaderState loader_get_state(const Loader *l) { return l->state; }

@@ -3,9 +3,12 @@
  * The idea: the shards (any number, any size, 64-bit offsets) are cut into
  * samples of T+1 tokens starting at multiples of T (inputs = first T, targets =
  * the next T). Each epoch visits every sample once in an order shuffled from
- * (seed, epoch). A call to loader_next takes the next dp_size * B positions of
- * that order: rank r gets positions r*B .. r*B+B-1 of them, so ranks never see
- * the same sample in a step. The position is just (epoch, cursor): saving and
+ * (seed, epoch). A step of k micro-batches on each of dp_size ranks takes the
+ * next k * dp_size * B positions of that order — micro-batch j of rank r gets
+ * positions j*dp_size*B + r*B .. +B-1 of them — so ranks never see the same
+ * sample, and every layout with the same k * dp_size trains a step on the
+ * same set of samples (an epoch ends where a whole step no longer fits, for
+ * every layout alike). The position is just (epoch, cursor): saving and
  * restoring it resumes the exact data stream. */
 #pragma once
 #include <stdint.h>
@@ -30,8 +33,12 @@ typedef struct {
  * on a missing or bad shard, or when the shards hold fewer than dp_size*B samples. */
 void loader_open(Loader *l, const char *pattern, int B, int T, int dp_rank, int dp_size, uint64_t seed, int shuffle, int vocab_size);
 void loader_close(Loader *l);
-/* Fill ids and targets, each (B,T) int32. */
+/* The next step's k micro-batches of this rank: ids and targets, each (k,B,T) int32. */
+void loader_next_step(Loader *l, int k, int *ids, int *targets);
+/* One micro-batch: loader_next_step(l, 1, ...). */
 void loader_next(Loader *l, int *ids, int *targets);
+/* B samples at positions [position, position+B) of the current epoch's order, any rank (evaluation). */
+void loader_fetch(Loader *l, int64_t position, int *ids, int *targets);
 void loader_reset(Loader *l);
 LoaderState loader_get_state(const Loader *l);
 void loader_set_state(Loader *l, LoaderState s);

@@ -35,6 +35,7 @@ typedef struct Backend {
     size_t (*memory_free)(void);   /* bytes the device can still allocate (0 on cpu: unknown) */
     double peak_flops;             /* dense peak of the act dtype, for MFU; 0 if unknown */
     size_t workspace_bytes;        /* the libraries' fixed workspace the backend allocates once (cuBLASLt's); 0 on cpu */
+    void *stream;                  /* cuda: the cudaStream_t every op runs on (NULL: the default stream), for the communicator's events */
     /* ops, one family per header in kernels/ */
     EmbeddingForward *embedding_forward;
     EmbeddingBackward *embedding_backward;
@@ -70,3 +71,7 @@ const Backend *backend_cpu_emulated(DType act);
 /* The CUDA backend for the given activation dtype. Dies with a clear message
  * when this build has no CUDA, or there is no usable GPU. */
 const Backend *backend_cuda(DType act);
+/* GPUs this process sees (0 without CUDA or a driver), and the one the CUDA
+ * backend will run on: call before backend_cuda (a rank takes its local rank's GPU). */
+int backend_cuda_device_count(void);
+void backend_cuda_use_device(int ordinal);

@@ -43,6 +43,8 @@ const Backend *backend_cuda(DType act) {
     die("device=cuda, but this build of llm3d has no CUDA backend\n  hint: install the CUDA toolkit (nvcc, cuBLAS, cuDNN) and "
         "rebuild with `make clean && make`, or run with --device=cpu");
 }
+int backend_cuda_device_count(void) { return 0; }
+void backend_cuda_use_device(int ordinal) { (void)ordinal; }
 #endif
 
 /* ---------------------------------------------------------------------------

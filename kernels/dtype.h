@@ -21,4 +21,27 @@ static inline float dtype_to_float(const void *p, DType t, size_t i) {
     return x.f;
 }
 
+/* Element i of a host array of dtype t set from x, rounded to nearest even
+ * (fp16 overflows to inf, as the GPU's conversion does). */
+static inline void dtype_from_float(void *p, DType t, size_t i, float x) {
+    if (t == DTYPE_FP32) { ((float *)p)[i] = x; return; }
+    union { float f; unsigned int u; } v = {x};
+    if (t == DTYPE_FP16) {
+        unsigned int sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu, r;
+        if (a > 0x7f800000u) r = sign | 0x7e00u;                            /* nan */
+        else if (a >= 0x477ff000u) r = sign | 0x7c00u;                      /* rounds past 65504: inf */
+        else if (a < 0x33000000u) r = sign;                                 /* below half the smallest subnormal */
+        else if (a < 0x38800000u) {                                         /* subnormal */
+            unsigned int man = (a & 0x7fffffu) | 0x800000u, shift = 126 - (a >> 23);
+            unsigned int q = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+            r = sign | (q + (rem > half || (rem == half && (q & 1))));
+        } else r = sign | ((a + 0xfffu + ((a >> 13) & 1u) - (112u << 23)) >> 13);
+        ((unsigned short *)p)[i] = (unsigned short)r;
+        return;
+    }
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) { ((unsigned short *)p)[i] = (unsigned short)((v.u >> 16) | 0x40); return; }
+    v.u += 0x7fffu + ((v.u >> 16) & 1u);
+    ((unsigned short *)p)[i] = (unsigned short)(v.u >> 16);
+}
+
 static inline const char *dtype_name(DType t) { return t == DTYPE_FP32 ? "fp32" : t == DTYPE_BF16 ? "bf16" : "fp16"; }

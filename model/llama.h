@@ -6,7 +6,15 @@
  * the Backend table. Parameters live in one contiguous buffer with named views
  * (Hugging Face names), laid out layer by layer; inside a layer q,k,v are
  * adjacent rows, so they form one fused (NH+2*NKV)*HD x C matrix, and gate,up
- * form one 2F x C matrix. Gradients and optimizer state mirror that buffer. */
+ * form one 2F x C matrix. Gradients and optimizer state mirror that buffer.
+ *
+ * What a rank holds is a ModelPart: its tensor-parallel share of every layer,
+ * and one or more CHUNKS of consecutive layers (one per pipeline stage; several
+ * with interleaved pipeline schedules), the embedding with the model's first
+ * chunk and the final norm + LM head with its last. The activations one
+ * micro-batch keeps from its forward to its backward live in a SLOT; a
+ * pipeline schedule keeps several micro-batches in flight, so a rank has as
+ * many slots as its schedule needs (one without a pipeline). */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +22,7 @@
 #include "../parallel/comm.h"
 
 #define IGNORE_INDEX (-1)   /* a target equal to this adds no loss and no gradient */
+#define MODEL_MAX_CHUNKS 64
 
 /* What the forward keeps for the backward (config key recompute). */
 enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
@@ -22,6 +31,18 @@ typedef struct {            /* the whole model's shape, as in config.json */
     int vocab_size, dim, n_layers, n_heads, n_kv_heads, ffn_dim, seq_len, tie_embeddings;
     float rope_theta, norm_eps;
 } ModelConfig;
+
+typedef struct { int first_layer, n_layers; } ModelChunk;   /* global layers [first, first + n) */
+
+typedef struct {            /* which part of the model this rank holds, and how many micro-batches it keeps */
+    int tp, tp_rank;        /* heads, KV heads and FFN columns are split tp ways */
+    int n_chunks;           /* chunks of consecutive layers, in forward order */
+    ModelChunk chunks[MODEL_MAX_CHUNKS];
+    int has_embedding;      /* the embedding runs at the start of chunk 0 */
+    int has_head;           /* the final norm, LM head and loss run at the end of the last chunk */
+    int n_slots;            /* activation slots: micro-batches in flight at once */
+    int master_in_shard;    /* 1: no fp32 master copy here — ZeRO-1 keeps it in shards (parallel/ddp.h); compute dtype != fp32 only */
+} ModelPart;
 
 typedef struct {            /* one named tensor of the parameter buffer */
     char name[96];          /* Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight */
@@ -34,6 +55,16 @@ typedef struct {            /* one named tensor of the parameter buffer */
 typedef struct {            /* element offsets of one layer's tensors */
     size_t attn_norm, wqkv /* wq|wk|wv */, wo, ffn_norm, w13 /* gate|up */, w2;
 } LayerOffsets;
+
+/* A run of the parameter buffer whose gradient is complete at one point of a
+ * chunk's backward: a layer, the embedding, or the head (final norm + LM head,
+ * complete at the end of the chunk's forward, which runs the head's backward).
+ * Data parallelism groups units into buckets and reduces each as it completes. */
+typedef struct {
+    size_t offset, count;   /* elements of the parameter buffer */
+    int chunk;              /* the chunk whose backward (or forward, for the head) completes it */
+    int step;               /* the backward step that completes it (model_backward_chunk); -1: the forward */
+} ModelUnit;
 
 typedef struct {            /* the activations one layer keeps for its backward */
     void *ln1;              /* (B,T,C)   attention-norm output */
@@ -48,14 +79,26 @@ typedef struct {            /* the activations one layer keeps for its backward 
     void *hs;               /* (B,T,F)   silu(gate)*up */
 } LayerActs;
 
+typedef struct {            /* one micro-batch in flight through one chunk */
+    void **res;             /* (chunk_layers+1) x (B,T,C) residual stream at each layer boundary: res[0] is the chunk's input */
+    LayerActs *acts;        /* (chunk_layers) */
+    void *lnf;              /* (B,T,C)   final-norm output (head chunk) */
+    float *lnf_rstd;        /* (B,T) */
+    float *losses;          /* (B,T)     per-token loss (head chunk) */
+    void *dres;             /* (B,T,C)   gradient of the residual stream: d(output) in, d(input) out */
+    int *ids, *targets;     /* (B,T) on the device */
+} ActSlot;
+
 typedef struct {
     ModelConfig cfg;
     const Backend *be;
     const Comm *comm;
+    ModelPart part;
     /* local shape */
     int C, NH, NKV, HD, F, QKV, V;      /* QKV = (NH + 2*NKV) * HD */
-    int layer0, n_local_layers;         /* global index of this stage's first layer, and how many */
-    int has_embedding, has_head;        /* first / last pipeline stage */
+    int n_local_layers;                 /* sum of the chunks' layers */
+    int chunk_layers;                   /* the most layers in one chunk: what a slot holds */
+    int *chunk_first;                   /* (n_chunks+1) local index of each chunk's first layer */
     int recompute;                      /* RECOMPUTE_*: which activations the backward recomputes */
     /* parameters: fp32 master, the act-dtype compute copy (== params when act is fp32), fp32 grads */
     ParamTensor *tensors;
@@ -63,59 +106,87 @@ typedef struct {
     size_t n_params;
     LayerOffsets *layer;                /* (n_local_layers) */
     size_t off_embedding, off_final_norm, off_lm_head;
-    float *params;                      /* (n_params) */
+    ModelUnit *units;                   /* (n_units) in buffer order */
+    int n_units;
+    float *params;                      /* (n_params) NULL when part.master_in_shard */
     void *params_compute;               /* (n_params) */
     float *grads;                       /* (n_params) */
     /* activations, for micro-batches of at most B x T */
     int B, T;
     void *act_memory;                   /* the one allocation the views below point into */
     size_t act_bytes;
-    void **res;                         /* (n_local_layers+1) x (B,T,C) residual stream at each layer boundary */
-    LayerActs *acts;                    /* (n_local_layers) */
-    void *lnf;                          /* (B,T,C) */
-    float *lnf_rstd;                    /* (B,T) */
+    ActSlot *slots;                     /* (part.n_slots) */
+    LayerActs shared;                   /* what recompute brings back, once for all layers (recompute != none) */
     void *logits;                       /* (head_chunk,V) one chunk of logits, then their gradient */
     int head_chunk;                     /* tokens per LM-head chunk */
-    float *losses;                      /* (B,T) */
-    void *dres;                         /* (B,T,C) gradient of the residual stream */
     void *scratch1;                     /* (B,T,max(C,F,NH*HD)) backward: dlnf, dhs, datt, dln */
     void *scratch2;                     /* (B,T,QKV) backward: dqkv */
     void *tmp;                          /* (B,T,C) forward: a row-parallel matmul's output before the residual add (aliases scratch1) */
-    int *ids, *targets;                 /* (B,T) on the device */
     /* generation */
     void **kcache, **vcache;            /* (n_local_layers) x (1,T,NKV*HD), made by the first model_decode */
     float *host_logits;                 /* (V) */
     void *host_row;                     /* (V) act dtype */
-    /* the micro-batch in flight */
-    int cur_B, cur_T;
+    /* the micro-batch of each slot */
+    int *slot_B, *slot_T;               /* (n_slots) */
     float *host_losses;                 /* (B,T) */
 } Model;
 
-/* Build the layout for this rank and allocate everything on the backend, the
- * activations for micro-batches up to B x T under the given RECOMPUTE_* mode. */
-void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute);
-/* The layout alone — tensor table, n_params, act_bytes — with nothing
+/* The whole model on one rank with one slot: what part = NULL means below. */
+ModelPart model_part_whole(const ModelConfig *cfg);
+/* Build the layout for this rank and allocate everything on the backend: the
+ * part's parameters, and its slots' activations for micro-batches up to B x T
+ * under the given RECOMPUTE_* mode. part NULL: the whole model, one slot. */
+void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, const ModelPart *part, int B, int T,
+                  int recompute);
+/* The layout alone — tensor table, units, n_params, act_bytes — with nothing
  * allocated on the backend: what the memory report predicts from.
  * Release with model_plan_free. */
-void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, int B, int T, int recompute);
+void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, const ModelPart *part, int B, int T,
+                int recompute);
 void model_plan_free(Model *m);
 void model_free(Model *m);
 /* LLaMA init: N(0, init_std), output projections (wo, w2) scaled by 1/sqrt(2*n_layers), norms 1.
  * Every tensor is drawn whole from its own seeded stream, then sliced, so the
- * same seed gives the same model under any parallel layout. */
+ * same seed gives the same model under any parallel layout. Writes the host
+ * values (n_params) when host is not NULL instead of setting the model's. */
 void model_init_weights(Model *m, uint64_t seed, float init_std);
-/* Copy fp32 host values of all local parameters in (n_params) / out. */
+void model_init_values(const Model *m, uint64_t seed, float init_std, float *host /* (n_params) */);
+/* Copy fp32 host values of all local parameters in (n_params) / out. Without
+ * a master copy (part.master_in_shard) setting only fills the compute copy,
+ * and getting is an error: the master lives in the shards. */
 void model_set_params(Model *m, const float *host);
 void model_get_params(const Model *m, float *host);
 void model_get_grads(const Model *m, float *host);
 void model_zero_grads(Model *m);
 const ParamTensor *model_find_tensor(const Model *m, const char *name);
-/* Forward one micro-batch (B' <= B, T' <= T) with its targets: returns the SUM
- * of the per-token losses (ignored targets add 0). With dloss != 0 (the loss
- * gradient per token) it also starts the backward: the LM head runs chunk by
- * chunk — logits, loss, dlogits, and at once the head's weight gradient and
- * dlnf — so the (B*T, V) logits never exist; model_backward must follow. */
+
+/* Forward of chunk k for the micro-batch held in slot s (B' <= B, T' <= T).
+ * The chunk's input is ids (embedded here) when it holds the embedding, else
+ * whatever was placed at model_chunk_input. When it holds the head, returns
+ * the SUM of the per-token losses against targets (ignored targets add 0) and,
+ * with dloss != 0 (the loss gradient per token), also runs the head's
+ * backward: chunk by chunk of tokens, logits -> loss -> dlogits -> the head's
+ * weight gradient and dlnf -> the final norm's backward, so the (B*T, V)
+ * logits never exist and the slot's dres holds d(chunk output) afterwards.
+ * Returns 0 for chunks without the head. */
+double model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss);
+/* Backward steps [from, to) of chunk k for slot s: step j < L (the chunk's
+ * layers) is the backward of its layer L-1-j; step L, when the chunk holds the
+ * embedding, its backward. The slot's dres must hold d(chunk output) before
+ * step 0 (the head chunk's forward leaves it there; a pipeline stage receives
+ * it); after the last layer's step it holds d(chunk input). ADDS into grads. */
+void model_backward_chunk(Model *m, int chunk, int slot, int from, int to);
+int model_backward_steps(const Model *m, int chunk);
+/* Where a pipeline stage receives a chunk's input / sends its output: (B,T,C) act dtype,
+ * model_boundary_elements of them (also the size of the slot's dres). */
+void *model_chunk_input(Model *m, int chunk, int slot);
+void *model_chunk_output(Model *m, int chunk, int slot);
+size_t model_boundary_elements(const Model *m, int B, int T);
+
+/* One rank, whole model, slot 0: the forward of one micro-batch (see
+ * model_forward_chunk) and the backward of that forward (dloss != 0). */
 double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss);
+void model_backward(Model *m);
 /* The logits of every position, as fp32 on the host: out (B*T, V). */
 void model_logits(Model *m, const int *ids, int B, int T, float *out);
 /* Generation, batch 1: run T new tokens at positions pos0 .. pos0+T-1 through
@@ -123,8 +194,7 @@ void model_logits(Model *m, const int *ids, int B, int T, float *out);
  * after the last of them (V floats, host memory, valid until the next call).
  * pos0 + T must not exceed the model's T. */
 const float *model_decode(Model *m, const int *ids, int T, int pos0);
-/* Backward of the last forward (dloss != 0): ADDS this micro-batch's gradients into m->grads. */
-void model_backward(Model *m);
+
 /* Matmul FLOPs per token for MFU, counted as the PyTorch peer does:
  * 6 * (matmul parameters) + 6 * n_layers * dim * seq_len. */
 double model_flops_per_token(const ModelConfig *cfg);

@@ -1,27 +1,178 @@
-/* parallel/comm.c — the one-rank grid. Collectives over a group of one rank
- * are the identity; asking for more ranks than were launched is an error that
- * says how to launch them. */
-#include "comm.h"
+/* parallel/comm.c — the grid (coordinates, groups, the choice of transport)
+ * and the one door to the collectives: a group of one rank returns at once,
+ * comm_ablate turns device collectives into no-ops, the rest goes to the
+ * transport (parallel/comm_impl.h). */
+#include "comm_impl.h"
+#include "launch.h"
+#include "../kernels/backend.h"
 #include "../common/util.h"
+#include <stdlib.h>
 #include <string.h>
 
-void comm_init(Comm *c, int dp, int pp, int tp) {
+const char *const comm_group_names[GROUP_COUNT] = {"world", "dp", "tp", "pp", "tp x pp"};
+
+int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int tp_rank) { return (dp_rank * c->pp + pp_rank) * c->tp + tp_rank; }
+
+int comm_group_size(const Comm *c, CommGroup g) {
+    switch (g) {
+    case GROUP_WORLD: return c->world_size;
+    case GROUP_DP: return c->dp;
+    case GROUP_TP: return c->tp;
+    case GROUP_PP: return c->pp;
+    default: return c->tp * c->pp;
+    }
+}
+
+int comm_group_rank(const Comm *c, CommGroup g) {
+    switch (g) {
+    case GROUP_WORLD: return c->rank;
+    case GROUP_DP: return c->dp_rank;
+    case GROUP_TP: return c->tp_rank;
+    case GROUP_PP: return c->pp_rank;
+    default: return c->pp_rank * c->tp + c->tp_rank;
+    }
+}
+
+const char *comm_transport_name(const Comm *c) {
+    return c->transport == COMM_NCCL ? "nccl" : c->transport == COMM_MPI ? "mpi" : "none";
+}
+
+void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cuda) {
     memset(c, 0, sizeof *c);
+    const LaunchInfo *li = launch_info();
+    c->world_size = li->world; c->rank = li->rank;
+    c->local_rank = li->local_rank; c->local_size = li->local_size;
     c->dp = dp; c->pp = pp; c->tp = tp;
-    c->world_size = 1;
-    if (dp * pp * tp != 1)
-        die("dp*pp*tp = %d*%d*%d = %d ranks asked for, but this build runs one rank\n"
-            "  hint: multi-rank training is not in this build yet; use dp=1 pp=1 tp=1", dp, pp, tp, dp * pp * tp);
+    int want = dp * pp * tp;
+    if (want != c->world_size) {
+        launch_errors_rank0_only(1);
+        if (c->world_size == 1)
+            die("dp*pp*tp = %d*%d*%d = %d ranks asked for, but this process runs alone\n"
+                "  hint: start the ranks with `mpirun -np %d build/train ...`, or add --nproc=%d", dp, pp, tp, want, want, want);
+        die("dp*pp*tp = %d*%d*%d = %d, but %d ranks were launched\n"
+            "  hint: launch this layout with `mpirun -np %d build/train ...`, or choose dp, pp, tp whose product is %d",
+            dp, pp, tp, want, c->world_size, want, c->world_size);
+    }
+    c->tp_rank = c->rank % tp;
+    c->pp_rank = (c->rank / tp) % pp;
+    c->dp_rank = c->rank / (tp * pp);
+    if (c->world_size > 1) c->impl = callocCheck(1, sizeof(CommImpl));
+    if (device_cuda) {
+        int gpus = backend_cuda_device_count();
+        if (gpus > 0) backend_cuda_use_device(c->local_rank % gpus);
+        if (c->world_size > 1) {
+            int own_gpu = gpus > 0 && c->local_size <= gpus;
+            if (comm_backend == COMM_NCCL && !nccl_built_in()) {
+                launch_errors_rank0_only(1);
+                die("comm_backend=nccl, but this build of llm3d has no NCCL\n"
+                    "  hint: install NCCL (libnccl-dev, or the one in the CUDA toolkit) and rebuild, or use --comm_backend=mpi");
+            }
+            if (comm_backend == COMM_NCCL && !own_gpu) {
+                launch_errors_rank0_only(1);
+                die("comm_backend=nccl needs a GPU per rank, but %d ranks run on this host and it has %d visible GPU(s)\n"
+                    "  hint: launch at most %d ranks per host, or --comm_backend=mpi to let ranks share a GPU (slow: for testing)",
+                    c->local_size, gpus, gpus);
+            }
+            c->transport = comm_backend == COMM_MPI || !own_gpu || !nccl_built_in() ? COMM_MPI : COMM_NCCL;
+            if (c->transport == COMM_MPI && gpus > 0 && c->local_size > gpus && c->rank == 0)
+                printf("comm  | %d ranks share %d GPU(s) on this host: collectives go through MPI and host memory (a test setup, not a fast one)\n",
+                       c->local_size, gpus);
+        }
+    } else if (c->world_size > 1) {
+        if (comm_backend == COMM_NCCL) {
+            launch_errors_rank0_only(1);
+            die("comm_backend=nccl moves GPU memory, but device=cpu\n  hint: use --comm_backend=auto or mpi for CPU ranks");
+        }
+        c->transport = COMM_MPI;
+    }
+    launch_errors_rank0_only(0);
+    if (c->world_size > 1) mpi_create(c);
 }
 
-void comm_free(Comm *c) { (void)c; }
-
-void comm_allreduce_sum(const Comm *c, CommGroup g, float *buf, size_t n) {
-    (void)buf; (void)n;
-    if (comm_group_size(c, g) > 1) die("internal: multi-rank all-reduce without a transport");
+void comm_init_one(Comm *c) {
+    memset(c, 0, sizeof *c);
+    c->world_size = c->local_size = c->dp = c->pp = c->tp = 1;
 }
 
-double comm_allreduce_scalar(const Comm *c, CommGroup g, double x) {
-    if (comm_group_size(c, g) > 1) die("internal: multi-rank all-reduce without a transport");
-    return x;
+void comm_attach(Comm *c, const Backend *be) {
+    c->be = be;
+    if (c->world_size == 1) return;
+    mpi_attach(c);
+    if (c->transport == COMM_NCCL) nccl_attach(c);
+    else c->impl->device = &comm_mpi_transport;
+}
+
+void comm_free(Comm *c) {
+    if (c->impl) {
+        if (c->impl->nccl) nccl_free(c);
+        if (c->impl->mpi) mpi_free(c);
+        free(c->impl);
+    }
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- device buffers */
+
+static int skip(const Comm *c, CommGroup g) { return comm_group_size(c, g) == 1 || c->ablate; }
+
+void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
+    if (skip(c, g) || n == 0) return;
+    c->impl->device->allreduce(c, g, buf, n, dt);
+}
+
+CommHandle comm_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
+    if (skip(c, g) || n == 0) return -1;
+    return c->impl->device->allreduce_start(c, g, buf, n, dt);
+}
+
+CommHandle comm_reduce_scatter_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    if (comm_group_size(c, g) == 1) {   /* my piece is the whole sum */
+        if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
+        return -1;
+    }
+    if (c->ablate) return -1;
+    return c->impl->device->reduce_scatter_start(c, g, send, recv, counts, dt);
+}
+
+CommHandle comm_allgather_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    if (comm_group_size(c, g) == 1) {
+        if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
+        return -1;
+    }
+    if (c->ablate) return -1;
+    return c->impl->device->allgather_start(c, g, send, recv, counts, dt);
+}
+
+void comm_wait(const Comm *c, CommHandle h) {
+    if (h >= 0) c->impl->device->wait(c, h);
+}
+
+void comm_progress(const Comm *c) {
+    if (c->world_size > 1 && c->impl->device) c->impl->device->progress(c);
+}
+
+void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops) {
+    if (c->world_size == 1 || c->ablate || n_ops == 0) return;
+    c->impl->device->p2p(c, ops, n_ops);
+}
+
+/* ---- host values */
+
+double comm_sum(const Comm *c, CommGroup g, double x) { return comm_group_size(c, g) == 1 ? x : mpi_reduce_host(c, g, x, 0); }
+double comm_max(const Comm *c, CommGroup g, double x) { return comm_group_size(c, g) == 1 ? x : mpi_reduce_host(c, g, x, 1); }
+
+void comm_broadcast_host(const Comm *c, CommGroup g, void *buf, size_t bytes, int root) {
+    if (comm_group_size(c, g) > 1) mpi_broadcast_host(c, g, buf, bytes, root);
+}
+
+void comm_allgather_host(const Comm *c, CommGroup g, const void *send, void *recv, size_t bytes) {
+    if (comm_group_size(c, g) == 1) { memmove(recv, send, bytes); return; }
+    mpi_allgather_host(c, g, send, recv, bytes);
+}
+
+void comm_send_host(const Comm *c, int peer, const void *buf, size_t bytes) { mpi_send_host(c, peer, buf, bytes, 1); }
+void comm_recv_host(const Comm *c, int peer, void *buf, size_t bytes) { mpi_send_host(c, peer, buf, bytes, 0); }
+
+void comm_barrier(const Comm *c, CommGroup g) {
+    if (comm_group_size(c, g) > 1) mpi_barrier(c, g);
 }

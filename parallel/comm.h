@@ -1,28 +1,91 @@
-/* parallel/comm.h — the process grid and its collectives.
+/* parallel/comm.h — the process grid, its groups, and every collective llm3d uses.
  *
  * The idea: world = dp x pp x tp ranks, tp innermost (neighbouring ranks share
- * the fastest links), then pp, then dp. Every collective names the group it
- * runs over; with one rank in a group it returns at once, so single-device code
- * calls the same functions as a 64-GPU run. Today only the one-rank grid exists;
- * the multi-rank transports (NCCL on GPUs, Open MPI on CPUs) plug in here. */
+ * the fastest links), then pp, then dp:
+ *     rank = (dp_rank * pp + pp_rank) * tp + tp_rank.
+ * Every collective names the group it runs over; with one rank in a group it
+ * returns at once, so single-device code calls the same functions as a 64-GPU
+ * run and the one-rank grid costs nothing. Two transports carry the bytes:
+ * NCCL when each rank has its own GPU, Open MPI otherwise (CPU ranks, and
+ * ranks sharing a GPU, staged through host memory unless MPI is CUDA-aware).
+ * Host-side values (loss sums, norms, checkpoint pieces) always go through MPI,
+ * which also launches and bootstraps the ranks (parallel/launch.h).
+ *
+ * Buffers passed to the device collectives live on the Backend the grid was
+ * attached to (comm_attach); their dtype is given per call. */
 #pragma once
 #include <stddef.h>
+#include <stdint.h>
+#include "../kernels/dtype.h"
 
-typedef enum { GROUP_WORLD, GROUP_DP, GROUP_TP, GROUP_PP } CommGroup;
+struct Backend;
+
+typedef enum { GROUP_WORLD, GROUP_DP, GROUP_TP, GROUP_PP, GROUP_MP /* tp x pp: one model replica */, GROUP_COUNT } CommGroup;
+enum { COMM_AUTO, COMM_NCCL, COMM_MPI };   /* config key comm_backend: auto|nccl|mpi */
+extern const char *const comm_group_names[GROUP_COUNT];
+
+typedef struct CommImpl CommImpl;   /* the transport's state (parallel/comm_impl.h) */
 
 typedef struct {
-    int world_size, rank;
-    int dp, pp, tp;                 /* grid sizes: world_size = dp * pp * tp */
-    int dp_rank, pp_rank, tp_rank;  /* this rank's coordinates */
+    int world_size, rank;            /* from the launcher */
+    int local_rank, local_size;      /* ranks on this host: the GPU of a rank is its local rank */
+    int dp, pp, tp;                  /* grid sizes: world_size = dp * pp * tp */
+    int dp_rank, pp_rank, tp_rank;   /* this rank's coordinates */
+    int transport;                   /* COMM_NCCL or COMM_MPI (COMM_AUTO: one rank, no transport) */
+    int ablate;                      /* comm_ablate=1: every device collective is a no-op of the same shape (results wrong) */
+    double timeout_s;                /* a collective not done within this is a stall (0 = wait for ever) */
+    const struct Backend *be;        /* where device buffers live */
+    CommImpl *impl;
 } Comm;
 
-/* Set up the grid. Dies in words when dp*pp*tp does not match the ranks launched. */
-void comm_init(Comm *c, int dp, int pp, int tp);
+/* Set up the grid over the ranks the launcher started (launch_init must have
+ * run). Dies in words when dp*pp*tp differs from them, naming the launch line
+ * that would match. With device_cuda it picks this rank's GPU (its local rank)
+ * and the transport: comm_backend nccl needs a GPU per rank (refused in words
+ * naming both counts otherwise); auto takes NCCL when each rank has its own
+ * GPU and NCCL is built in, else MPI. */
+void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cuda);
+/* The one-rank grid, whatever launched this process: for tools and tests that run one model alone. */
+void comm_init_one(Comm *c);
+/* Create the transport's communicators and buffers for device memory of be. */
+void comm_attach(Comm *c, const struct Backend *be);
 void comm_free(Comm *c);
-/* In-place sum over a group of fp32 values living on the backend's device. */
-void comm_allreduce_sum(const Comm *c, CommGroup g, float *buf, size_t n);
-/* Sum of one double over a group (host value): loss and grad-norm totals. */
-double comm_allreduce_scalar(const Comm *c, CommGroup g, double x);
-static inline int comm_group_size(const Comm *c, CommGroup g) {
-    return g == GROUP_WORLD ? c->world_size : g == GROUP_DP ? c->dp : g == GROUP_TP ? c->tp : c->pp;
-}
+int comm_group_size(const Comm *c, CommGroup g);
+int comm_group_rank(const Comm *c, CommGroup g);
+/* World rank of the grid point (dp_rank, pp_rank, tp_rank). */
+int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int tp_rank);
+/* "mpi", "nccl" or "none". */
+const char *comm_transport_name(const Comm *c);
+
+/* ---- device buffers, blocking: done when they return (on a GPU: ordered before later work on the compute stream) */
+/* In-place sum of n values of dtype dt over the group. */
+void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt);
+
+/* ---- device buffers, started now and finished by comm_wait: reductions that overlap the backward */
+typedef int CommHandle;
+/* In-place sum. */
+CommHandle comm_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt);
+/* send holds the group's pieces back to back (counts[r] values for group rank r);
+ * recv (counts[my rank]) gets the sum of my piece. */
+CommHandle comm_reduce_scatter_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
+/* send (counts[my rank]) goes to every rank's recv at my piece's place (pieces back to back). */
+CommHandle comm_allgather_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
+/* Finish an operation: afterwards its results are visible to the compute stream. */
+void comm_wait(const Comm *c, CommHandle h);
+/* Let operations in flight progress (MPI moves nonblocking collectives only inside MPI calls). */
+void comm_progress(const Comm *c);
+
+/* ---- device buffers, point to point: one group of sends and receives posted
+ * together (so no order between them can deadlock), finished on return */
+typedef struct { int is_send, peer /* world rank */; void *buf; size_t n; DType dt; } CommP2P;
+void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops);
+
+/* ---- host values, always through MPI */
+double comm_sum(const Comm *c, CommGroup g, double x);
+double comm_max(const Comm *c, CommGroup g, double x);
+void comm_broadcast_host(const Comm *c, CommGroup g, void *buf, size_t bytes, int root);
+/* bytes from every rank of the group, in group-rank order, into recv (group size * bytes) */
+void comm_allgather_host(const Comm *c, CommGroup g, const void *send, void *recv, size_t bytes);
+void comm_send_host(const Comm *c, int peer, const void *buf, size_t bytes);
+void comm_recv_host(const Comm *c, int peer, void *buf, size_t bytes);
+void comm_barrier(const Comm *c, CommGroup g);

@@ -58,7 +58,7 @@ static inline const FixTensor *fixture_tensor(const Fixture *f, const char *name
 
 /* The fixture's model on backend be, weights set by name. */
 static inline void fixture_model(const Fixture *f, Model *m, const Backend *be, const Comm *comm, int recompute) {
-    model_create(m, &f->mc, be, comm, f->B, f->T, recompute);
+    model_create(m, &f->mc, be, comm, NULL, f->B, f->T, recompute);
     float *host = callocCheck(m->n_params, 4);
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];

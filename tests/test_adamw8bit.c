@@ -226,11 +226,11 @@ static void test_state_bytes(void) {
     ModelConfig mc;
     model_config_from(&mc, &c, c.vocab_size);
     Comm comm;
-    comm_init(&comm, 1, 1, 1);
+    comm_init_one(&comm);
     Model m;
-    model_create(&m, &mc, backend_cpu(), &comm, 1, 8, RECOMPUTE_NONE);   /* weights untouched: the pages stay unallocated */
+    model_create(&m, &mc, backend_cpu(), &comm, NULL, 1, 8, RECOMPUTE_NONE);   /* weights untouched: the pages stay unallocated */
     Optimizer o;
-    optimizer_init(&o, &m, &c);
+    optimizer_init(&o, &m, &c, NULL);
     double per = (double)optimizer_state_bytes(&o) / m.n_params;
     size_t small = o.n_fp32;
     CHECK(per <= 2.1, "l124m: %.4f optimizer state bytes per parameter (want <= 2.1)", per);
@@ -239,7 +239,7 @@ static void test_state_bytes(void) {
            m.n_params, optimizer_state_bytes(&o), per, small);
     optimizer_free(&o, m.be);
     c.optimizer = OPTIMIZER_ADAMW;
-    optimizer_init(&o, &m, &c);
+    optimizer_init(&o, &m, &c, NULL);
     CHECK(optimizer_state_bytes(&o) == 8 * m.n_params, "adamw: 8 bytes/param");
     optimizer_free(&o, m.be);
     model_free(&m);
@@ -327,7 +327,7 @@ static void save(Trainer *tr, const char *run, char *path, size_t size) {
     const Backend *be = tr->be;
     size_t P = tr->model.n_params;
     float *m = dev_floats(be, P), *v = dev_floats(be, P);
-    optimizer_moments_to_fp32(&tr->opt, &tr->model, m, v);
+    optimizer_moments_get(&tr->opt, &tr->model, m, v);
     CkptMirror mir[2] = {{"optimizer.adamw.m", m}, {"optimizer.adamw.v", v}};
     CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loss_scale = 1.0f, .optimizer = CKPT_OPT_ADAMW,
                    .optimizer_step = tr->opt.step};
@@ -347,7 +347,7 @@ static void load(Trainer *tr, const char *path) {
     char *text = mallocCheck(65536);
     config_write_text(&tr->cfg, text, 65536);
     checkpoint_load(path, &tr->model, mir, 2, &s, text);
-    optimizer_moments_from_fp32(&tr->opt, &tr->model, m, v);
+    optimizer_moments_set(&tr->opt, &tr->model, m, v);
     tr->opt.step = (int)s.optimizer_step;
     tr->step = (int)s.step;
     free(text);
@@ -389,12 +389,12 @@ static void test_checkpoint(void) {
     Trainer g;
     trainer_init(&g, &c);
     load(&g, path);
-    optimizer_moments_to_fp32(&g.opt, &g.model, m8, v8);   /* cpu backend: host pointers */
+    optimizer_moments_get(&g.opt, &g.model, m8, v8);   /* cpu backend: host pointers */
     CHECK(!memcmp(f.opt.m, m8, P * 4) && !memcmp(f.opt.v, v8, P * 4), "an 8-bit checkpoint loads into adamw as its dequantized moments");
     for (int s = 0; s < 5; s++) trainer_step(&f);   /* fp32 moments of its own now */
     save(&f, run, path, sizeof path);
     load(&g, path);   /* fp32 checkpoint into the 8-bit run */
-    optimizer_moments_to_fp32(&g.opt, &g.model, m8, v8);
+    optimizer_moments_get(&g.opt, &g.model, m8, v8);
     memcpy(m32, f.opt.m, P * 4);
     memcpy(v32, f.opt.v, P * 4);
     double worst_m = 0, worst_v = 0;

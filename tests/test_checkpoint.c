@@ -142,7 +142,7 @@ typedef struct {
 
 static void fixture_make(Fixture *f, const Comm *comm, int tie, uint64_t seed) {
     ModelConfig mc = model_cfg(tie);
-    model_create(&f->m, &mc, backend_cpu(), comm, 1, 8, RECOMPUTE_NONE);
+    model_create(&f->m, &mc, backend_cpu(), comm, NULL, 1, 8, RECOMPUTE_NONE);
     model_init_weights(&f->m, seed, 0.02f);
     const Backend *be = f->m.be;
     f->mom1 = be->alloc(f->m.n_params * sizeof(float), "m");

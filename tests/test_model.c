@@ -19,7 +19,7 @@ int main(void) {
     ModelConfig mc = f.mc;
     int B = f.B, T = f.T, steps = f.steps;
     Comm comm;
-    comm_init(&comm, 1, 1, 1);
+    comm_init_one(&comm);
     Model m;
     fixture_model(&f, &m, backend_cpu(), &comm, RECOMPUTE_NONE);
     CHECK(m.n_params == model_count_params(&mc), "n_params %zu vs count %zu", m.n_params, model_count_params(&mc));
@@ -52,7 +52,7 @@ int main(void) {
     c.lr = fixture_float(&f, 18); c.beta1 = fixture_float(&f, 19); c.beta2 = fixture_float(&f, 20); c.adam_eps = fixture_float(&f, 21);
     c.weight_decay = fixture_float(&f, 22); c.grad_clip = fixture_float(&f, 23);
     Optimizer opt;
-    optimizer_init(&opt, &m, &c);
+    optimizer_init(&opt, &m, &c, NULL);
     const float *ref_losses = fixture_tensor(&f, "step_losses")->data;
     double worst_step = 0;
     for (int s = 0; s < steps; s++) {

@@ -20,7 +20,7 @@ static void fixture_in_precision(DType act) {
     fixture_load(&f);
     int B = f.B, T = f.T, *ids = f.ids, *targets = f.targets;
     Comm comm;
-    comm_init(&comm, 1, 1, 1);
+    comm_init_one(&comm);
     Model m32, m16;
     fixture_model(&f, &m32, backend_cpu(), &comm, RECOMPUTE_NONE);
     fixture_model(&f, &m16, backend_cpu_emulated(act), &comm, RECOMPUTE_NONE);

@@ -64,12 +64,12 @@ int main(void) {
     ModelConfig mc;
     model_config_from(&mc, &c, 32000);
     Comm comm;
-    comm_init(&comm, 1, 1, 1);
+    comm_init_one(&comm);
     const Backend *be = backend_cpu_emulated(DTYPE_BF16);
-    MemoryPlan none = memory_plan(&c, &mc, be, &comm, RECOMPUTE_NONE, OPTIMIZER_ADAMW, 16);
-    MemoryPlan sel = memory_plan(&c, &mc, be, &comm, RECOMPUTE_SELECTIVE, OPTIMIZER_ADAMW, 16);
-    MemoryPlan full = memory_plan(&c, &mc, be, &comm, RECOMPUTE_FULL, OPTIMIZER_ADAMW, 16);
-    MemoryPlan q8 = memory_plan(&c, &mc, be, &comm, RECOMPUTE_NONE, OPTIMIZER_ADAMW8BIT, 16);
+    MemoryPlan none = memory_plan(&c, &mc, be, &comm, NULL, RECOMPUTE_NONE, OPTIMIZER_ADAMW, 16);
+    MemoryPlan sel = memory_plan(&c, &mc, be, &comm, NULL, RECOMPUTE_SELECTIVE, OPTIMIZER_ADAMW, 16);
+    MemoryPlan full = memory_plan(&c, &mc, be, &comm, NULL, RECOMPUTE_FULL, OPTIMIZER_ADAMW, 16);
+    MemoryPlan q8 = memory_plan(&c, &mc, be, &comm, NULL, RECOMPUTE_NONE, OPTIMIZER_ADAMW8BIT, 16);
     size_t P124 = none.master / 4;
     CHECK(P124 == model_count_params(&mc), "plan counts %zu parameters, the model %zu", P124, model_count_params(&mc));
     CHECK(full.activations < sel.activations && sel.activations < none.activations, "l124m activations shrink with recompute");

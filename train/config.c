@@ -46,6 +46,17 @@ const ConfigField config_fields[] = {
     F(precision, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16|fp16", "system", "compute dtype (master weights and gradients stay fp32); on cpu, bf16/fp16 are emulated"),
     F(recompute, FIELD_CHOICE, "none", 0, 0, "none|selective|full", "system", "activations the backward recomputes instead of keeping: selective = norms, attention output, SwiGLU; full = everything but each block's input"),
     F(loss_scale_init, FIELD_FLOAT, "65536", 1, 1e30, NULL, "system", "fp16 only: starting dynamic loss scale (x2 after 2000 clean steps, x0.5 and the step skipped on overflow)"),
+    F(dp, FIELD_INT, "1", 1, 65536, NULL, "parallel", "data-parallel ranks: each trains on its own part of every step's batch (world = dp * pp * tp)"),
+    F(tp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "tensor-parallel ranks: every layer's heads and FFN columns split tp ways (Megatron); tp must divide n_heads, n_kv_heads and ffn_dim"),
+    F(pp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "pipeline stages: each holds consecutive layers (embedding on the first, head on the last)"),
+    F(pp_schedule, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|gpipe|interleaved", "parallel", "pipeline schedule; interleaved runs pp_virtual chunks of layers per stage"),
+    F(pp_virtual, FIELD_INT, "2", 1, 64, NULL, "parallel", "pp_schedule=interleaved: model chunks per stage (n_layers must divide by pp*pp_virtual)"),
+    F(pp_layers, FIELD_STRING, "", 0, 0, NULL, "parallel", "layers of each pipeline stage, e.g. 4,4,3; empty = as even as possible"),
+    F(comm_backend, FIELD_CHOICE, "auto", 0, 0, "auto|nccl|mpi", "parallel", "who moves device buffers: nccl (a GPU per rank), mpi (CPU ranks, ranks sharing a GPU); auto picks"),
+    F(bucket_mb, FIELD_FLOAT, "25", 0.001, 65536, NULL, "parallel", "data parallel: MiB of fp32 gradients per bucket, reduced as soon as the backward completes it"),
+    F(zero, FIELD_INT, "0", 0, 1, NULL, "parallel", "1 = ZeRO-1: fp32 master weights and optimizer state sharded over the dp ranks"),
+    F(grad_reduce_dtype, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16", "parallel", "dtype the data-parallel gradient reduction sends (bf16 halves the bytes)"),
+    F(nproc, FIELD_INT, "0", 0, 4096, NULL, "parallel", "start this many local ranks through mpirun (0 = as launched)"),
     F(sample_every, FIELD_INT, "0", 0, BIG, NULL, "sampling", "print generated text every N steps (and at the end when sample_tokens > 0); 0 = only at the end"),
     F(sample_tokens, FIELD_INT, "0", 0, BIG, NULL, "sampling", "tokens to generate per sample; 0 = no sampling"),
     F(sample_prompt, FIELD_STRING, "", 0, 0, NULL, "sampling", "text the samples start from (empty = a new document)"),
@@ -283,8 +294,8 @@ void config_parse_args(Config *c, int argc, char **argv) {
 
 int config_head_dim(const Config *c) { return c->dim / c->n_heads; }
 
-int config_grad_accum_steps(const Config *c, int dp) {
-    long per_micro = (long)c->batch_size * c->seq_len * dp;
+int config_grad_accum_steps(const Config *c) {
+    long per_micro = (long)c->batch_size * c->seq_len * c->dp;
     return c->total_batch_tokens ? (int)(c->total_batch_tokens / per_micro) : 1;
 }
 
@@ -295,10 +306,11 @@ void config_validate(const Config *c) {
         die("n_heads=%d does not divide by n_kv_heads=%d: each KV head serves a whole group of query heads", c->n_heads, c->n_kv_heads);
     if (config_head_dim(c) % 2)
         die("head dim dim/n_heads = %d is odd: rotary embeddings rotate pairs of channels, so it must be even", config_head_dim(c));
-    long per_micro = (long)c->batch_size * c->seq_len;
+    long per_micro = (long)c->batch_size * c->seq_len * c->dp;
     if (c->total_batch_tokens && c->total_batch_tokens % per_micro)
-        die("total_batch_tokens=%d is not a multiple of batch_size*seq_len = %d*%d = %ld: gradient accumulation takes whole micro-batches",
-            c->total_batch_tokens, c->batch_size, c->seq_len, per_micro);
+        die("total_batch_tokens=%d is not a multiple of batch_size*seq_len*dp = %d*%d*%d = %ld: every data-parallel rank "
+            "accumulates whole micro-batches\n  hint: make total_batch_tokens a multiple of %ld", c->total_batch_tokens,
+            c->batch_size, c->seq_len, c->dp, per_micro, per_micro);
     if (c->warmup_steps > c->max_steps && c->max_steps > 0)
         die("warmup_steps=%d is longer than max_steps=%d; the learning rate would never reach lr", c->warmup_steps, c->max_steps);
 }

@@ -28,6 +28,10 @@ typedef struct {
     /* system */
     int device, precision, recompute;
     float loss_scale_init;
+    /* parallel (parallel/) */
+    int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc;
+    char pp_layers[256];
+    float bucket_mb;
     /* sampling */
     int sample_every, sample_tokens, top_k;
     float temperature;
@@ -79,4 +83,5 @@ size_t config_write_text(const Config *c, char *out, size_t size);
 const ConfigField *config_find(const char *key);
 /* Derived values. */
 int config_head_dim(const Config *c);
-int config_grad_accum_steps(const Config *c, int dp);
+/* Micro-batches each data-parallel rank runs per step: total_batch_tokens / (batch_size*seq_len*dp). */
+int config_grad_accum_steps(const Config *c);

@@ -8,8 +8,10 @@
 #include "../common/util.h"
 #include "../data/prepare.h"
 #include "../checkpoint/cli.h"
+#include "../parallel/launch.h"
 #include <math.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* SIGTERM / SIGINT: finish the current step, save a checkpoint, exit 0. A second signal kills as usual. */
@@ -22,6 +24,16 @@ static void print_banner(const Trainer *tr) {
     char b1[32], b2[32];
     printf("llm3d | device %s (%s) | %zu parameters (%s fp32) | activations %s\n", tr->be->name, dtype_name(tr->be->act),
            m->n_params, format_bytes(m->n_params * 4.0, b1, sizeof b1), format_bytes((double)m->act_bytes, b2, sizeof b2));
+    if (tr->comm.world_size > 1) {
+        char split[256];
+        partition_describe(&tr->model_cfg, &tr->layout, split, sizeof split);
+        printf("ranks | %d = dp %d x pp %d x tp %d through %s | rank 0 holds %zu parameters", tr->comm.world_size, c->dp, c->pp, c->tp,
+               comm_transport_name(&tr->comm), m->n_params);
+        if (c->pp > 1) printf(" | layers per stage %s | %s, %d micro-batches", split, c->pp_schedule == 0 ? "1f1b" : c->pp_schedule == 1 ? "gpipe" : "interleaved",
+                              tr->accum);
+        if (tr->ddp.zero) printf(" | ZeRO-1");
+        printf("\n");
+    }
     printf("data  | train %lld samples of %d tokens in %d shard(s)", (long long)tr->train.n_samples, c->seq_len, tr->train.n_shards);
     if (tr->has_val) printf(" | val %lld samples", (long long)tr->val.n_samples);
     printf("\nbatch | %d x %d tokens x %d micro-batches x %d ranks = %ld tokens per step\n", c->batch_size, c->seq_len,
@@ -46,16 +58,27 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "sample")) return sample_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
+    launch_nproc(argc, argv);          /* --nproc=N: re-run under mpirun with N ranks */
+    launch_init(&argc, &argv);
     Config cfg;
+    launch_errors_rank0_only(1);       /* a bad config is the same on every rank: say it once */
     config_parse_args(&cfg, argc, argv);
+    char *text = mallocCheck(65536);
+    config_write_text(&cfg, text, 65536);
+    launch_check_same_config(text);
+    free(text);
+    launch_errors_rank0_only(0);
     Trainer tr;
     trainer_init(&tr, &cfg);
-    config_print_table(&tr.cfg, stdout);
-    print_banner(&tr);
-    memory_print(&tr.memory, 0, stdout);
+    int lead = tr.comm.rank == 0;
+    if (lead) {
+        config_print_table(&tr.cfg, stdout);
+        print_banner(&tr);
+        memory_print(&tr.memory, 0, stdout);
+    }
     if (cfg.memory_report) {   /* one step, then the prediction next to what the allocator measured */
         trainer_step(&tr);
-        memory_print(&tr.memory, tr.be->memory_peak(), stdout);
+        if (lead) memory_print(&tr.memory, tr.be->memory_peak(), stdout);
         trainer_free(&tr);
         return 0;
     }
@@ -68,11 +91,15 @@ int main(int argc, char **argv) {
     while (tr.step < cfg.max_steps) {
         StepStats s = trainer_step(&tr);
         trainer_log_step(&tr, &s);
-        if (tr.has_val && (tr.step % cfg.eval_every == 0 || tr.step == cfg.max_steps)) log_eval(&tr, trainer_eval(&tr));
+        if (tr.has_val && (tr.step % cfg.eval_every == 0 || tr.step == cfg.max_steps)) {
+            double val = trainer_eval(&tr);
+            if (lead) log_eval(&tr, val);
+        }
         if ((cfg.sample_every && tr.step % cfg.sample_every == 0) || tr.step == cfg.max_steps) trainer_sample(&tr);
         if (cfg.checkpoint_every > 0 && tr.step % cfg.checkpoint_every == 0) trainer_save_checkpoint(&tr);
-        if (stop_signal) {
-            printf("stop  | %s after step %d\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT", tr.step);
+        int stop = (int)comm_max(&tr.comm, GROUP_WORLD, (double)stop_signal);   /* a signal to any rank stops every rank */
+        if (stop) {
+            if (lead) printf("stop  | %s after step %d\n", stop == SIGTERM ? "SIGTERM" : "SIGINT", tr.step);
             break;
         }
     }

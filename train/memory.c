@@ -1,32 +1,38 @@
 /* train/memory.c — the memory plan, its report, and the out-of-memory advice. */
 #include "memory.h"
+#include "optimizer.h"
 #include "../common/util.h"
 #include <stdlib.h>
 
-MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, int recompute,
-                       int optimizer, int batch_size) {
+MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, const ModelPart *part,
+                       int recompute, int optimizer, int batch_size) {
     Model m;
-    model_plan(&m, mc, be, comm, batch_size, c->seq_len, recompute);
+    model_plan(&m, mc, be, comm, part, batch_size, c->seq_len, recompute);
     MemoryPlan p = {0};
     size_t P = m.n_params, act = dtype_size(backend_storage(be));
-    p.master = P * 4;
+    Config oc = *c;
+    oc.optimizer = optimizer;
+    OptimizerCut cut = {&m, &oc};
+    Ddp d;
+    ddp_plan(&d, &m, comm, c->bucket_mb, c->zero, optimizer_cut_rule, &cut);
+    p.master = d.zero && be->act != DTYPE_FP32 ? 0 : P * 4;   /* zero=1: in the shard */
     p.compute = be->act == DTYPE_FP32 ? 0 : P * act;
     p.grads = P * 4;
-    if (optimizer == OPTIMIZER_ADAMW8BIT) {
-        for (int i = 0; i < m.n_tensors; i++) {   /* as train/optimizer.c lays it out: 8-bit from 4096 elements up */
-            size_t n = (size_t)m.tensors[i].rows * m.tensors[i].cols;
-            size_t blocks = (n + 255) / 256;
-            p.optimizer += n >= 4096 ? blocks * 256 * 2 + blocks * 2 * 4 : n * 8;
-        }
-    } else {
-        p.optimizer = P * 8;
-    }
+    p.shards = ddp_shard_bytes(&d, be);
+    OptPiece *pieces = NULL;
+    OptimizerView view = d.zero ? optimizer_zero_view(&d, &pieces) : (OptimizerView){0};
+    Optimizer o;
+    optimizer_plan(&o, &m, &oc, d.zero ? &view : NULL);   /* the optimizer's own layout arithmetic */
+    p.optimizer = optimizer_state_bytes(&o);
+    optimizer_free(&o, be);
+    free(pieces);
+    ddp_free(&d);
     p.activations = m.act_bytes;
     if (be->workspace_bytes) {   /* the CUDA kernels' scratch: attention's per-query statistics, the embedding backward's sort */
         size_t N = (size_t)batch_size * c->seq_len;
         p.workspace = be->workspace_bytes + (size_t)batch_size * m.NH * c->seq_len * 4 + N * 16;
     }
-    p.total = p.master + p.compute + p.grads + p.optimizer + p.activations + p.workspace;
+    p.total = p.master + p.compute + p.grads + p.optimizer + p.shards + p.activations + p.workspace;
     model_plan_free(&m);
     return p;
 }
@@ -35,7 +41,7 @@ void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out) {
     char b[32];
     struct { const char *name; size_t bytes; } rows[] = {
         {"weights (compute copy)", p->compute}, {"master weights (fp32)", p->master}, {"gradients (fp32)", p->grads},
-        {"optimizer state", p->optimizer}, {"activations", p->activations}, {"workspaces", p->workspace},
+        {"optimizer state", p->optimizer}, {"ZeRO-1 shards", p->shards}, {"activations", p->activations}, {"workspaces", p->workspace},
     };
     fprintf(out, "memory | predicted:");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -50,7 +56,8 @@ void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out) {
     fflush(out);
 }
 
-void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm) {
+void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm,
+                       const ModelPart *part) {
     size_t avail = be->memory_free ? be->memory_free() : 0;
     if (!avail) return;                       /* the CPU: the operating system decides */
     if (p->total <= avail) return;
@@ -67,7 +74,7 @@ void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *
                 for (int o = c->optimizer; o <= OPTIMIZER_ADAMW8BIT && shown < 6; o++) {
                     int n = (b != c->batch_size) + (r != c->recompute) + (o != c->optimizer);
                     if (n != changes) continue;
-                    MemoryPlan q = memory_plan(c, mc, be, comm, r, o, b);
+                    MemoryPlan q = memory_plan(c, mc, be, comm, part, r, o, b);
                     if (q.total > avail) continue;
                     fprintf(stderr, "    ");
                     if (r != c->recompute) fprintf(stderr, "--recompute=%s ", rname[r]);

@@ -16,17 +16,20 @@ typedef struct {
     size_t master;        /* fp32 master weights */
     size_t compute;       /* act-dtype copy of the weights (0 in fp32: the master is used) */
     size_t grads;         /* fp32 gradients */
-    size_t optimizer;     /* AdamW m, v (fp32) or 8-bit codes + absmax + small tensors' fp32 state */
+    size_t optimizer;     /* AdamW m, v (fp32) or 8-bit codes + absmax + small tensors' fp32 state (zero=1: this rank's shard) */
+    size_t shards;        /* zero=1: the shard's reduced gradients, fp32 master weights and updated compute copy */
     size_t activations;   /* everything the forward keeps for the backward, plus backward scratch and logits */
     size_t workspace;     /* cuBLASLt workspace and kernels' scratch (estimate) */
     size_t total;
 } MemoryPlan;
 
-/* The plan for config c with the given recompute mode, optimizer and micro-batch. */
-MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, int recompute,
-                       int optimizer, int batch_size);
+/* The plan of this rank (its part of the model, part NULL: the whole model on
+ * one rank) for config c with the given recompute mode, optimizer and micro-batch. */
+MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, const ModelPart *part,
+                       int recompute, int optimizer, int batch_size);
 /* The table; measured_peak 0 = not measured (yet). */
 void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out);
 /* Dies with the list of switches that would fit when plan p (this config's)
  * exceeds the device's free memory; does nothing on the CPU. */
-void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm);
+void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm,
+                       const ModelPart *part);

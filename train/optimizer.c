@@ -29,57 +29,128 @@ static size_t q8_layout(char *base, size_t Q, size_t S, AdamW8bitState *st) {
     return n;
 }
 
-static void init_adamw8bit(Optimizer *o, const Model *m, const Config *c) {
-    o->slices8 = callocCheck(m->n_tensors ? m->n_tensors : 1, sizeof(AdamW8bitSlice));
-    o->n_slices8 = 0;
+/* The unsharded layout: runs of adjacent tensors with the same weight decay
+ * (and, for adamw8bit, the same kind of state), in the model's buffer. */
+typedef struct { size_t offset, count; float weight_decay; int quantized; } Run;
+
+static int build_runs(const Model *m, const Config *c, int kind, Run *runs) {
+    int n = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
         float wd = t->is_norm ? 0.0f : c->weight_decay;
         size_t count = (size_t)t->rows * t->cols;
-        int quantized = count >= ADAMW8BIT_MIN_NUMEL;
+        int quantized = kind == OPTIMIZER_ADAMW8BIT && count >= ADAMW8BIT_MIN_NUMEL;
         if (!count) continue;
-        AdamW8bitSlice *last = o->n_slices8 ? &o->slices8[o->n_slices8 - 1] : NULL;
+        Run *last = n ? &runs[n - 1] : NULL;
         if (last && last->weight_decay == wd && last->quantized == quantized && last->offset + last->count == t->offset)
             last->count += count;
         else
-            o->slices8[o->n_slices8++] = (AdamW8bitSlice){t->offset, count, 0, wd, quantized};
+            runs[n++] = (Run){t->offset, count, wd, quantized};
     }
-    /* each quantized slice's state starts on a whole block, so every block belongs to one slice */
+    return n;
+}
+
+size_t optimizer_cut(const Model *m, const Config *c, size_t offset) {
+    Run *runs = callocCheck(m->n_tensors + 1, sizeof(Run));
+    int n = build_runs(m, c, c->optimizer, runs);
+    size_t cut = offset;
+    for (int r = 0; r < n; r++)
+        if (runs[r].quantized && runs[r].offset <= offset && offset < runs[r].offset + runs[r].count)
+            cut = runs[r].offset + (offset - runs[r].offset) / ADAMW8BIT_BLOCK * ADAMW8BIT_BLOCK;
+    free(runs);
+    return cut;
+}
+
+size_t optimizer_cut_rule(const void *ctx, size_t offset) {
+    const OptimizerCut *k = ctx;
+    return optimizer_cut(k->m, k->c, offset);
+}
+
+OptimizerView optimizer_zero_view(const Ddp *d, OptPiece **pieces) {
+    int me = d->comm->dp_rank, n = 0;
+    *pieces = callocCheck(d->n_buckets + 1, sizeof(OptPiece));
+    for (int b = d->n_buckets - 1; b >= 0; b--) {   /* buffer order */
+        const Bucket *k = &d->buckets[b];
+        if (k->counts[me]) (*pieces)[n++] = (OptPiece){k->piece_offset, k->counts[me], k->shard_at};
+    }
+    return (OptimizerView){d->master_shard, d->grad_shard, d->compute_shard, d->shard_n, *pieces, n, 1};
+}
+
+/* The view's slices: each run cut to each piece, in view elements. Pieces start
+ * at cuts optimizer_cut allows, so an 8-bit slice starts on a block of its run
+ * and quantizes the same blocks as the unsharded layout. */
+static void build_slices(Optimizer *o, const Model *m, const Config *c) {
+    Run *runs = callocCheck(m->n_tensors + 1, sizeof(Run));
+    int n_runs = build_runs(m, c, o->kind, runs);
+    const OptimizerView *v = &o->view;
+    int cap = n_runs + v->n_pieces + m->n_tensors + 1;
+    o->slices = callocCheck(cap, sizeof(AdamWSlice));
+    o->slices8 = callocCheck(cap, sizeof(AdamW8bitSlice));
+    o->replicated = callocCheck(cap, sizeof(OptPiece));
     size_t Q = 0, S = 0;
-    for (int s = 0; s < o->n_slices8; s++) {
-        AdamW8bitSlice *sl = &o->slices8[s];
-        if (sl->quantized) { sl->state = Q; Q += (sl->count + ADAMW8BIT_BLOCK - 1) / ADAMW8BIT_BLOCK * ADAMW8BIT_BLOCK; }
-        else { sl->state = S; S += sl->count; }
+    for (int p = 0; p < v->n_pieces; p++) {
+        const OptPiece *pc = &v->pieces[p];
+        for (int r = 0; r < n_runs; r++) {
+            size_t lo = runs[r].offset > pc->offset ? runs[r].offset : pc->offset;
+            size_t hi = runs[r].offset + runs[r].count < pc->offset + pc->count ? runs[r].offset + runs[r].count : pc->offset + pc->count;
+            if (lo >= hi) continue;
+            size_t at = pc->at + (lo - pc->offset), count = hi - lo;
+            AdamWSlice *last = o->n_slices ? &o->slices[o->n_slices - 1] : NULL;
+            if (last && last->weight_decay == runs[r].weight_decay && last->offset + last->count == at) last->count += count;
+            else o->slices[o->n_slices++] = (AdamWSlice){at, count, runs[r].weight_decay};
+            if (runs[r].quantized && (lo - runs[r].offset) % ADAMW8BIT_BLOCK)
+                die("internal: a ZeRO-1 piece cuts an 8-bit AdamW block at element %zu", lo);
+            AdamW8bitSlice *sl = &o->slices8[o->n_slices8++];
+            *sl = (AdamW8bitSlice){at, count, 0, runs[r].weight_decay, runs[r].quantized};
+            /* each quantized slice's state starts on a whole block, so every block belongs to one slice */
+            if (sl->quantized) { sl->state = Q; Q += (count + ADAMW8BIT_BLOCK - 1) / ADAMW8BIT_BLOCK * ADAMW8BIT_BLOCK; }
+            else { sl->state = S; S += count; }
+        }
+        /* tensors every tensor-parallel rank holds whole (norms; an embedding not split over the vocabulary) */
+        for (int i = 0; m->part.tp > 1 && i < m->n_tensors; i++) {
+            const ParamTensor *t = &m->tensors[i];
+            size_t lo = t->offset > pc->offset ? t->offset : pc->offset, end = t->offset + (size_t)t->rows * t->cols;
+            size_t hi = end < pc->offset + pc->count ? end : pc->offset + pc->count;
+            int whole = t->rows == t->global_rows && t->cols == t->global_cols;
+            if (whole && lo < hi) o->replicated[o->n_replicated++] = (OptPiece){lo, hi - lo, pc->at + (lo - pc->offset)};
+        }
     }
     o->n_quantized = Q;
     o->n_fp32 = S;
-    o->state_bytes = q8_layout(NULL, Q, S, NULL);
-    o->state = m->be->alloc(o->state_bytes, "8-bit AdamW state (codes, absmax, small tensors' fp32 moments)");
-    q8_layout(o->state, Q, S, &o->q8);
+    free(runs);
 }
 
-void optimizer_init(Optimizer *o, const Model *m, const Config *c) {
-    const Backend *be = m->be;
+static void layout(Optimizer *o, const Model *m, const Config *c, const OptimizerView *view) {
     memset(o, 0, sizeof *o);
     o->kind = c->optimizer;
-    if (o->kind == OPTIMIZER_ADAMW8BIT) {
-        init_adamw8bit(o, m, c);
-    } else {
-        o->m = be->alloc(m->n_params * sizeof(float), "AdamW first moment");
-        o->v = be->alloc(m->n_params * sizeof(float), "AdamW second moment");
-        o->slices = callocCheck(m->n_tensors ? m->n_tensors : 1, sizeof(AdamWSlice));
-        o->n_slices = 0;
-        for (int i = 0; i < m->n_tensors; i++) {
-            const ParamTensor *t = &m->tensors[i];
-            float wd = t->is_norm ? 0.0f : c->weight_decay;
-            size_t count = (size_t)t->rows * t->cols;
-            AdamWSlice *last = o->n_slices ? &o->slices[o->n_slices - 1] : NULL;
-            if (last && last->weight_decay == wd && last->offset + last->count == t->offset) last->count += count;
-            else o->slices[o->n_slices++] = (AdamWSlice){t->offset, count, wd};
-        }
+    OptPiece whole = {0, m->n_params, 0};
+    if (view) o->view = *view;
+    else {
+        o->view = (OptimizerView){m->params, m->grads, m->params_compute == (void *)m->params ? NULL : m->params_compute,
+                                  m->n_params, &whole, 1, 0};
     }
-    o->step = 0;
+    OptPiece *pieces = mallocCheck((o->view.n_pieces + 1) * sizeof(OptPiece));   /* the optimizer keeps its own copy */
+    memcpy(pieces, o->view.pieces, o->view.n_pieces * sizeof(OptPiece));
+    o->view.pieces = pieces;
+    build_slices(o, m, c);
+    if (o->kind == OPTIMIZER_ADAMW8BIT) o->state_bytes = q8_layout(NULL, o->n_quantized, o->n_fp32, NULL);
+    else { o->n_slices8 = 0; o->state_bytes = 2 * o->view.n * sizeof(float); }
+    if (o->kind != OPTIMIZER_ADAMW8BIT) o->n_quantized = o->n_fp32 = 0;
     o->beta1 = c->beta1; o->beta2 = c->beta2; o->eps = c->adam_eps; o->grad_clip = c->grad_clip;
+}
+
+void optimizer_plan(Optimizer *o, const Model *m, const Config *c, const OptimizerView *view) { layout(o, m, c, view); }
+
+void optimizer_init(Optimizer *o, const Model *m, const Config *c, const OptimizerView *view) {
+    const Backend *be = m->be;
+    layout(o, m, c, view);
+    if (o->kind == OPTIMIZER_ADAMW8BIT) {
+        o->state = be->alloc(o->state_bytes, "8-bit AdamW state (codes, absmax, small tensors' fp32 moments)");
+        q8_layout(o->state, o->n_quantized, o->n_fp32, &o->q8);
+    } else {
+        o->m = be->alloc(o->view.n * sizeof(float), "AdamW first moment");
+        o->v = be->alloc(o->view.n * sizeof(float), "AdamW second moment");
+    }
 }
 
 void optimizer_free(Optimizer *o, const Backend *be) {
@@ -88,53 +159,56 @@ void optimizer_free(Optimizer *o, const Backend *be) {
     if (o->state) be->free(o->state);
     free(o->slices);
     free(o->slices8);
+    free(o->replicated);
+    free((void *)o->view.pieces);
     memset(o, 0, sizeof *o);
 }
 
-size_t optimizer_state_bytes(const Optimizer *o) {
-    if (o->kind == OPTIMIZER_ADAMW8BIT) return o->state_bytes;
-    size_t n = 0;
-    for (int s = 0; s < o->n_slices; s++) n += o->slices[s].count;
-    return 2 * n * sizeof(float);
-}
+size_t optimizer_state_bytes(const Optimizer *o) { return o->state_bytes; }
 
 double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale) {
     const Backend *be = m->be;
-    /* tp ranks hold disjoint slices of the matrices but the same norm weights;
-     * pp stages hold disjoint layers: the squared norm sums over both groups */
-    double ss = be->sum_squares(m->grads, m->n_params);
-    ss = comm_allreduce_scalar(m->comm, GROUP_PP, ss);
+    const OptimizerView *v = &o->view;
+    /* tp ranks hold disjoint slices of the matrices but the same norm weights (counted
+     * on tp rank 0 only); pp stages hold disjoint layers; zero=1 dp ranks disjoint pieces */
+    double ss = be->sum_squares(v->grads, v->n);
+    if (m->part.tp_rank > 0) {
+        for (int r = 0; r < o->n_replicated; r++) ss -= be->sum_squares(v->grads + o->replicated[r].at, o->replicated[r].count);
+        if (ss < 0) ss = 0;
+    }
+    ss = comm_sum(m->comm, GROUP_MP, ss);
+    if (v->sharded_over_dp) ss = comm_sum(m->comm, GROUP_DP, ss);
     double norm = sqrt(ss) / loss_scale;
     if (!isfinite(norm)) return norm;   /* before either optimizer touches anything */
     float clip = (o->grad_clip > 0 && norm > o->grad_clip) ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;
     o->step++;
     AdamWHyper h = {.lr = lr, .beta1 = o->beta1, .beta2 = o->beta2, .eps = o->eps, .grad_scale = clip / loss_scale, .step = o->step};
-    void *compute = m->params_compute == (void *)m->params ? NULL : m->params_compute;
     if (o->kind == OPTIMIZER_ADAMW8BIT) {
         if (!be->adamw8bit_update)
             die("optimizer=adamw8bit: the %s backend of this build has no 8-bit AdamW kernel\n"
                 "  hint: run with --optimizer=adamw, or rebuild with kernels/cuda/adamw8bit.cu registered", be->name);
-        be->adamw8bit_update(m->params, compute, m->grads, o->q8, o->slices8, o->n_slices8, h);
+        be->adamw8bit_update(v->master, v->compute, v->grads, o->q8, o->slices8, o->n_slices8, h);
     } else {
-        be->adamw_update(m->params, compute, m->grads, o->m, o->v, o->slices, o->n_slices, h);
+        be->adamw_update(v->master, v->compute, v->grads, o->m, o->v, o->slices, o->n_slices, h);
     }
     return norm;
 }
 
 /* ------------------------------------------------ the fp32 form of the moments */
 
-void optimizer_moments_to_fp32(const Optimizer *o, const Model *m, float *m_out, float *v_out) {
+void optimizer_moments_get(const Optimizer *o, const Model *m, float *hm, float *hv) {
     const Backend *be = m->be;
-    size_t P = m->n_params;
+    size_t P = o->view.n;
     if (o->kind != OPTIMIZER_ADAMW8BIT) {
-        be->copy(m_out, o->m, P * sizeof(float));
-        be->copy(v_out, o->v, P * sizeof(float));
+        be->download(hm, o->m, P * sizeof(float));
+        be->download(hv, o->v, P * sizeof(float));
         return;
     }
     const float *ms, *mu;
     adamw8bit_maps(&ms, &mu);
     char *hs = mallocCheck(o->state_bytes);
-    float *hm = callocCheck(P ? P : 1, sizeof(float)), *hv = callocCheck(P ? P : 1, sizeof(float));
+    memset(hm, 0, P * sizeof(float));
+    memset(hv, 0, P * sizeof(float));
     be->download(hs, o->state, o->state_bytes);
     AdamW8bitState st;
     q8_layout(hs, o->n_quantized, o->n_fp32, &st);
@@ -152,25 +226,20 @@ void optimizer_moments_to_fp32(const Optimizer *o, const Model *m, float *m_out,
             adamw8bit_dequantize_block(mu, st.v_code + q, st.v_absmax[blk], n, hv + sl->offset + j0);
         }
     }
-    be->upload(m_out, hm, P * sizeof(float));
-    be->upload(v_out, hv, P * sizeof(float));
-    free(hs); free(hm); free(hv);
+    free(hs);
 }
 
-void optimizer_moments_from_fp32(Optimizer *o, const Model *m, const float *m_in, const float *v_in) {
+void optimizer_moments_set(Optimizer *o, const Model *m, const float *hm, const float *hv) {
     const Backend *be = m->be;
-    size_t P = m->n_params;
+    size_t P = o->view.n;
     if (o->kind != OPTIMIZER_ADAMW8BIT) {
-        be->copy(o->m, m_in, P * sizeof(float));
-        be->copy(o->v, v_in, P * sizeof(float));
+        be->upload(o->m, hm, P * sizeof(float));
+        be->upload(o->v, hv, P * sizeof(float));
         return;
     }
     const float *ms, *mu;
     adamw8bit_maps(&ms, &mu);
     char *hs = callocCheck(o->state_bytes, 1);
-    float *hm = mallocCheck((P ? P : 1) * sizeof(float)), *hv = mallocCheck((P ? P : 1) * sizeof(float));
-    be->download(hm, m_in, P * sizeof(float));
-    be->download(hv, v_in, P * sizeof(float));
     AdamW8bitState st;
     q8_layout(hs, o->n_quantized, o->n_fp32, &st);
     for (int s = 0; s < o->n_slices8; s++) {
@@ -188,5 +257,5 @@ void optimizer_moments_from_fp32(Optimizer *o, const Model *m, const float *m_in
         }
     }
     be->upload(o->state, hs, o->state_bytes);
-    free(hs); free(hm); free(hv);
+    free(hs);
 }

@@ -12,9 +12,28 @@
 #pragma once
 #include "config.h"
 #include "../model/llama.h"
+#include "../parallel/ddp.h"
+
+/* What the optimizer updates: n elements of its own buffers (master, grads,
+ * compute), taken from pieces of the model's parameter buffer. Without ZeRO
+ * that is the model's whole buffer itself; with zero=1 each data-parallel rank
+ * updates its own pieces (parallel/ddp.h), held in shard buffers. */
+typedef struct { size_t offset, count, at; } OptPiece;   /* model elements [offset, offset+count) are view elements [at, at+count) */
+typedef struct {
+    float *master;          /* (n) fp32 weights */
+    float *grads;           /* (n) their gradients */
+    void *compute;          /* (n) act-dtype copy refreshed by the update, or NULL */
+    size_t n;
+    const OptPiece *pieces;
+    int n_pieces;
+    int sharded_over_dp;    /* the data-parallel ranks hold disjoint pieces: the norm sums over them too */
+} OptimizerView;
 
 typedef struct {
     int kind;               /* OPTIMIZER_ADAMW or OPTIMIZER_ADAMW8BIT */
+    OptimizerView view;     /* slices below are in view elements */
+    OptPiece *replicated;   /* view ranges of tensors every tensor-parallel rank holds whole (norms): counted once in the norm */
+    int n_replicated;
     /* adamw */
     float *m, *v;           /* (n_params) first and second moments, on the backend; NULL for adamw8bit */
     AdamWSlice *slices;     /* runs of adjacent tensors with the same weight decay */
@@ -31,8 +50,22 @@ typedef struct {
     float beta1, beta2, eps, grad_clip;
 } Optimizer;
 
-void optimizer_init(Optimizer *o, const Model *m, const Config *c);
+/* view NULL: the model's whole buffer (m->params, m->grads, m->params_compute). */
+void optimizer_init(Optimizer *o, const Model *m, const Config *c, const OptimizerView *view);
+/* The same layout with nothing allocated: state_bytes for the memory plan. Free with optimizer_free. */
+void optimizer_plan(Optimizer *o, const Model *m, const Config *c, const OptimizerView *view);
 void optimizer_free(Optimizer *o, const Backend *be);
+/* The largest offset <= offset of the model's buffer where its elements may be
+ * cut between two ranks' pieces without changing what the update computes:
+ * anywhere for adamw; on a 256-element block boundary of the unsharded 8-bit
+ * layout for adamw8bit, so every rank quantizes the same blocks as one rank. */
+size_t optimizer_cut(const Model *m, const Config *c, size_t offset);
+/* optimizer_cut as ddp_plan's CutRule; ctx: an OptimizerCut. */
+typedef struct { const Model *m; const Config *c; } OptimizerCut;
+size_t optimizer_cut_rule(const void *ctx, size_t offset);
+/* The view of this rank's ZeRO-1 shard (parallel/ddp.h). *pieces is allocated
+ * here; optimizer_init copies what it needs, so free it after. */
+OptimizerView optimizer_zero_view(const Ddp *d, OptPiece **pieces);
 /* The gradients hold loss_scale x the true gradients (1 unless fp16 loss
  * scaling). Unscale, clip to grad_clip by the global norm over every rank
  * holding a part of the model, then update. Returns that (true) norm; a
@@ -41,13 +74,13 @@ void optimizer_free(Optimizer *o, const Backend *be);
 double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale);
 /* Bytes of optimizer state on the backend (8 * n_params for adamw). */
 size_t optimizer_state_bytes(const Optimizer *o);
-/* The moments as two fp32 (n_params) backend buffers laid out like the params,
- * the form checkpoints store (optimizer.adamw.m/..., optimizer.adamw.v/...):
- * adamw copies; adamw8bit dequantizes (map value * absmax; on the host). */
-void optimizer_moments_to_fp32(const Optimizer *o, const Model *m, float *m_out, float *v_out);
-/* The reverse: adamw copies; adamw8bit quantizes per block. Quantizing what
- * optimizer_moments_to_fp32 gave returns the same codes and absmax bit for bit
+/* The moments as two fp32 host arrays laid out like the view (n), the form
+ * checkpoints store (optimizer.adamw.m/..., optimizer.adamw.v/...): adamw
+ * copies them down; adamw8bit dequantizes (map value * absmax). */
+void optimizer_moments_get(const Optimizer *o, const Model *m, float *m_out, float *v_out);
+/* The reverse: adamw copies up; adamw8bit quantizes per block. Quantizing what
+ * optimizer_moments_get gave returns the same codes and absmax bit for bit
  * (each block's largest element maps to the exact code +-1), so an 8-bit run
  * saved and resumed through fp32 moments continues exactly, and an fp32 AdamW
  * checkpoint converts into an 8-bit run (and back) by the same two calls. */
-void optimizer_moments_from_fp32(Optimizer *o, const Model *m, const float *m_in, const float *v_in);
+void optimizer_moments_set(Optimizer *o, const Model *m, const float *m_in, const float *v_in);

@@ -1,10 +1,13 @@
-/* train/trainer.c — one optimizer step, evaluation, LR schedule, step logging. */
+/* train/trainer.c — set-up of a run on this rank (grid, model part, schedule,
+ * data parallelism, optimizer), one optimizer step, evaluation, LR schedule,
+ * step logging. Checkpoints are train/checkpoints.c. */
 #include "trainer.h"
 #include "../common/util.h"
 #include "sample.h"
 #include "memory.h"
 #include "../checkpoint/checkpoint.h"
 #include "../checkpoint/hf.h"
+#include "../parallel/launch.h"
 #include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
@@ -28,17 +31,65 @@ void model_config_from(ModelConfig *mc, const Config *c, int vocab_size) {
     mc->rope_theta = c->rope_theta; mc->norm_eps = c->norm_eps;
 }
 
+/* Backward steps of every chunk of every stage (schedule_build's steps). */
+static void chunk_steps(const Trainer *tr, int *steps) {
+    int v = tr->layout.pp_schedule == PP_INTERLEAVED && tr->layout.pp > 1 ? tr->layout.pp_virtual : 1;
+    for (int st = 0; st < tr->layout.pp; st++) {
+        ModelPart part = partition_part(&tr->model_cfg, &tr->layout, st, 0);
+        for (int k = 0; k < v; k++) steps[st * v + k] = part.chunks[k].n_layers + (k == 0 && part.has_embedding);
+    }
+}
+
+/* The step's schedule for every stage — pipeline order, then where each
+ * stage's buckets start reducing — checked as `build/train schedule` checks
+ * it, with the activation slots each stage needs. */
+static void build_schedule(Trainer *tr) {
+    const Config *c = &tr->cfg;
+    int p = tr->layout.pp, v = c->pp_schedule == PP_INTERLEAVED && p > 1 ? c->pp_virtual : 1;
+    int *steps = mallocCheck((size_t)p * v * sizeof(int));
+    chunk_steps(tr, steps);
+    schedule_build(&tr->schedule, p > 1 ? c->pp_schedule : PP_1F1B, p, tr->accum, v, steps);
+    free(steps);
+    for (int st = 0; st < p; st++) {
+        ModelPart part = partition_part(&tr->model_cfg, &tr->layout, st, tr->comm.tp_rank);
+        Model plan;
+        Ddp d;
+        model_plan(&plan, &tr->model_cfg, tr->be, &tr->comm, &part, 1, 1, RECOMPUTE_NONE);
+        ddp_plan(&d, &plan, &tr->comm, c->bucket_mb, 0, NULL, NULL);
+        BucketReady *ready = callocCheck(d.n_buckets + 1, sizeof(BucketReady));
+        for (int b = 0; b < d.n_buckets; b++) ready[b] = d.buckets[b].ready;
+        schedule_add_data_parallel(&tr->schedule, st, ready, d.n_buckets, c->zero && tr->comm.dp > 1);
+        free(ready);
+        ddp_free(&d);
+        model_plan_free(&plan);
+    }
+    schedule_assign_slots(&tr->schedule);
+    ScheduleSim sim;
+    char err[1024];
+    if (schedule_check(&tr->schedule, &sim, err, sizeof err) != 0) die("internal: the step's schedule is unsound: %s", err);
+    schedule_sim_free(&sim);
+}
+
+static void optimizer_action(void *ctx) {
+    Trainer *tr = ctx;
+    tr->last_lr = lr_at(&tr->cfg, tr->step);
+    tr->last_norm = optimizer_step(&tr->opt, &tr->model, tr->last_lr, tr->loss_scale);
+    trainer_update_loss_scale(tr, isfinite(tr->last_norm));
+}
+
 void trainer_init(Trainer *tr, const Config *cfg) {
     memset(tr, 0, sizeof *tr);
     tr->loss_scale = 1.0f;
     tr->saved_step = -1;
     tr->cfg = *cfg;
     const Config *c = &tr->cfg;
-    comm_init(&tr->comm, 1, 1, 1);
+    launch_init(NULL, NULL);
+    comm_init(&tr->comm, c->dp, c->pp, c->tp, c->comm_backend, c->device == DEVICE_CUDA);
     DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
     tr->be = c->device == DEVICE_CUDA ? backend_cuda(act) : backend_cpu_emulated(act);
+    comm_attach(&tr->comm, tr->be);
     if (c->precision == PRECISION_FP16) tr->loss_scale = c->loss_scale_init;
-    tr->accum = config_grad_accum_steps(c, tr->comm.dp);
+    tr->accum = config_grad_accum_steps(c);
 
     loader_open(&tr->train, c->train_data, c->batch_size, c->seq_len, tr->comm.dp_rank, tr->comm.dp, c->seed, 1, c->vocab_size);
     int vocab = c->vocab_size ? c->vocab_size : loader_header_vocab(&tr->train);
@@ -47,20 +98,38 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     tr->train.vocab_size = vocab;
     tr->cfg.vocab_size = vocab;
     if (c->val_data[0] && c->eval_every > 0) {
-        loader_open(&tr->val, c->val_data, c->batch_size, c->seq_len, tr->comm.dp_rank, tr->comm.dp, c->seed, 0, vocab);
+        loader_open(&tr->val, c->val_data, c->batch_size, c->seq_len, 0, 1, c->seed, 0, vocab);
         tr->has_val = 1;
     }
 
     model_config_from(&tr->model_cfg, c, vocab);
-    tr->memory = memory_plan(c, &tr->model_cfg, tr->be, &tr->comm, c->recompute, c->optimizer, c->batch_size);
-    memory_check_fits(&tr->memory, c, &tr->model_cfg, tr->be, &tr->comm);   /* before allocating: say what would fit */
-    model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, c->batch_size, c->seq_len, c->recompute);
-    model_init_weights(&tr->model, (uint64_t)c->seed, c->init_std);
-    optimizer_init(&tr->opt, &tr->model, c);
+    tr->layout = (PartitionSpec){c->tp, c->pp, c->pp_schedule, c->pp_virtual, tr->cfg.pp_layers};
+    ModelPart part = partition_part(&tr->model_cfg, &tr->layout, tr->comm.pp_rank, tr->comm.tp_rank);
+    build_schedule(tr);
+    part.n_slots = tr->schedule.slots[tr->comm.pp_rank];
+    if (c->pp > 1 && part.n_slots < 2) part.n_slots = 2;   /* evaluation receives the next micro-batch while sending the last */
+    int zero = c->zero && tr->comm.dp > 1;
+    part.master_in_shard = zero && act != DTYPE_FP32;
+    tr->memory = memory_plan(c, &tr->model_cfg, tr->be, &tr->comm, &part, c->recompute, c->optimizer, c->batch_size);
+    memory_check_fits(&tr->memory, c, &tr->model_cfg, tr->be, &tr->comm, &part);   /* before allocating: say what would fit */
+    model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, &part, c->batch_size, c->seq_len, c->recompute);
+    OptimizerCut cut = {&tr->model, &tr->cfg};
+    ddp_create(&tr->ddp, &tr->model, &tr->comm, c->bucket_mb, c->zero, optimizer_cut_rule, &cut);
+    float *host = mallocCheck(tr->model.n_params * sizeof(float));
+    model_init_values(&tr->model, (uint64_t)c->seed, c->init_std, host);
+    model_set_params(&tr->model, host);
+    ddp_load_master(&tr->ddp, host);
+    free(host);
+    OptPiece *pieces = NULL;
+    OptimizerView view = zero ? optimizer_zero_view(&tr->ddp, &pieces) : (OptimizerView){0};
+    optimizer_init(&tr->opt, &tr->model, c, zero ? &view : NULL);
+    free(pieces);
+    tr->exec = (Executor){.model = &tr->model, .comm = &tr->comm, .ddp = &tr->ddp, .optimizer = optimizer_action, .ctx = tr};
+
     size_t per_step = (size_t)tr->accum * c->batch_size * c->seq_len;
     tr->ids = mallocCheck(per_step * sizeof(int));
     tr->targets = mallocCheck(per_step * sizeof(int));
-    if (c->log_jsonl[0]) tr->jsonl = fopenCheck(c->log_jsonl, "a");
+    if (c->log_jsonl[0] && tr->comm.rank == 0) tr->jsonl = fopenCheck(c->log_jsonl, "a");
     if (c->sample_tokens > 0) {   /* load the vocabulary and check the prompt now, not after training */
         char path[1100];
         if (c->tokenizer[0]) snprintf(path, sizeof path, "%s", c->tokenizer);
@@ -86,6 +155,11 @@ void trainer_init(Trainer *tr, const Config *cfg) {
 void trainer_sample(Trainer *tr) {
     const Config *c = &tr->cfg;
     if (!tr->tokenizer || tr->comm.rank != 0) return;
+    if (c->tp > 1 || c->pp > 1) {   /* rank 0 holds only part of the model */
+        printf("sample | skipped: with tp or pp > 1 no rank holds the whole model; "
+               "after training, `build/train sample --model=%s` samples from the checkpoint\n", c->run_dir);
+        return;
+    }
     SampleOptions o = {.temperature = c->temperature, .top_k = c->top_k, .max_tokens = c->sample_tokens};
     printf("sample | step %d | temperature %.2f top_k %d\n---\n", tr->step, c->temperature, c->top_k);
     double t0 = now_seconds();
@@ -98,6 +172,9 @@ void trainer_free(Trainer *tr) {
     if (tr->jsonl) fclose(tr->jsonl);
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     optimizer_free(&tr->opt, tr->be);
+    executor_free(&tr->exec);
+    ddp_free(&tr->ddp);
+    schedule_free(&tr->schedule);
     model_free(&tr->model);
     loader_close(&tr->train);
     if (tr->has_val) loader_close(&tr->val);
@@ -111,8 +188,9 @@ void trainer_update_loss_scale(Trainer *tr, int finite) {
         tr->skipped_steps++;
         tr->loss_scale_clean_steps = 0;
         if (dynamic) tr->loss_scale *= 0.5f;
-        fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped%s\n", tr->step + 1,
-                dynamic ? " and the loss scale halved" : "");
+        if (tr->comm.rank == 0)
+            fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped%s\n", tr->step + 1,
+                    dynamic ? " and the loss scale halved" : "");
         return;
     }
     if (dynamic && ++tr->loss_scale_clean_steps == LOSS_SCALE_WINDOW) {
@@ -126,35 +204,25 @@ StepStats trainer_step(Trainer *tr) {
     Model *m = &tr->model;
     StepStats s = {0};
     double t0 = now_seconds();
-    int B = c->batch_size, T = c->seq_len, BT = B * T;
+    int B = c->batch_size, T = c->seq_len, BT = B * T, stage = tr->comm.pp_rank;
 
-    /* every micro-batch of the step first: the loss is the mean over all valid targets */
+    /* every micro-batch of the step first: the loss is the mean over all valid targets of all ranks */
+    loader_next_step(&tr->train, tr->accum, tr->ids, tr->targets);
     long valid = 0;
-    for (int k = 0; k < tr->accum; k++) {
-        loader_next(&tr->train, tr->ids + (size_t)k * BT, tr->targets + (size_t)k * BT);
-        for (int i = 0; i < BT; i++) valid += tr->targets[(size_t)k * BT + i] != IGNORE_INDEX;
-    }
-    double total_valid = comm_allreduce_scalar(&tr->comm, GROUP_DP, (double)valid);
+    for (size_t i = 0; i < (size_t)tr->accum * BT; i++) valid += tr->targets[i] != IGNORE_INDEX;
+    double total_valid = comm_sum(&tr->comm, GROUP_DP, (double)valid);
     float dloss = total_valid > 0 ? (float)(tr->loss_scale / total_valid) : 0.0f;   /* gradients come out x loss_scale */
 
     model_zero_grads(m);
-    double loss_sum = 0;
-    for (int k = 0; k < tr->accum; k++) {
-        loss_sum += model_forward(m, tr->ids + (size_t)k * BT, tr->targets + (size_t)k * BT, B, T, dloss);
-        model_backward(m);
-    }
-    comm_allreduce_sum(&tr->comm, GROUP_DP, m->grads, m->n_params);
-    loss_sum = comm_allreduce_scalar(&tr->comm, GROUP_DP, loss_sum);
-
-    float lr = lr_at(c, tr->step);
-    double norm = optimizer_step(&tr->opt, m, lr, tr->loss_scale);
-    trainer_update_loss_scale(tr, isfinite(norm));
+    double loss_sum = executor_run(&tr->exec, tr->schedule.list[stage], tr->schedule.n[stage], tr->ids, tr->targets, B, T, dloss);
+    loss_sum = comm_sum(&tr->comm, GROUP_PP, loss_sum);   /* the last stage computed it */
+    loss_sum = comm_sum(&tr->comm, GROUP_DP, loss_sum);
     tr->be->synchronize();
     tr->step++;
 
     s.loss = total_valid > 0 ? loss_sum / total_valid : 0;
-    s.grad_norm = norm;
-    s.lr = lr;
+    s.grad_norm = tr->last_norm;
+    s.lr = tr->last_lr;
     s.ms = (now_seconds() - t0) * 1e3;
     s.tokens_per_s = (double)tr->accum * BT * tr->comm.dp / (s.ms / 1e3);
     s.mfu = tr->be->peak_flops > 0 ? s.tokens_per_s * model_flops_per_token(&tr->model_cfg) / (tr->be->peak_flops * tr->comm.world_size) : 0;
@@ -162,24 +230,34 @@ StepStats trainer_step(Trainer *tr) {
     return s;
 }
 
+/* The first eval_batches micro-batches of the val split, the same for every
+ * layout: micro-batch j runs on data-parallel rank j % dp, through the
+ * pipeline with a forwards-only schedule. */
 double trainer_eval(Trainer *tr) {
     if (!tr->has_val) return NAN;
     const Config *c = &tr->cfg;
-    int BT = c->batch_size * c->seq_len;
-    int *ids = mallocCheck(BT * sizeof(int)), *targets = mallocCheck(BT * sizeof(int));
+    int B = c->batch_size, T = c->seq_len, dp = tr->comm.dp, me = tr->comm.dp_rank;
+    size_t BT = (size_t)B * T;
+    int64_t avail = tr->val.n_samples / B;
+    int total = c->eval_batches < avail ? c->eval_batches : (int)avail, mine = 0;
+    for (int j = me; j < total; j += dp) mine++;
+    int *ids = mallocCheck((mine + 1) * BT * sizeof(int)), *targets = mallocCheck((mine + 1) * BT * sizeof(int));
     loader_reset(&tr->val);
-    int batches = c->eval_batches;
-    int64_t avail = tr->val.n_samples / ((int64_t)c->batch_size * tr->comm.dp);
-    if (batches > avail) batches = (int)avail;
-    double sum = 0, count = 0;
-    for (int b = 0; b < batches; b++) {
-        loader_next(&tr->val, ids, targets);
-        sum += model_forward(&tr->model, ids, targets, c->batch_size, c->seq_len, 0.0f);
-        for (int i = 0; i < BT; i++) count += targets[i] != IGNORE_INDEX;
+    double count = 0;
+    for (int k = 0; k < mine; k++) {
+        loader_fetch(&tr->val, (int64_t)(me + k * dp) * B, ids + k * BT, targets + k * BT);
+        for (size_t i = 0; i < BT; i++) count += targets[k * BT + i] != IGNORE_INDEX;
     }
+    Schedule ev;
+    schedule_build_forward(&ev, tr->schedule.stages, mine, tr->schedule.chunks);
+    schedule_assign_slots(&ev);
+    if (ev.slots[tr->comm.pp_rank] > tr->model.part.n_slots) die("internal: evaluation needs %d activation slots", ev.slots[tr->comm.pp_rank]);
+    double sum = executor_run(&tr->exec, ev.list[tr->comm.pp_rank], ev.n[tr->comm.pp_rank], ids, targets, B, T, 0.0f);
+    schedule_free(&ev);
     free(ids); free(targets);
-    sum = comm_allreduce_scalar(&tr->comm, GROUP_DP, sum);
-    count = comm_allreduce_scalar(&tr->comm, GROUP_DP, count);
+    sum = comm_sum(&tr->comm, GROUP_PP, sum);
+    sum = comm_sum(&tr->comm, GROUP_DP, sum);
+    count = comm_sum(&tr->comm, GROUP_DP, count);
     return count > 0 ? sum / count : NAN;
 }
 
@@ -207,83 +285,3 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
     }
 }
 
-/* ------------------------------------------------------------- checkpoints */
-
-#define CONFIG_TEXT_BYTES 65536
-
-/* Both optimizers' moments are stored as fp32 optimizer.adamw.{m,v}/<weight name>:
- * adamw8bit's go through optimizer_moments_to_fp32 / _from_fp32 (dequantize to
- * save, quantize to load: exact for its own checkpoints, see train/optimizer.h),
- * in temporary (n_params) buffers; so either optimizer resumes from either's
- * checkpoint, the moments converted. */
-static void moments_fp32(Trainer *tr, float **m, float **v) {
-    if (tr->opt.m) { *m = tr->opt.m; *v = tr->opt.v; return; }
-    *m = tr->be->alloc(tr->model.n_params * sizeof(float), "checkpoint: fp32 first moment of adamw8bit");
-    *v = tr->be->alloc(tr->model.n_params * sizeof(float), "checkpoint: fp32 second moment of adamw8bit");
-}
-static void moments_release(Trainer *tr, float *m, float *v) {
-    if (m != tr->opt.m) { tr->be->free(m); tr->be->free(v); }
-}
-
-void trainer_save_checkpoint(Trainer *tr) {
-    char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200];
-    config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
-    LoaderState ls = loader_get_state(&tr->train);
-    CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loader_epoch = ls.epoch, .loader_cursor = ls.cursor,
-                   .rng_state = tr->sample_rng.s, .has_rng = tr->tokenizer != NULL, .loss_scale = tr->loss_scale,
-                   .clean_steps = tr->loss_scale_clean_steps, .optimizer = CKPT_OPT_ADAMW, .optimizer_step = tr->opt.step};
-    double t0 = now_seconds();
-    float *m, *v;
-    moments_fp32(tr, &m, &v);
-    if (m != tr->opt.m) optimizer_moments_to_fp32(&tr->opt, &tr->model, m, v);
-    CkptMirror mirrors[2] = {{"optimizer.adamw.m", m}, {"optimizer.adamw.v", v}};
-    checkpoint_save(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &tr->model, mirrors, 2, &s, text, path, sizeof path);
-    moments_release(tr, m, v);
-    tr->saved_step = tr->step;
-    if (tr->comm.rank == 0) {
-        printf("ckpt  | step %d | %s | %.0f ms\n", tr->step, path, (now_seconds() - t0) * 1e3);
-        fflush(stdout);
-    }
-    free(text);
-}
-
-void trainer_restore(Trainer *tr) {
-    const Config *c = &tr->cfg;
-    char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200], err[2048];
-    config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
-    if (c->resume && checkpoint_find_latest(c->run_dir, path, sizeof path) >= 0) {
-        CkptState s;
-        float *m, *v;
-        moments_fp32(tr, &m, &v);
-        CkptMirror mirrors[2] = {{"optimizer.adamw.m", m}, {"optimizer.adamw.v", v}};
-        checkpoint_load(path, &tr->model, mirrors, 2, &s, text);
-        if (s.optimizer != CKPT_OPT_ADAMW) die("checkpoint '%s' holds no AdamW state; this run uses AdamW", path);
-        if (m != tr->opt.m) optimizer_moments_from_fp32(&tr->opt, &tr->model, m, v);   /* quantized into 8-bit state */
-        moments_release(tr, m, v);
-        tr->step = (int)s.step;
-        tr->opt.step = (int)s.optimizer_step;
-        loader_set_state(&tr->train, (LoaderState){s.loader_epoch, s.loader_cursor});
-        if (s.has_rng) tr->sample_rng.s = s.rng_state;
-        tr->loss_scale = s.loss_scale;
-        tr->loss_scale_clean_steps = s.clean_steps;
-        tr->saved_step = tr->step;
-        printf("resume | step %d from %s\n", tr->step, path);
-    } else if (c->resume) {
-        printf("resume | no complete checkpoint in '%s'; starting fresh\n", c->run_dir);
-    }
-    if (tr->saved_step < 0 && c->init_from[0]) {
-        char probe[1200];
-        snprintf(probe, sizeof probe, "%s/config.json", c->init_from);
-        FILE *f = fopen(probe, "r");
-        if (f) {   /* a Hugging Face folder */
-            fclose(f);
-            if (hf_check_config(c->init_from, &tr->model_cfg, err, sizeof err) != 0) die("init_from: %s", err);
-            if (hf_load_weights(c->init_from, &tr->model, err, sizeof err) != 0) die("init_from: %s", err);
-        } else {
-            checkpoint_load_weights(c->init_from, &tr->model, text);
-        }
-        printf("init  | weights from %s\n", c->init_from);
-    }
-    fflush(stdout);
-    free(text);
-}

@@ -1,10 +1,13 @@
 /* train/trainer.h — the step loop: what one optimizer step and one evaluation are.
  *
  * The idea: a step loads all of its micro-batches first, so the loss can be the
- * exact mean over every valid target of the step on every rank; then forward
- * and backward accumulate fp32 gradients micro-batch by micro-batch; then the
- * global gradient norm (over all ranks) is clipped, and AdamW updates the fp32
- * master weights and refreshes their compute copy. */
+ * exact mean over every valid target of the step on every rank; then the
+ * step's schedule (parallel/schedule.h) runs on this rank — forwards and
+ * backwards accumulating fp32 gradients micro-batch by micro-batch, pipeline
+ * sends and receives, gradient buckets reduced over the data-parallel ranks as
+ * the backward completes them; then the global gradient norm (over all ranks)
+ * is clipped, and AdamW updates the fp32 master weights and refreshes their
+ * compute copy. One rank is the same code with a one-stage schedule. */
 #pragma once
 #include <stdio.h>
 #include "config.h"
@@ -14,11 +17,17 @@
 #include "memory.h"
 #include "../data/tokenizer.h"
 #include "../common/util.h"
+#include "../parallel/partition.h"
+#include "../parallel/executor.h"
 
 typedef struct {
     Config cfg;
     Comm comm;
     const Backend *be;
+    PartitionSpec layout;       /* what each rank holds (parallel/partition.h) */
+    Schedule schedule;          /* the training step's actions, every stage */
+    Ddp ddp;                    /* data-parallel buckets and ZeRO-1 shards */
+    Executor exec;
     Model model;
     ModelConfig model_cfg;
     Optimizer opt;
@@ -35,6 +44,8 @@ typedef struct {
     int loss_scale_clean_steps; /* steps since the last overflow */
     int skipped_steps;          /* updates skipped for inf/nan gradients, in this process */
     int saved_step;             /* step of the newest checkpoint this process wrote or resumed from; -1 none */
+    double last_norm;           /* the last optimizer step's gradient norm */
+    float last_lr;
 } Trainer;
 
 typedef struct { double loss, grad_norm, lr, ms, tokens_per_s, mfu; size_t device_bytes; } StepStats;

@@ -160,6 +160,15 @@ static double peak_flops_for(const cudaDeviceProp *p, DType act, int tf32) {
     return tf32 ? half / 2 : 0;
 }
 
+extern "C" int backend_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
+    return n;
+}
+extern "C" void backend_cuda_use_device(int ordinal) {
+    cudaCheck(cudaSetDevice(ordinal));
+}
+
 int cuda_tf32 = 0;   /* read by matmul.cu: fp32 GEMMs through TF32 tensor cores (LLM3D_TF32=1) */
 
 extern "C" const Backend *backend_cuda(DType act) {
@@ -190,6 +199,7 @@ extern "C" const Backend *backend_cuda(DType act) {
         for (int d = 0; d < 3; d++) {
             tables[d].peak_flops = peak_flops_for(&prop, (DType)d, cuda_tf32);
             tables[d].workspace_bytes = cuda_cublaslt_workspace_size;
+            tables[d].stream = (void *)cuda_stream;
         }
         opened = 1;
     }

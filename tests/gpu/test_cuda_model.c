@@ -22,7 +22,7 @@ static void test_fixture(DType act) {
     Fixture f;
     fixture_load(&f);
     Comm comm;
-    comm_init(&comm, 1, 1, 1);
+    comm_init_one(&comm);
     Model m;
     fixture_model(&f, &m, backend_cuda(act), &comm, RECOMPUTE_NONE);
     int V = f.mc.vocab_size, BT = f.B * f.T;
@@ -62,7 +62,7 @@ static void test_fixture(DType act) {
         c.lr = fixture_float(&f, 18); c.beta1 = fixture_float(&f, 19); c.beta2 = fixture_float(&f, 20);
         c.adam_eps = fixture_float(&f, 21); c.weight_decay = fixture_float(&f, 22); c.grad_clip = fixture_float(&f, 23);
         Optimizer opt;
-        optimizer_init(&opt, &m, &c);
+        optimizer_init(&opt, &m, &c, NULL);
         const float *rl = fixture_tensor(&f, "step_losses")->data;
         double ws = 0;
         for (int s = 0; s < f.steps; s++) {
@@ -84,7 +84,7 @@ static void test_recompute(DType act) {
     Fixture f;
     fixture_load(&f);
     Comm comm;
-    comm_init(&comm, 1, 1, 1);
+    comm_init_one(&comm);
     float *g[3];
     for (int r = 0; r < 3; r++) {
         Model m;

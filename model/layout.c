@@ -1,0 +1,308 @@
+/* model/layout.c — where everything of a Model lives: the parameter layout of
+ * this rank's part (named tensors, per-layer offsets, gradient units), the
+ * activation slots carved out of one allocation, init and host copies.
+ *
+ * The parameter buffer holds, in forward order: the embedding (first chunk of
+ * the model), each chunk's layers, the final norm and LM head (last chunk).
+ * Data parallelism reduces it in buckets of whole units from the end backwards,
+ * the order in which the backward completes them. */
+#include "llama.h"
+#include "../common/util.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HEAD_CHUNK_ELEMENTS (64u << 20)   /* logits per LM-head chunk: 128 MiB in bf16 */
+
+static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
+
+ModelPart model_part_whole(const ModelConfig *cfg) {
+    ModelPart p = {.tp = 1, .tp_rank = 0, .n_chunks = 1, .has_embedding = 1, .has_head = 1, .n_slots = 1};
+    p.chunks[0] = (ModelChunk){0, cfg->n_layers};
+    return p;
+}
+
+static void add_tensor(Model *m, size_t *cursor, const char *name, int rows, int cols, int grows, int gcols,
+                       int row0, int col0, int is_norm) {
+    ParamTensor *t = &m->tensors[m->n_tensors++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->offset = *cursor;
+    t->rows = rows; t->cols = cols;
+    t->global_rows = grows; t->global_cols = gcols;
+    t->row0 = row0; t->col0 = col0;
+    t->is_norm = is_norm;
+    *cursor += (size_t)rows * cols;
+}
+
+static void add_unit(Model *m, size_t offset, size_t end, int chunk, int step) {
+    m->units[m->n_units++] = (ModelUnit){offset, end - offset, chunk, step};
+}
+
+/* Lay out this rank's parameters: HF names, local shapes, offsets, units. */
+static void build_layout(Model *m) {
+    const ModelConfig *c = &m->cfg;
+    const ModelPart *p = &m->part;
+    int r = p->tp_rank, C = m->C, HD = m->HD;
+    m->tensors = callocCheck(9 * (size_t)m->n_local_layers + 4, sizeof(ParamTensor));
+    m->layer = callocCheck(m->n_local_layers ? m->n_local_layers : 1, sizeof(LayerOffsets));
+    m->units = callocCheck((size_t)m->n_local_layers + 2, sizeof(ModelUnit));
+    size_t at = 0;
+    char name[96];
+    if (p->has_embedding) {
+        m->off_embedding = at;
+        add_tensor(m, &at, "model.embed_tokens.weight", c->vocab_size, C, c->vocab_size, C, 0, 0, 0);
+        add_unit(m, 0, at, 0, p->chunks[0].n_layers);
+    }
+    for (int k = 0; k < p->n_chunks; k++) {
+        for (int j = 0; j < p->chunks[k].n_layers; j++) {
+            int i = m->chunk_first[k] + j, l = p->chunks[k].first_layer + j;
+            size_t start = at;
+            LayerOffsets *o = &m->layer[i];
+#define LNAME(s) (snprintf(name, sizeof name, "model.layers.%d.%s", l, s), name)
+            o->attn_norm = at;
+            add_tensor(m, &at, LNAME("input_layernorm.weight"), 1, C, 1, C, 0, 0, 1);
+            o->wqkv = at;   /* q, k, v rows of this tp rank, adjacent: one fused matrix */
+            add_tensor(m, &at, LNAME("self_attn.q_proj.weight"), m->NH * HD, C, c->n_heads * HD, C, r * m->NH * HD, 0, 0);
+            add_tensor(m, &at, LNAME("self_attn.k_proj.weight"), m->NKV * HD, C, c->n_kv_heads * HD, C, r * m->NKV * HD, 0, 0);
+            add_tensor(m, &at, LNAME("self_attn.v_proj.weight"), m->NKV * HD, C, c->n_kv_heads * HD, C, r * m->NKV * HD, 0, 0);
+            o->wo = at;
+            add_tensor(m, &at, LNAME("self_attn.o_proj.weight"), C, m->NH * HD, C, c->n_heads * HD, 0, r * m->NH * HD, 0);
+            o->ffn_norm = at;
+            add_tensor(m, &at, LNAME("post_attention_layernorm.weight"), 1, C, 1, C, 0, 0, 1);
+            o->w13 = at;    /* gate and up rows of this tp rank, adjacent */
+            add_tensor(m, &at, LNAME("mlp.gate_proj.weight"), m->F, C, c->ffn_dim, C, r * m->F, 0, 0);
+            add_tensor(m, &at, LNAME("mlp.up_proj.weight"), m->F, C, c->ffn_dim, C, r * m->F, 0, 0);
+            o->w2 = at;
+            add_tensor(m, &at, LNAME("mlp.down_proj.weight"), C, m->F, C, c->ffn_dim, 0, r * m->F, 0);
+#undef LNAME
+            add_unit(m, start, at, k, p->chunks[k].n_layers - 1 - j);
+        }
+    }
+    if (p->has_head) {
+        size_t start = at;
+        m->off_final_norm = at;
+        add_tensor(m, &at, "model.norm.weight", 1, C, 1, C, 0, 0, 1);
+        if (c->tie_embeddings) {
+            if (!p->has_embedding)
+                die("tie_embeddings=1 shares the embedding with the LM head, but this pipeline puts them on different stages\n"
+                    "  hint: use --tie_embeddings=0 with pp > 1, or pp=1");
+            m->off_lm_head = m->off_embedding;
+        } else {
+            m->off_lm_head = at;
+            add_tensor(m, &at, "lm_head.weight", c->vocab_size, C, c->vocab_size, C, 0, 0, 0);
+        }
+        add_unit(m, start, at, p->n_chunks - 1, -1);
+    }
+    m->n_params = at;
+}
+
+/* Carve the activation views out of one allocation (or measure it when base
+ * is NULL). Each slot keeps, per layer of a chunk, what the backward reads;
+ * what the recompute mode recomputes lives once, in m->shared: full keeps only
+ * each block's input (res), selective also keeps the matmul outputs (qkv,
+ * h13), the attention statistics (lse) and res_mid, and recomputes the norms,
+ * the attention output and the SwiGLU activation. */
+static size_t layout_activations(Model *m, char *base) {
+    size_t B = m->B, T = m->T, N = B * T, a = act_size(m), at = 0;
+    /* backward scratch: s1 holds dlnf, dhs, datt and dln (widths C, F, NH*HD, C), s2 holds dqkv */
+    size_t S1 = (size_t)m->C;
+    if ((size_t)m->F > S1) S1 = m->F;
+    if ((size_t)m->NH * m->HD > S1) S1 = (size_t)m->NH * m->HD;
+#define TAKE(bytes) (at += ((bytes) + 255) & ~(size_t)255, base ? (void *)(base + at - (((bytes) + 255) & ~(size_t)255)) : NULL)
+    int sel = m->recompute == RECOMPUTE_SELECTIVE, full = m->recompute == RECOMPUTE_FULL;
+    LayerActs *sh = &m->shared;
+    memset(sh, 0, sizeof *sh);
+    if (sel || full) {
+        sh->ln1 = TAKE(N * m->C * a);
+        sh->ln1_rstd = TAKE(N * 4);
+        sh->att = TAKE(N * m->NH * m->HD * a);
+        sh->ln2 = TAKE(N * m->C * a);
+        sh->ln2_rstd = TAKE(N * 4);
+        sh->hs = TAKE(N * m->F * a);
+    }
+    if (full) {
+        sh->qkv = TAKE(N * m->QKV * a);
+        sh->lse = TAKE(B * m->NH * T * 4);
+        sh->res_mid = TAKE(N * m->C * a);
+        sh->h13 = TAKE(N * 2 * m->F * a);
+    }
+    for (int s = 0; s < m->part.n_slots; s++) {
+        ActSlot *S = &m->slots[s];
+        for (int j = 0; j <= m->chunk_layers; j++) S->res[j] = TAKE(N * m->C * a);
+        for (int j = 0; j < m->chunk_layers; j++) {
+            LayerActs *L = &S->acts[j];
+            L->ln1 = sel || full ? sh->ln1 : TAKE(N * m->C * a);
+            L->ln1_rstd = sel || full ? sh->ln1_rstd : TAKE(N * 4);
+            L->qkv = full ? sh->qkv : TAKE(N * m->QKV * a);
+            L->att = sel || full ? sh->att : TAKE(N * m->NH * m->HD * a);
+            L->lse = full ? sh->lse : TAKE(B * m->NH * T * 4);
+            L->res_mid = full ? sh->res_mid : TAKE(N * m->C * a);
+            L->ln2 = sel || full ? sh->ln2 : TAKE(N * m->C * a);
+            L->ln2_rstd = sel || full ? sh->ln2_rstd : TAKE(N * 4);
+            L->h13 = full ? sh->h13 : TAKE(N * 2 * m->F * a);
+            L->hs = sel || full ? sh->hs : TAKE(N * m->F * a);
+        }
+        if (m->part.has_head) {
+            S->lnf = TAKE(N * m->C * a);
+            S->lnf_rstd = TAKE(N * 4);
+            S->losses = TAKE(N * 4);
+            S->targets = TAKE(N * 4);
+        }
+        if (m->part.has_embedding) S->ids = TAKE(N * 4);
+        S->dres = TAKE(N * m->C * a);
+    }
+    m->logits = m->part.has_head ? TAKE((size_t)m->head_chunk * m->V * a) : NULL;
+    m->scratch1 = TAKE(N * S1 * a);
+    m->tmp = m->scratch1;   /* the forward's tmp is dead whenever the backward's scratch1 is live, and vice versa */
+    m->scratch2 = TAKE(N * m->QKV * a);
+#undef TAKE
+    return at;
+}
+
+void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, const ModelPart *part, int B, int T,
+                int recompute) {
+    memset(m, 0, sizeof *m);
+    m->part = part ? *part : model_part_whole(cfg);
+    const ModelPart *p = &m->part;
+    m->recompute = recompute;
+    m->cfg = *cfg;
+    m->be = be;
+    m->comm = comm;
+    int tp = p->tp;
+    if (cfg->n_heads % tp || cfg->n_kv_heads % tp)
+        die("tp=%d must divide n_heads=%d and n_kv_heads=%d: each tensor-parallel rank holds whole heads", tp, cfg->n_heads, cfg->n_kv_heads);
+    if (cfg->ffn_dim % tp) die("tp=%d must divide ffn_dim=%d: each tensor-parallel rank holds ffn_dim/tp columns", tp, cfg->ffn_dim);
+    if (p->n_chunks < 1 || p->n_chunks > MODEL_MAX_CHUNKS) die("internal: a model part of %d chunks", p->n_chunks);
+    if (p->n_slots < 1) die("internal: a model part with %d activation slots", p->n_slots);
+    m->C = cfg->dim;
+    m->HD = cfg->dim / cfg->n_heads;
+    m->NH = cfg->n_heads / tp;
+    m->NKV = cfg->n_kv_heads / tp;
+    m->F = cfg->ffn_dim / tp;
+    m->QKV = (m->NH + 2 * m->NKV) * m->HD;
+    m->V = cfg->vocab_size;
+    m->chunk_first = callocCheck((size_t)p->n_chunks + 1, sizeof(int));
+    for (int k = 0; k < p->n_chunks; k++) {
+        if (p->chunks[k].n_layers < 0) die("internal: a chunk of %d layers", p->chunks[k].n_layers);
+        m->chunk_first[k + 1] = m->chunk_first[k] + p->chunks[k].n_layers;
+        if (p->chunks[k].n_layers > m->chunk_layers) m->chunk_layers = p->chunks[k].n_layers;
+    }
+    m->n_local_layers = m->chunk_first[p->n_chunks];
+    build_layout(m);
+    m->B = B; m->T = T;
+    /* the LM head runs over chunks of tokens so the (B*T, V) logits never exist at once */
+    m->head_chunk = (int)(HEAD_CHUNK_ELEMENTS / (m->V > 0 ? m->V : 1));
+    if (m->head_chunk > 64) m->head_chunk &= ~63;
+    if (m->head_chunk < 1) m->head_chunk = 1;
+    if (m->head_chunk > B * T) m->head_chunk = B * T;
+    m->slots = callocCheck(p->n_slots, sizeof(ActSlot));
+    for (int s = 0; s < p->n_slots; s++) {
+        m->slots[s].res = callocCheck((size_t)m->chunk_layers + 1, sizeof(void *));
+        m->slots[s].acts = callocCheck(m->chunk_layers ? m->chunk_layers : 1, sizeof(LayerActs));
+    }
+    m->slot_B = callocCheck(p->n_slots, sizeof(int));
+    m->slot_T = callocCheck(p->n_slots, sizeof(int));
+    m->act_bytes = layout_activations(m, NULL);
+}
+
+void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, const ModelPart *part, int B, int T,
+                  int recompute) {
+    model_plan(m, cfg, be, comm, part, B, T, recompute);
+    size_t P = m->n_params;
+    if (m->part.master_in_shard && be->act == DTYPE_FP32) die("internal: the master weights are the compute weights in fp32");
+    m->params = m->part.master_in_shard ? NULL : be->alloc(P * sizeof(float), "fp32 master weights");
+    m->params_compute = be->act == DTYPE_FP32 ? (void *)m->params : be->alloc(P * act_size(m), "compute-dtype weights");
+    m->grads = be->alloc(P * sizeof(float), "gradients");
+    m->act_memory = be->alloc(m->act_bytes, "activations");
+    layout_activations(m, m->act_memory);
+    m->host_losses = mallocCheck((size_t)B * T * sizeof(float));
+}
+
+void model_plan_free(Model *m) {
+    for (int s = 0; m->slots && s < m->part.n_slots; s++) { free(m->slots[s].res); free(m->slots[s].acts); }
+    free(m->slots); free(m->slot_B); free(m->slot_T);
+    free(m->tensors); free(m->layer); free(m->units); free(m->chunk_first);
+    memset(m, 0, sizeof *m);
+}
+
+void model_free(Model *m) {
+    const Backend *be = m->be;
+    if (m->params_compute != (void *)m->params) be->free(m->params_compute);
+    if (m->params) be->free(m->params);
+    be->free(m->grads);
+    be->free(m->act_memory);
+    for (int i = 0; m->kcache && i < m->n_local_layers; i++) { be->free(m->kcache[i]); be->free(m->vcache[i]); }
+    free(m->kcache); free(m->vcache); free(m->host_logits); free(m->host_row); free(m->host_losses);
+    model_plan_free(m);
+}
+
+const ParamTensor *model_find_tensor(const Model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, name)) return &m->tensors[i];
+    return NULL;
+}
+
+void *model_chunk_input(Model *m, int chunk, int slot) { (void)chunk; return m->slots[slot].res[0]; }
+void *model_chunk_output(Model *m, int chunk, int slot) { return m->slots[slot].res[m->part.chunks[chunk].n_layers]; }
+size_t model_boundary_elements(const Model *m, int B, int T) { return (size_t)B * T * m->C; }
+int model_backward_steps(const Model *m, int chunk) {
+    return m->part.chunks[chunk].n_layers + (chunk == 0 && m->part.has_embedding);
+}
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+void model_init_values(const Model *m, uint64_t seed, float init_std, float *host) {
+    float out_std = init_std / sqrtf(2.0f * m->cfg.n_layers);
+    for (int i = 0; i < m->n_tensors; i++) {
+        const ParamTensor *t = &m->tensors[i];
+        float *dst = host + t->offset;
+        if (t->is_norm) { for (int j = 0; j < t->cols; j++) dst[j] = 1.0f; continue; }
+        int is_out = strstr(t->name, "o_proj") || strstr(t->name, "down_proj");
+        float std = is_out ? out_std : init_std;
+        Rng rng;
+        rng_seed(&rng, seed ^ name_hash(t->name));
+        /* draw the whole tensor in row-major order, keep this rank's slice */
+        for (int r = 0; r < t->global_rows; r++)
+            for (int c = 0; c < t->global_cols; c++) {
+                float x = rng_normal(&rng) * std;
+                int lr = r - t->row0, lc = c - t->col0;
+                if (lr >= 0 && lr < t->rows && lc >= 0 && lc < t->cols) dst[(size_t)lr * t->cols + lc] = x;
+            }
+    }
+}
+
+void model_init_weights(Model *m, uint64_t seed, float init_std) {
+    float *host = mallocCheck(m->n_params * sizeof(float));
+    model_init_values(m, seed, init_std, host);
+    model_set_params(m, host);
+    free(host);
+}
+
+void model_set_params(Model *m, const float *host) {
+    float *master = m->params ? m->params : m->grads;   /* no master here: the values pass through the gradient buffer */
+    m->be->upload(master, host, m->n_params * sizeof(float));
+    if (m->params_compute != (void *)master) m->be->cast_from_fp32(m->params_compute, master, m->n_params);
+}
+
+void model_get_params(const Model *m, float *host) {
+    if (!m->params) die("internal: this rank's fp32 master weights live in its ZeRO-1 shard, not in the model");
+    m->be->download(host, m->params, m->n_params * sizeof(float));
+}
+void model_get_grads(const Model *m, float *host) { m->be->download(host, m->grads, m->n_params * sizeof(float)); }
+void model_zero_grads(Model *m) { m->be->zero(m->grads, m->n_params * sizeof(float)); }
+
+size_t model_count_params(const ModelConfig *c) {
+    size_t C = c->dim, HD = c->dim / c->n_heads, L = c->n_layers, V = c->vocab_size, F = c->ffn_dim;
+    size_t layer = 2 * C + (c->n_heads + 2 * c->n_kv_heads) * HD * C + c->n_heads * HD * C + 3 * F * C;
+    return V * C + L * layer + C + (c->tie_embeddings ? 0 : V * C);
+}
+
+double model_flops_per_token(const ModelConfig *c) {
+    double n_matmul = (double)model_count_params(c) - (double)c->vocab_size * c->dim;  /* embedding lookup is no matmul */
+    if (c->tie_embeddings) n_matmul += (double)c->vocab_size * c->dim;                   /* the tied head still is */
+    return 6.0 * n_matmul + 6.0 * c->n_layers * c->dim * (double)c->seq_len;
+}

@@ -1,0 +1,45 @@
+/* parallel/comm_impl.h — what parallel/comm.c asks of a transport, and the
+ * state each keeps. Only parallel/comm*.c include it.
+ *
+ * The idea: comm.c owns the grid and the cases every transport shares (a
+ * group of one rank, comm_ablate); a transport only moves bytes over a group
+ * of several ranks. MPI always exists when there are several ranks: it
+ * carries host values and, when NCCL is not used, device buffers too. */
+#pragma once
+#include "comm.h"
+
+typedef struct {
+    const char *name;
+    void (*allreduce)(const Comm *c, CommGroup g, void *buf, size_t n, DType dt);
+    CommHandle (*allreduce_start)(const Comm *c, CommGroup g, void *buf, size_t n, DType dt);
+    CommHandle (*reduce_scatter_start)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
+    CommHandle (*allgather_start)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
+    void (*wait)(const Comm *c, CommHandle h);
+    void (*progress)(const Comm *c);
+    void (*p2p)(const Comm *c, const CommP2P *ops, int n_ops);
+} CommTransport;
+
+struct MpiState;
+struct NcclState;
+struct CommImpl {
+    const CommTransport *device;   /* moves device buffers: comm_mpi_transport or comm_nccl_transport */
+    struct MpiState *mpi;          /* communicators of every group, host values (comm_mpi.c) */
+    struct NcclState *nccl;        /* comm_nccl.c; NULL when MPI carries device buffers */
+};
+
+/* comm_mpi.c */
+void mpi_create(Comm *c);                  /* a communicator per group */
+void mpi_attach(Comm *c);                  /* device buffers through MPI: staged through host memory unless CUDA-aware */
+void mpi_free(Comm *c);
+double mpi_reduce_host(const Comm *c, CommGroup g, double x, int max);
+void mpi_broadcast_host(const Comm *c, CommGroup g, void *buf, size_t bytes, int root);
+void mpi_allgather_host(const Comm *c, CommGroup g, const void *send, void *recv, size_t bytes);
+void mpi_send_host(const Comm *c, int peer, const void *buf, size_t bytes, int is_send);
+void mpi_barrier(const Comm *c, CommGroup g);
+extern const CommTransport comm_mpi_transport;
+
+/* comm_nccl.c */
+int nccl_built_in(void);
+void nccl_attach(Comm *c);
+void nccl_free(Comm *c);
+extern const CommTransport comm_nccl_transport;

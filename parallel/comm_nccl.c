@@ -1,0 +1,181 @@
+/* parallel/comm_nccl.c — the NCCL transport: one GPU a rank, device buffers
+ * moved by NCCL, bootstrapped over MPI.
+ *
+ * The idea: rank 0 makes an ncclUniqueId, MPI broadcasts it, every rank joins
+ * the world communicator and splits it into one per group (the same colours as
+ * MPI's). A blocking collective runs on the compute stream itself, so it is
+ * ordered with the kernels around it for free. An operation that overlaps the
+ * backward runs on a dedicated comm stream: an event recorded on the compute
+ * stream makes it wait for the gradients it reads, and comm_wait makes the
+ * compute stream wait for its completion event — neither blocks the host. */
+#include "comm_impl.h"
+#include "../kernels/backend.h"
+#include "../common/util.h"
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(LLM3D_NCCL) && defined(LLM3D_MPI)
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#define MAX_OPS 256
+
+struct NcclState {
+    ncclComm_t group[GROUP_COUNT];
+    cudaStream_t compute, comm;
+    cudaEvent_t ready[MAX_OPS], done[MAX_OPS];
+    int active[MAX_OPS];
+};
+
+static void nccl_fail(const char *what, ncclResult_t r, const char *file, int line) {
+    const char *hint =
+        r == ncclUnhandledCudaError ? "a CUDA call inside NCCL failed: check the GPU is healthy (nvidia-smi) and not out of memory" :
+        r == ncclSystemError ? "a system call failed (sockets, shared memory, /dev/shm size): NCCL_DEBUG=INFO shows which" :
+        r == ncclInvalidUsage ? "NCCL was called wrongly (e.g. two ranks on one GPU: 'Duplicate GPU detected'); NCCL_DEBUG=WARN says more" :
+        r == ncclRemoteError ? "another rank failed or stopped answering: look for its error" :
+        "NCCL_DEBUG=WARN (or INFO) prints NCCL's own account of it";
+    die("%s:%d: %s failed: %s (%s)\n  hint: %s", file, line, what, ncclGetErrorString(r), ncclGetLastError(NULL), hint);
+}
+#define ncclCheck(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) nccl_fail(#call, r_, __FILE__, __LINE__); } while (0)
+#define cudaOk(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) \
+    die("%s:%d: %s failed: %s\n  hint: the GPU or driver is in trouble; nvidia-smi tells", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); } while (0)
+
+int nccl_built_in(void) { return 1; }
+
+static ncclDataType_t nccl_type(DType dt) { return dt == DTYPE_FP32 ? ncclFloat32 : dt == DTYPE_BF16 ? ncclBfloat16 : ncclFloat16; }
+
+void nccl_attach(Comm *c) {
+    struct NcclState *s = callocCheck(1, sizeof *s);
+    c->impl->nccl = s;
+    c->impl->device = &comm_nccl_transport;
+    s->compute = (cudaStream_t)c->be->stream;
+    cudaOk(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
+    for (int i = 0; i < MAX_OPS; i++) {
+        cudaOk(cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming));
+        cudaOk(cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming));
+    }
+    ncclUniqueId id;
+    if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclCheck(ncclCommInitRank(&s->group[GROUP_WORLD], c->world_size, id, c->rank));
+    int colour[GROUP_COUNT] = {0, c->pp_rank * c->tp + c->tp_rank, c->dp_rank * c->pp + c->pp_rank,
+                               c->dp_rank * c->tp + c->tp_rank, c->dp_rank};
+    for (int g = 1; g < GROUP_COUNT; g++)
+        ncclCheck(ncclCommSplit(s->group[GROUP_WORLD], colour[g], comm_group_rank(c, g), &s->group[g], NULL));
+}
+
+void nccl_free(Comm *c) {
+    struct NcclState *s = c->impl->nccl;
+    cudaStreamSynchronize(s->comm);
+    for (int g = GROUP_COUNT - 1; g >= 0; g--) ncclCommDestroy(s->group[g]);
+    for (int i = 0; i < MAX_OPS; i++) { cudaEventDestroy(s->ready[i]); cudaEventDestroy(s->done[i]); }
+    cudaStreamDestroy(s->comm);
+    free(s);
+    c->impl->nccl = NULL;
+}
+
+/* An operation on the comm stream, after what the compute stream has queued so far. */
+static CommHandle begin(const Comm *c) {
+    struct NcclState *s = c->impl->nccl;
+    for (int h = 0; h < MAX_OPS; h++)
+        if (!s->active[h]) {
+            s->active[h] = 1;
+            cudaOk(cudaEventRecord(s->ready[h], s->compute));
+            cudaOk(cudaStreamWaitEvent(s->comm, s->ready[h], 0));
+            return h;
+        }
+    die("internal: more than %d NCCL operations in flight", MAX_OPS);
+}
+static void end(const Comm *c, CommHandle h) { cudaOk(cudaEventRecord(c->impl->nccl->done[h], c->impl->nccl->comm)); }
+
+static void nccl_wait(const Comm *c, CommHandle h) {
+    struct NcclState *s = c->impl->nccl;
+    cudaOk(cudaStreamWaitEvent(s->compute, s->done[h], 0));
+    s->active[h] = 0;
+}
+
+static void nccl_progress(const Comm *c) { (void)c; }
+
+static void nccl_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
+    struct NcclState *s = c->impl->nccl;
+    ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, s->group[g], s->compute));
+}
+
+static CommHandle nccl_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
+    CommHandle h = begin(c);
+    ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, c->impl->nccl->group[g], c->impl->nccl->comm));
+    end(c, h);
+    return h;
+}
+
+static int all_equal(const size_t *counts, int n) {
+    for (int r = 1; r < n; r++) if (counts[r] != counts[0]) return 0;
+    return 1;
+}
+
+/* Pieces of unequal size: one reduce (or broadcast) per root, in one NCCL group. */
+static CommHandle nccl_reduce_scatter_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    struct NcclState *s = c->impl->nccl;
+    int size = comm_group_size(c, g);
+    size_t es = dtype_size(dt), at = 0;
+    CommHandle h = begin(c);
+    if (all_equal(counts, size)) {
+        ncclCheck(ncclReduceScatter(send, recv, counts[0], nccl_type(dt), ncclSum, s->group[g], s->comm));
+    } else {
+        ncclCheck(ncclGroupStart());
+        for (int r = 0; r < size; r++) {
+            ncclCheck(ncclReduce((const char *)send + at * es, recv, counts[r], nccl_type(dt), ncclSum, r, s->group[g], s->comm));
+            at += counts[r];
+        }
+        ncclCheck(ncclGroupEnd());
+    }
+    end(c, h);
+    return h;
+}
+
+static CommHandle nccl_allgather_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    struct NcclState *s = c->impl->nccl;
+    int size = comm_group_size(c, g), me = comm_group_rank(c, g);
+    size_t es = dtype_size(dt), at = 0;
+    CommHandle h = begin(c);
+    if (all_equal(counts, size)) {
+        ncclCheck(ncclAllGather(send, recv, counts[0], nccl_type(dt), s->group[g], s->comm));
+    } else {
+        ncclCheck(ncclGroupStart());
+        for (int r = 0; r < size; r++) {
+            ncclCheck(ncclBroadcast(r == me ? send : NULL, (char *)recv + at * es, counts[r], nccl_type(dt), r, s->group[g], s->comm));
+            at += counts[r];
+        }
+        ncclCheck(ncclGroupEnd());
+    }
+    end(c, h);
+    return h;
+}
+
+static void nccl_p2p(const Comm *c, const CommP2P *ops, int n) {
+    struct NcclState *s = c->impl->nccl;
+    CommHandle h = begin(c);
+    ncclCheck(ncclGroupStart());
+    for (int i = 0; i < n; i++) {
+        if (ops[i].is_send) ncclCheck(ncclSend(ops[i].buf, ops[i].n, nccl_type(ops[i].dt), ops[i].peer, s->group[GROUP_WORLD], s->comm));
+        else ncclCheck(ncclRecv(ops[i].buf, ops[i].n, nccl_type(ops[i].dt), ops[i].peer, s->group[GROUP_WORLD], s->comm));
+    }
+    ncclCheck(ncclGroupEnd());
+    end(c, h);
+    nccl_wait(c, h);
+}
+
+const CommTransport comm_nccl_transport = {
+    .name = "nccl", .allreduce = nccl_allreduce, .allreduce_start = nccl_allreduce_start,
+    .reduce_scatter_start = nccl_reduce_scatter_start, .allgather_start = nccl_allgather_start,
+    .wait = nccl_wait, .progress = nccl_progress, .p2p = nccl_p2p,
+};
+
+#else   /* no NCCL in this build: MPI carries device buffers too */
+
+int nccl_built_in(void) { return 0; }
+void nccl_attach(Comm *c) { (void)c; die("internal: NCCL asked for in a build without it"); }
+void nccl_free(Comm *c) { (void)c; }
+const CommTransport comm_nccl_transport = {.name = "nccl"};
+#endif

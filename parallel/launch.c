@@ -1,0 +1,177 @@
+/* parallel/launch.c — detecting the launcher, starting MPI, `--nproc`, and the
+ * check that every rank runs the same config (parallel/launch.h). */
+#include "launch.h"
+#include "../common/util.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <omp.h>
+#ifdef LLM3D_MPI
+#include <mpi.h>
+#endif
+
+static LaunchInfo info = {0, 1, 0, 1, 0};
+static int started;
+
+const LaunchInfo *launch_info(void) { return &info; }
+
+/* The launcher's variables: Open MPI's mpirun, PMIx/PMI (srun --mpi=pmix, other MPIs), Slurm. */
+static int launched_by_mpi(void) {
+    const char *v;
+    if ((v = getenv("OMPI_COMM_WORLD_SIZE")) || (v = getenv("PMI_SIZE"))) return atoi(v) > 1;
+    if (getenv("PMIX_RANK")) return 1;
+    if ((v = getenv("SLURM_NTASKS")) && getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID")) return atoi(v) > 1;
+    return 0;
+}
+
+#ifdef LLM3D_MPI
+static void mpi_end(int code) {
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code);
+}
+static void mpi_finalize_at_exit(void) {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+}
+#endif
+
+void launch_errors_rank0_only(int on) {
+    DieContext d = die_get_context();
+    d.rank0_only = on;
+    die_set_context(d);
+}
+
+void launch_init(int *argc, char ***argv) {
+    if (started) return;
+    started = 1;
+    if (launched_by_mpi()) {
+#ifdef LLM3D_MPI
+        int provided;
+        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &info.world);
+        MPI_Comm local;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, info.rank, MPI_INFO_NULL, &local);
+        MPI_Comm_rank(local, &info.local_rank);
+        MPI_Comm_size(local, &info.local_size);
+        MPI_Comm_free(&local);
+        info.mpi = 1;
+        /* errors: an error on one rank ends every rank (MPI_Errors_are_fatal prints MPI's own words) */
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        die_set_context((DieContext){info.rank, info.world, 0, mpi_end});
+        atexit(mpi_finalize_at_exit);
+#else
+        (void)argc; (void)argv;
+        die("this process was started by an MPI launcher (mpirun/srun), but this build of llm3d has no MPI\n"
+            "  hint: install Open MPI (apt-get install libopenmpi-dev openmpi-bin) and rebuild with make");
+#endif
+    }
+    if (info.world > 1 && !getenv("OMP_NUM_THREADS")) {   /* share the host's cores among its ranks */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int threads = (int)(cores / info.local_size);
+        omp_set_num_threads(threads > 0 ? threads : 1);
+    }
+}
+
+const char *launch_mpi_version(void) {
+#ifdef LLM3D_MPI
+    static char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    char *nl = strchr(v, '\n');
+    if (nl) *nl = 0;
+    char *comma = strchr(v, ',');
+    if (comma) *comma = 0;
+    return v;
+#else
+    return "";
+#endif
+}
+
+void launch_nproc(int argc, char **argv) {
+    int n = 0, at = -1;
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "--nproc=", 8)) { n = atoi(argv[i] + 8); at = i; }
+    if (at < 0 || n <= 1) return;
+    if (launched_by_mpi()) {
+        const char *w = getenv("OMPI_COMM_WORLD_SIZE");
+        if (w && atoi(w) != n)
+            die("--nproc=%d, but this process was already launched as one of %s ranks\n"
+                "  hint: drop --nproc when starting through mpirun or srun", n, w);
+        return;
+    }
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) snprintf(exe, sizeof exe, "%s", argv[0]);
+    else exe[len] = 0;
+    char **args = callocCheck((size_t)argc + 8, sizeof(char *));
+    char np[32];
+    snprintf(np, sizeof np, "%d", n);
+    int k = 0;
+    args[k++] = "mpirun";
+    if (geteuid() == 0) args[k++] = "--allow-run-as-root";       /* containers run as root; Open MPI refuses it unasked */
+    if (n > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
+    args[k++] = "-np";
+    args[k++] = np;
+    args[k++] = exe;
+    for (int i = 1; i < argc; i++) if (i != at) args[k++] = argv[i];
+    args[k] = NULL;
+    printf("launch | ");
+    for (int i = 0; i < k; i++) printf("%s%s", args[i], i + 1 < k ? " " : "\n");
+    fflush(stdout);
+    execvp("mpirun", args);
+    die("--nproc=%d needs Open MPI's mpirun on the PATH, and it could not be started\n"
+        "  hint: apt-get install openmpi-bin, or launch the ranks yourself: mpirun -np %d %s ...", n, n, exe);
+}
+
+static uint64_t line_hash(const char *p, size_t len) {
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
+    return h;
+}
+
+void launch_check_same_config(const char *text) {
+    if (info.world <= 1) return;
+#ifdef LLM3D_MPI
+    int n = 0;
+    for (const char *p = text; *p; p++) n += *p == '\n';
+    uint64_t *mine = callocCheck(n ? n : 1, sizeof(uint64_t)), *all = callocCheck((size_t)n * info.world + 1, sizeof(uint64_t));
+    const char *line = text;
+    for (int i = 0; i < n; i++) {
+        const char *nl = strchr(line, '\n');
+        mine[i] = line_hash(line, (size_t)(nl - line));
+        line = nl + 1;
+    }
+    int *counts = callocCheck(info.world, sizeof(int));
+    MPI_Allgather(&n, 1, MPI_INT, counts, 1, MPI_INT, MPI_COMM_WORLD);
+    for (int r = 0; r < info.world; r++)
+        if (counts[r] != n) {
+            launch_errors_rank0_only(1);
+            die("rank %d runs a config of %d keys and rank 0 one of %d: the ranks run different builds of llm3d\n"
+                "  hint: every rank must run the same build/train binary", r, counts[r], counts[0]);
+        }
+    MPI_Allgather(mine, n, MPI_UINT64_T, all, n, MPI_UINT64_T, MPI_COMM_WORLD);
+    int bad_rank = -1, bad_line = -1;
+    for (int r = 1; r < info.world && bad_rank < 0; r++)
+        for (int i = 0; i < n; i++)
+            if (all[(size_t)r * n + i] != all[i]) { bad_rank = r; bad_line = i; break; }
+    free(mine); free(all); free(counts);
+    if (bad_rank < 0) return;
+    /* every rank knows which line differs on which rank: that rank sends its line to rank 0 */
+    char theirs[1200] = {0}, ours[1200] = {0};
+    line = text;
+    for (int i = 0; i < bad_line; i++) line = strchr(line, '\n') + 1;
+    snprintf(ours, sizeof ours, "%.*s", (int)(strchr(line, '\n') - line), line);
+    if (info.rank == bad_rank) MPI_Send(ours, sizeof ours, MPI_CHAR, 0, 77, MPI_COMM_WORLD);
+    if (info.rank == 0) MPI_Recv(theirs, sizeof theirs, MPI_CHAR, bad_rank, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    launch_errors_rank0_only(1);
+    die("rank %d was launched with a different config than rank 0: %s on rank 0, %s on rank %d\n"
+        "  hint: every rank must get the same settings; check the command line, --config file and environment of each host",
+        bad_rank, ours, theirs, bad_rank);
+#else
+    (void)text;
+#endif
+}

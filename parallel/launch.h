@@ -1,0 +1,33 @@
+/* parallel/launch.h — how the ranks of a run come to exist and find each other.
+ *
+ * The idea: llm3d never invents its own launcher. Under `mpirun -np N` (also
+ * with a hostfile), or Slurm's `srun`, the launcher's environment says that
+ * this process is one of many; launch_init then starts MPI, which gives the
+ * rank, the world and, through a shared-memory split, the ranks on this host.
+ * A process started alone is the one-rank grid and MPI is never started, so a
+ * single-device run costs nothing. `--nproc=N` is a convenience that re-runs
+ * the same command line under mpirun with N local ranks. */
+#pragma once
+
+typedef struct {
+    int rank, world;             /* MPI_COMM_WORLD */
+    int local_rank, local_size;  /* ranks on this host */
+    int mpi;                     /* 1: MPI was started (launched by mpirun/srun) */
+} LaunchInfo;
+
+/* Idempotent. Starts MPI when launched by an MPI launcher, sets how die()
+ * reports and ends a run of many ranks (common/util.h), and picks OpenMP
+ * threads per rank (cores / local ranks) unless OMP_NUM_THREADS is set. */
+void launch_init(int *argc, char ***argv);
+const LaunchInfo *launch_info(void);
+/* With rank0_only, die() is printed by rank 0 alone: for errors every rank meets alike. */
+void launch_errors_rank0_only(int on);
+/* `--nproc=N` anywhere in argv and not launched yet: exec `mpirun -np N` with
+ * the same arguments (without --nproc). Returns when there is nothing to do. */
+void launch_nproc(int argc, char **argv);
+/* Every rank must run the same config: compares every "key=value" line of
+ * config_text across the world and dies naming the first key that differs,
+ * with both values, when one does. */
+void launch_check_same_config(const char *config_text);
+/* MPI's version string ("" without MPI). */
+const char *launch_mpi_version(void);

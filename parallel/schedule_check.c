@@ -1,0 +1,206 @@
+/* parallel/schedule_check.c — proves a schedule sound by running it on paper
+ * (parallel/schedule.h): pairing, dependencies, and a timed simulation that
+ * either finishes every stage or names the stages that wait on each other.
+ *
+ * Messages between two stages are matched in order, whatever they carry (MPI
+ * and NCCL both match a pair's messages first come, first served), so the k-th
+ * send from stage a to stage b must be what the k-th receive on b from a
+ * expects. In the simulation a group of sends and receives completes once
+ * every operation in it has met its partner, i.e. once the partner's stage has
+ * reached the group holding it. */
+#include "schedule.h"
+#include "../common/util.h"
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int is_comm(ActionKind k) { return k >= ACT_SEND_ACT && k <= ACT_RECV_GRAD; }
+static int is_send(ActionKind k) { return k == ACT_SEND_ACT || k == ACT_SEND_GRAD; }
+
+static int fail(char *err, size_t size, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static void describe(const Schedule *s, int st, const Action *a, char *out, size_t size) {
+    if (a->kind == ACT_BACKWARD) snprintf(out, size, "%s of micro-batch %d, chunk %d, steps %d..%d", action_names[a->kind], a->mb, a->chunk, a->from, a->to);
+    else if (a->mb >= 0) snprintf(out, size, "%s of micro-batch %d, chunk %d (virtual stage %d)", action_names[a->kind], a->mb, a->chunk,
+                                  a->chunk * s->stages + st);
+    else snprintf(out, size, "%s of bucket %d", action_names[a->kind], a->bucket);
+}
+
+/* The message a send or receive carries: (is_grad, micro-batch, virtual stage it is the input/output gradient of). */
+static void message(const Schedule *s, int st, const Action *a, int *grad, int *mb, int *target) {
+    int vs = a->chunk * s->stages + st;
+    *grad = a->kind == ACT_SEND_GRAD || a->kind == ACT_RECV_GRAD;
+    *mb = a->mb;
+    if (a->kind == ACT_SEND_ACT) *target = vs + 1;         /* the input of the next virtual stage */
+    else if (a->kind == ACT_SEND_GRAD) *target = vs - 1;   /* the output gradient of the previous one */
+    else *target = vs;
+}
+
+/* Each stage's actions in order: what each needs is done before it. */
+static int check_order(const Schedule *s, int st, char *err, size_t size) {
+    int p = s->stages, v = s->chunks, m = s->micro_batches, last_vs = p * v - 1;
+    int pairs = m * v;
+    int *fwd = callocCheck(pairs, sizeof(int)), *got_act = callocCheck(pairs, sizeof(int)), *got_grad = callocCheck(pairs, sizeof(int));
+    int *next = callocCheck(pairs, sizeof(int)), rc = 0, optimizer = 0;
+    char what[160];
+    for (int i = 0; i < s->n[st] && rc == 0; i++) {
+        const Action *a = &s->list[st][i];
+        describe(s, st, a, what, sizeof what);
+        if (a->kind > ACT_RECV_GRAD) {
+            if (a->kind == ACT_OPTIMIZER) optimizer++;
+            continue;
+        }
+        if (a->mb < 0 || a->mb >= m || a->chunk < 0 || a->chunk >= v) { rc = fail(err, size, "stage %d: %s is outside the step", st, what); break; }
+        int q = a->mb * v + a->chunk, vs = a->chunk * p + st, steps = s->steps[st * v + a->chunk];
+        switch (a->kind) {
+        case ACT_RECV_ACT: got_act[q]++; break;
+        case ACT_RECV_GRAD: got_grad[q]++; break;
+        case ACT_FORWARD:
+            if (vs > 0 && !got_act[q]) rc = fail(err, size, "stage %d: %s runs before its input was received", st, what);
+            else if (fwd[q]++) rc = fail(err, size, "stage %d: %s runs twice", st, what);
+            break;
+        case ACT_SEND_ACT:
+            if (!fwd[q]) rc = fail(err, size, "stage %d: %s sends an output its forward has not made yet", st, what);
+            break;
+        case ACT_BACKWARD:
+            if (!fwd[q]) rc = fail(err, size, "stage %d: %s runs before its forward", st, what);
+            else if (vs < last_vs && !got_grad[q]) rc = fail(err, size, "stage %d: %s runs before its output's gradient was received", st, what);
+            else if (a->from != next[q] || a->to > steps || a->to <= a->from)
+                rc = fail(err, size, "stage %d: %s does not continue the backward at step %d of %d", st, what, next[q], steps);
+            else next[q] = a->to;
+            break;
+        case ACT_SEND_GRAD:
+            if (next[q] != steps) rc = fail(err, size, "stage %d: %s sends a gradient its backward has not finished", st, what);
+            break;
+        default: break;
+        }
+    }
+    for (int q = 0; q < pairs && rc == 0; q++) {
+        if (!fwd[q]) rc = fail(err, size, "stage %d never runs the forward of micro-batch %d, chunk %d", st, q / v, q % v);
+        else if (!s->forward_only && next[q] != s->steps[st * v + q % v])
+            rc = fail(err, size, "stage %d never finishes the backward of micro-batch %d, chunk %d", st, q / v, q % v);
+    }
+    if (rc == 0 && !s->forward_only && optimizer != 1) rc = fail(err, size, "stage %d runs the optimizer %d times, not once", st, optimizer);
+    free(fwd); free(got_act); free(got_grad); free(next);
+    return rc;
+}
+
+int schedule_check(const Schedule *s, ScheduleSim *sim, char *err, size_t size) {
+    int p = s->stages, rc = 0, most = 0;
+    char a1[160], a2[160];
+    memset(sim, 0, sizeof *sim);
+    for (int st = 0; st < p; st++) {
+        if (check_order(s, st, err, size)) return -1;
+        if (s->n[st] > most) most = s->n[st];
+    }
+    /* pairing: the k-th message from a to b is what b's k-th receive from a expects */
+    int **partner = callocCheck(p, sizeof(int *)), **group = callocCheck(p, sizeof(int *));
+    for (int st = 0; st < p; st++) {
+        partner[st] = mallocCheck(((size_t)s->n[st] + 1) * sizeof(int));
+        group[st] = mallocCheck(((size_t)s->n[st] + 1) * sizeof(int));
+        for (int i = 0; i < s->n[st]; i++) {
+            partner[st][i] = -1;
+            group[st][i] = is_comm(s->list[st][i].kind) && i > 0 && is_comm(s->list[st][i - 1].kind) ? group[st][i - 1] : i;
+        }
+    }
+    for (int a = 0; a < p && rc == 0; a++)
+        for (int b = 0; b < p && rc == 0; b++) {
+            int i = 0, j = 0;
+            for (;;) {
+                while (i < s->n[a] && !(is_send(s->list[a][i].kind) && s->list[a][i].peer == b)) i++;
+                while (j < s->n[b] && !(is_comm(s->list[b][j].kind) && !is_send(s->list[b][j].kind) && s->list[b][j].peer == a)) j++;
+                if (i == s->n[a] && j == s->n[b]) break;
+                if (i == s->n[a] || j == s->n[b]) {
+                    int side = i == s->n[a] ? b : a, at = i == s->n[a] ? j : i;
+                    describe(s, side, &s->list[side][at], a1, sizeof a1);
+                    rc = fail(err, size, "stage %d's %s has no partner on stage %d", side, a1, side == a ? b : a);
+                    break;
+                }
+                int g1, m1, t1, g2, m2, t2;
+                message(s, a, &s->list[a][i], &g1, &m1, &t1);
+                message(s, b, &s->list[b][j], &g2, &m2, &t2);
+                if (g1 != g2 || m1 != m2 || t1 != t2) {
+                    describe(s, a, &s->list[a][i], a1, sizeof a1);
+                    describe(s, b, &s->list[b][j], a2, sizeof a2);
+                    rc = fail(err, size, "stage %d's %s is taken by stage %d's %s: the two stages disagree on the order of their messages",
+                              a, a1, b, a2);
+                    break;
+                }
+                partner[a][i] = b * 0x100000 + j;
+                partner[b][j] = a * 0x100000 + i;
+                i++; j++;
+            }
+        }
+    /* the timed run */
+    sim->max_actions = most;
+    sim->busy = callocCheck(p, sizeof(double));
+    sim->idle = callocCheck(p, sizeof(double));
+    sim->start = callocCheck((size_t)p * most + 1, sizeof(double));
+    sim->end = callocCheck((size_t)p * most + 1, sizeof(double));
+    int *pc = callocCheck(p, sizeof(int));
+    double *t = callocCheck(p, sizeof(double)), *posted = callocCheck((size_t)p * most + 1, sizeof(double));
+    int done = 0;
+    while (rc == 0 && done < p) {
+        int moved = 0;
+        done = 0;
+        for (int st = 0; st < p; st++) {
+            while (pc[st] < s->n[st]) {
+                const Action *a = &s->list[st][pc[st]];
+                double *start = &sim->start[(size_t)st * most + pc[st]], *end = &sim->end[(size_t)st * most + pc[st]];
+                if (!is_comm(a->kind)) {
+                    double d = a->kind == ACT_FORWARD ? 1.0
+                             : a->kind == ACT_BACKWARD ? 2.0 * (a->to - a->from) / s->steps[st * s->chunks + a->chunk] : 0.0;
+                    *start = t[st]; t[st] += d; *end = t[st];
+                    sim->busy[st] += d;
+                    pc[st]++; moved = 1;
+                    continue;
+                }
+                int g0 = pc[st], g1 = g0;
+                while (g1 < s->n[st] && is_comm(s->list[st][g1].kind)) g1++;
+                posted[(size_t)st * most + g0] = t[st];
+                double ready = t[st];
+                int all = 1;
+                for (int i = g0; i < g1 && all; i++) {
+                    int ps = partner[st][i] / 0x100000, pj = partner[st][i] % 0x100000;
+                    int pg = group[ps][pj];
+                    if (pc[ps] < pg) all = 0;   /* the partner's stage has not reached that group yet */
+                    else if (posted[(size_t)ps * most + pg] > ready) ready = posted[(size_t)ps * most + pg];
+                }
+                if (!all) break;
+                for (int i = g0; i < g1; i++) { sim->start[(size_t)st * most + i] = t[st]; sim->end[(size_t)st * most + i] = ready; }
+                t[st] = ready;
+                pc[st] = g1; moved = 1;
+            }
+            done += pc[st] == s->n[st];
+        }
+        if (!moved && done < p) {
+            int o = 0;
+            o += snprintf(err + o, size - o, "the schedule deadlocks:");
+            for (int st = 0; st < p && o < (int)size; st++) {
+                if (pc[st] == s->n[st]) continue;
+                describe(s, st, &s->list[st][pc[st]], a1, sizeof a1);
+                o += snprintf(err + o, size - o, " stage %d waits at its %s;", st, a1);
+            }
+            rc = -1;
+        }
+    }
+    for (int st = 0; st < p; st++) if (t[st] > sim->makespan) sim->makespan = t[st];
+    for (int st = 0; st < p; st++) {
+        sim->idle[st] = sim->makespan - sim->busy[st];
+        sim->bubble += sim->makespan > 0 ? sim->idle[st] / sim->makespan / p : 0;
+    }
+    for (int st = 0; st < p; st++) { free(partner[st]); free(group[st]); }
+    free(partner); free(group); free(pc); free(t); free(posted);
+    return rc;
+}
+
+void schedule_sim_free(ScheduleSim *sim) {
+    free(sim->busy); free(sim->idle); free(sim->start); free(sim->end);
+    memset(sim, 0, sizeof *sim);
+}

@@ -1,0 +1,157 @@
+/* tests/test_schedule.c — the step schedules, without a model:
+ *   - 1F1B, GPipe and interleaved 1F1B lists pass the checker for many (p, m, v)
+ *     and their simulated bubble equals the textbook formula;
+ *   - 1F1B keeps at most p - s micro-batches in flight on stage s, GPipe m;
+ *   - the data-parallel pass splits the last backward where a bucket completes
+ *     and starts its reduction there, before the backward of the first layer;
+ *   - deliberately broken schedules are caught: swapped messages, a missing
+ *     receive, a backward before its gradient arrived, and a deadlock. */
+#include "test.h"
+#include "../parallel/schedule.h"
+#include "../common/util.h"
+#include <math.h>
+#include <string.h>
+
+static void build(Schedule *s, int kind, int p, int m, int v, int steps_per_chunk) {
+    int steps[256];
+    for (int i = 0; i < p * v; i++) steps[i] = steps_per_chunk + (i == 0);   /* stage 0 chunk 0 also has the embedding step */
+    schedule_build(s, kind, p, m, v, steps);
+    for (int st = 0; st < p; st++) schedule_add_data_parallel(s, st, NULL, 0, 0);
+    schedule_assign_slots(s);
+}
+
+static void test_builders(void) {
+    const char *names[] = {"1f1b", "gpipe", "interleaved"};
+    int cases[][3] = {{1, 1, 1}, {1, 4, 1}, {2, 2, 1}, {2, 4, 1}, {4, 4, 1}, {4, 8, 1}, {4, 16, 1}, {3, 7, 1},
+                      {2, 4, 2}, {2, 8, 2}, {4, 8, 2}, {4, 8, 3}, {3, 6, 2}};
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int p = cases[c][0], m = cases[c][1], v = cases[c][2];
+            if ((kind == PP_INTERLEAVED) != (v > 1)) continue;
+            Schedule s;
+            build(&s, kind, p, m, v, 2);
+            ScheduleSim sim;
+            char err[512];
+            int rc = schedule_check(&s, &sim, err, sizeof err);
+            CHECK(rc == 0, "%s p=%d m=%d v=%d: %s", names[kind], p, m, v, err);
+            double want = schedule_bubble_formula(&s);
+            CHECK(fabs(sim.bubble - want) < 1e-9, "%s p=%d m=%d v=%d: simulated bubble %.4f, formula %.4f", names[kind], p, m, v, sim.bubble, want);
+            for (int st = 0; st < p && kind == PP_1F1B; st++) {
+                int want_slots = p - st < m ? p - st : m;
+                CHECK(s.slots[st] == want_slots, "1f1b p=%d m=%d: stage %d holds %d micro-batches, not %d", p, m, st, s.slots[st], want_slots);
+            }
+            if (kind == PP_GPIPE) CHECK(s.slots[0] == m, "gpipe p=%d m=%d: stage 0 holds %d micro-batches, not %d", p, m, s.slots[0], m);
+            if (rc == 0 && c == 5) printf("%s p=%d m=%d v=%d: bubble %.4f (formula %.4f), makespan %.0f\n", names[kind], p, m, v, sim.bubble, want, sim.makespan);
+            schedule_sim_free(&sim);
+            schedule_free(&s);
+        }
+}
+
+static void test_forward_only(void) {
+    for (int v = 1; v <= 2; v++) {
+        Schedule s;
+        schedule_build_forward(&s, 4, 5, v);
+        schedule_assign_slots(&s);
+        ScheduleSim sim;
+        char err[512];
+        CHECK(schedule_check(&s, &sim, err, sizeof err) == 0, "forward-only v=%d: %s", v, err);
+        schedule_sim_free(&sim);
+        schedule_free(&s);
+    }
+}
+
+static void test_data_parallel(void) {
+    /* one stage, two micro-batches, a chunk of 4 layers + embedding = 5 steps; buckets: head (step -1), layers 3..2, layers 1..0 + emb */
+    Schedule s;
+    int steps[1] = {5};
+    schedule_build(&s, PP_1F1B, 1, 2, 1, steps);
+    BucketReady ready[3] = {{0, -1}, {0, 1}, {0, 4}};
+    schedule_add_data_parallel(&s, 0, ready, 3, 1);
+    schedule_assign_slots(&s);
+    /* F0 B0[0,5) F1 R0 B1[0,2) R1 B1[2,5) R2 W0 W1 W2 OPT G0 G1 G2 GW0 GW1 GW2 */
+    ActionKind want[] = {ACT_FORWARD, ACT_BACKWARD, ACT_FORWARD, ACT_REDUCE, ACT_BACKWARD, ACT_REDUCE, ACT_BACKWARD, ACT_REDUCE,
+                         ACT_REDUCE_WAIT, ACT_REDUCE_WAIT, ACT_REDUCE_WAIT, ACT_OPTIMIZER, ACT_GATHER, ACT_GATHER, ACT_GATHER,
+                         ACT_GATHER_WAIT, ACT_GATHER_WAIT, ACT_GATHER_WAIT};
+    int n = sizeof want / sizeof want[0], same = s.n[0] == n;
+    for (int i = 0; same && i < n; i++) same = s.list[0][i].kind == want[i];
+    CHECK(same, "data-parallel pass: %d actions, not the expected %d", s.n[0], n);
+    if (same) {
+        CHECK(s.list[0][4].from == 0 && s.list[0][4].to == 2 && s.list[0][6].from == 2 && s.list[0][6].to == 5,
+              "the last backward is split at the bucket boundary: [%d,%d) [%d,%d)", s.list[0][4].from, s.list[0][4].to,
+              s.list[0][6].from, s.list[0][6].to);
+        CHECK(s.list[0][3].bucket == 0 && s.list[0][5].bucket == 1 && s.list[0][7].bucket == 2, "buckets start in order");
+    }
+    ScheduleSim sim;
+    char err[512];
+    CHECK(schedule_check(&s, &sim, err, sizeof err) == 0, "data-parallel schedule: %s", err);
+    CHECK(s.slots[0] == 1, "one stage holds one micro-batch at a time, not %d", s.slots[0]);
+    schedule_sim_free(&sim);
+    schedule_free(&s);
+}
+
+/* Break a sound schedule (p=2, m=2) in one way and check the checker names it. */
+static void expect_broken(const char *how, int kind, void (*breaker)(Schedule *), const char *words) {
+    Schedule s;
+    build(&s, kind, 2, 2, 1, 2);
+    breaker(&s);
+    ScheduleSim sim;
+    char err[512] = "";
+    int rc = schedule_check(&s, &sim, err, sizeof err);
+    CHECK(rc != 0 && strstr(err, words), "%s: expected an error with '%s', got rc %d '%s'", how, words, rc, err);
+    if (rc != 0) printf("caught (%s): %s\n", how, err);
+    schedule_sim_free(&sim);
+    schedule_free(&s);
+}
+
+static int find(const Schedule *s, int st, ActionKind k, int mb) {
+    for (int i = 0; i < s->n[st]; i++) if (s->list[st][i].kind == k && s->list[st][i].mb == mb) return i;
+    return -1;
+}
+static void swap(Schedule *s, int st, int i, int j) { Action t = s->list[st][i]; s->list[st][i] = s->list[st][j]; s->list[st][j] = t; }
+static void insert(Schedule *s, int st, int at, Action a) {   /* the lists are built with spare room */
+    if (s->n[st] == s->cap[st]) die("test: no room to insert");
+    memmove(&s->list[st][at + 1], &s->list[st][at], (size_t)(s->n[st] - at) * sizeof(Action));
+    s->list[st][at] = a;
+    s->n[st]++;
+}
+
+/* GPipe stage 1 runs R a0, F0, R a1, F1, ...: make it take micro-batch 1 first (R a1, F1, R a0, F0),
+ * which is in order on its own, but stage 0 sends micro-batch 0 first */
+static void swap_order(Schedule *s) {
+    int r0 = find(s, 1, ACT_RECV_ACT, 0), f0 = find(s, 1, ACT_FORWARD, 0), r1 = find(s, 1, ACT_RECV_ACT, 1), f1 = find(s, 1, ACT_FORWARD, 1);
+    swap(s, 1, r0, r1);
+    swap(s, 1, f0, f1);
+}
+static void drop_recv(Schedule *s) {    /* stage 1 forgets to receive micro-batch 1's input */
+    int i = find(s, 1, ACT_RECV_ACT, 1);
+    memmove(&s->list[1][i], &s->list[1][i + 1], (size_t)(s->n[1] - i - 1) * sizeof(Action));
+    s->n[1]--;
+}
+static void drop_send(Schedule *s) {    /* stage 1 forgets to send micro-batch 1's gradient */
+    int i = find(s, 1, ACT_SEND_GRAD, 1);
+    memmove(&s->list[1][i], &s->list[1][i + 1], (size_t)(s->n[1] - i - 1) * sizeof(Action));
+    s->n[1]--;
+}
+static void early_backward(Schedule *s) {   /* stage 0 runs micro-batch 0's backward before receiving its gradient */
+    swap(s, 0, find(s, 0, ACT_RECV_GRAD, 0), find(s, 0, ACT_BACKWARD, 0));
+}
+/* 1F1B: stage 0 runs {S a1, R g0} B0 and stage 1 {S g0, R a1} F1. Cut both groups in two (a
+ * zero-time action between the halves): stage 0 then waits to send a1 before it receives g0,
+ * stage 1 waits to send g0 before it receives a1 — each waits for the other. */
+static void deadlock(Schedule *s) {
+    Action cut = {.kind = ACT_REDUCE_WAIT, .mb = -1, .chunk = -1};
+    insert(s, 0, find(s, 0, ACT_RECV_GRAD, 0), cut);
+    insert(s, 1, find(s, 1, ACT_RECV_ACT, 1), cut);
+}
+
+int main(void) {
+    test_builders();
+    test_forward_only();
+    test_data_parallel();
+    expect_broken("messages out of order", PP_GPIPE, swap_order, "disagree on the order");
+    expect_broken("a missing receive", PP_1F1B, drop_recv, "runs before its input was received");
+    expect_broken("a missing send", PP_1F1B, drop_send, "has no partner");
+    expect_broken("a backward before its gradient", PP_1F1B, early_backward, "before its output's gradient was received");
+    expect_broken("a deadlock", PP_1F1B, deadlock, "deadlocks");
+    return test_summary();
+}

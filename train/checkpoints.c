@@ -1,0 +1,167 @@
+/* train/checkpoints.c — a run's state to disk and back, from one rank or many.
+ *
+ * The idea: whatever the layout, a checkpoint holds whole tensors by name
+ * (checkpoint/checkpoint.h): the fp32 weights and AdamW's two moments in fp32
+ * (adamw8bit dequantizes to save and quantizes to load, which is exact for its
+ * own checkpoints: train/optimizer.h). To save, every rank first puts its
+ * share in host arrays laid out like its parameter buffer — ZeRO-1 shards are
+ * unsharded onto data-parallel rank 0 of their group — and rank 0 writes the
+ * file, assembling each tensor from the ranks of replica 0 as it goes
+ * (parallel/assemble.h). To resume, every rank reads its own slices straight
+ * from the file, so any layout continues any other's run. */
+#include "trainer.h"
+#include "../checkpoint/checkpoint.h"
+#include "../checkpoint/hf.h"
+#include "../parallel/assemble.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define CONFIG_TEXT_BYTES 65536
+static const char *const moment_prefixes[2] = {"optimizer.adamw.m", "optimizer.adamw.v"};
+
+/* This rank's weights, m and v as host arrays (n_params each, laid out like
+ * its buffer) on the ranks that hold them for the save (data-parallel rank 0);
+ * returns whether this rank is one. */
+static int local_state(Trainer *tr, float **host) {
+    Model *m = &tr->model;
+    Ddp *d = &tr->ddp;
+    const Comm *c = &tr->comm;
+    if (!d->zero) {
+        if (c->dp_rank != 0) return 0;
+        model_get_params(m, host[0]);
+        optimizer_moments_get(&tr->opt, m, host[1], host[2]);
+        return 1;
+    }
+    float *view[3];
+    for (int k = 0; k < 3; k++) view[k] = mallocCheck((d->shard_n + 1) * sizeof(float));
+    tr->be->download(view[0], d->master_shard, d->shard_n * sizeof(float));
+    optimizer_moments_get(&tr->opt, m, view[1], view[2]);
+    int holder = comm_world_rank(c, 0, c->pp_rank, c->tp_rank);
+    if (c->dp_rank != 0) {
+        for (int k = 0; k < 3; k++) comm_send_host(c, holder, view[k], d->shard_n * sizeof(float));
+    } else {
+        for (int k = 0; k < 3; k++) ddp_view_to_full(d, 0, view[k], host[k]);
+        for (int r = 1; r < c->dp; r++) {
+            size_t n = ddp_view_size(d, r);
+            float *theirs = mallocCheck((n + 1) * sizeof(float));
+            for (int k = 0; k < 3; k++) {
+                comm_recv_host(c, comm_world_rank(c, r, c->pp_rank, c->tp_rank), theirs, n * sizeof(float));
+                ddp_view_to_full(d, r, theirs, host[k]);
+            }
+            free(theirs);
+        }
+    }
+    for (int k = 0; k < 3; k++) free(view[k]);
+    return c->dp_rank == 0;
+}
+
+/* Where the writer takes each whole tensor from: this rank's arrays (one rank), or the assembler (many). */
+typedef struct { Trainer *tr; float **host; Assembler *a; } Source;
+
+static void fetch(void *ctx, int mirror, int tensor, float *dst) {
+    Source *s = ctx;
+    if (s->a) { assemble_tensor(s->a, tensor, s->host[mirror], dst); return; }
+    const ParamTensor *t = &s->tr->model.tensors[tensor];
+    memcpy(dst, s->host[mirror] + t->offset, (size_t)t->rows * t->cols * sizeof(float));
+}
+
+void trainer_save_checkpoint(Trainer *tr) {
+    const Comm *c = &tr->comm;
+    char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200] = "";
+    config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
+    LoaderState ls = loader_get_state(&tr->train);
+    CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loader_epoch = ls.epoch, .loader_cursor = ls.cursor,
+                   .rng_state = tr->sample_rng.s, .has_rng = tr->tokenizer != NULL, .loss_scale = tr->loss_scale,
+                   .clean_steps = tr->loss_scale_clean_steps, .optimizer = CKPT_OPT_ADAMW, .optimizer_step = tr->opt.step};
+    double t0 = now_seconds();
+    size_t P = tr->model.n_params;
+    float *host[3];
+    for (int k = 0; k < 3; k++) host[k] = mallocCheck((P + 1) * sizeof(float));
+    local_state(tr, host);
+    const char *prefixes[3] = {NULL, moment_prefixes[0], moment_prefixes[1]};
+    Source src = {tr, host, NULL};
+    if (c->world_size == 1) {
+        CkptSource cs = {tr->model.tensors, tr->model.n_tensors, prefixes, 3, fetch, &src};
+        checkpoint_write(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &cs, &s, text, path, sizeof path);
+    } else {
+        Assembler a;
+        assemble_open(&a, c, &tr->model_cfg, &tr->layout, &tr->model);
+        src.a = &a;
+        if (c->rank == 0) {
+            CkptSource cs = {a.whole.tensors, a.whole.n_tensors, prefixes, 3, fetch, &src};
+            checkpoint_write(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &cs, &s, text, path, sizeof path);
+        } else {   /* walk the same tensors in the same order, sending what this rank holds */
+            for (int k = 0; k < 3; k++)
+                for (int i = 0; i < a.whole.n_tensors; i++) assemble_tensor(&a, i, host[k], NULL);
+        }
+        assemble_close(&a);
+        comm_barrier(c, GROUP_WORLD);   /* every rank returns once the checkpoint is complete on disk */
+    }
+    for (int k = 0; k < 3; k++) free(host[k]);
+    tr->saved_step = tr->step;
+    if (c->rank == 0) {
+        printf("ckpt  | step %d | %s | %.0f ms\n", tr->step, path, (now_seconds() - t0) * 1e3);
+        fflush(stdout);
+    }
+    free(text);
+}
+
+/* Weights read for this rank (n_params host values) into the model and, with ZeRO-1, the master shard. */
+static void set_weights(Trainer *tr, const float *host) {
+    model_set_params(&tr->model, host);
+    ddp_load_master(&tr->ddp, host);
+}
+
+void trainer_restore(Trainer *tr) {
+    const Config *c = &tr->cfg;
+    const Comm *comm = &tr->comm;
+    int verbose = comm->rank == 0;
+    char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200] = "", err[2048];
+    config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
+    size_t P = tr->model.n_params;
+    /* rank 0 finds the newest checkpoint; every rank reads that one (run_dir must be shared across hosts) */
+    long long found = comm->rank == 0 && c->resume ? checkpoint_find_latest(c->run_dir, path, sizeof path) : -1;
+    found = (long long)comm_max(comm, GROUP_WORLD, (double)found);
+    comm_broadcast_host(comm, GROUP_WORLD, path, sizeof path, 0);
+    if (c->resume && found >= 0) {
+        float *host[3];
+        for (int k = 0; k < 3; k++) host[k] = mallocCheck((P + 1) * sizeof(float));
+        CkptState s;
+        checkpoint_read(path, &tr->model, moment_prefixes, 2, host, &s, text, verbose);
+        if (s.optimizer != CKPT_OPT_ADAMW) die("checkpoint '%s' holds no AdamW state; this run uses AdamW", path);
+        set_weights(tr, host[0]);
+        if (tr->ddp.zero) {   /* my pieces of the moments */
+            for (int k = 1; k < 3; k++) ddp_full_to_view(&tr->ddp, comm->dp_rank, host[k], host[k]);
+        }
+        optimizer_moments_set(&tr->opt, &tr->model, host[1], host[2]);   /* quantized into 8-bit state for adamw8bit */
+        for (int k = 0; k < 3; k++) free(host[k]);
+        tr->step = (int)s.step;
+        tr->opt.step = (int)s.optimizer_step;
+        loader_set_state(&tr->train, (LoaderState){s.loader_epoch, s.loader_cursor});
+        if (s.has_rng) tr->sample_rng.s = s.rng_state;
+        tr->loss_scale = s.loss_scale;
+        tr->loss_scale_clean_steps = s.clean_steps;
+        tr->saved_step = tr->step;
+        if (verbose) printf("resume | step %d from %s\n", tr->step, path);
+    } else if (c->resume && verbose) {
+        printf("resume | no complete checkpoint in '%s'; starting fresh\n", c->run_dir);
+    }
+    if (tr->saved_step < 0 && c->init_from[0]) {
+        char probe[1200];
+        snprintf(probe, sizeof probe, "%s/config.json", c->init_from);
+        float *host = mallocCheck((P + 1) * sizeof(float));
+        FILE *f = fopen(probe, "r");
+        if (f) {   /* a Hugging Face folder */
+            fclose(f);
+            if (hf_check_config(c->init_from, &tr->model_cfg, err, sizeof err) != 0) die("init_from: %s", err);
+            if (hf_read_weights(c->init_from, &tr->model, host, err, sizeof err) != 0) die("init_from: %s", err);
+        } else {
+            checkpoint_read_weights(c->init_from, &tr->model, host, text);
+        }
+        set_weights(tr, host);
+        free(host);
+        if (verbose) printf("init  | weights from %s\n", c->init_from);
+    }
+    fflush(stdout);
+    free(text);
+}
