@@ -85,7 +85,6 @@ void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cud
         }
         c->transport = COMM_MPI;
     }
-    launch_errors_rank0_only(0);
     if (c->world_size > 1) mpi_create(c);
 }
 

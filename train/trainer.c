@@ -84,6 +84,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     tr->cfg = *cfg;
     const Config *c = &tr->cfg;
     launch_init(NULL, NULL);
+    launch_errors_rank0_only(1);   /* what follows fails alike on every rank: rank 0 says it */
     comm_init(&tr->comm, c->dp, c->pp, c->tp, c->comm_backend, c->device == DEVICE_CUDA);
     DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
     tr->be = c->device == DEVICE_CUDA ? backend_cuda(act) : backend_cpu_emulated(act);
@@ -124,6 +125,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     OptimizerView view = zero ? optimizer_zero_view(&tr->ddp, &pieces) : (OptimizerView){0};
     optimizer_init(&tr->opt, &tr->model, c, zero ? &view : NULL);
     free(pieces);
+    launch_errors_rank0_only(0);
     tr->exec = (Executor){.model = &tr->model, .comm = &tr->comm, .ddp = &tr->ddp, .optimizer = optimizer_action, .ctx = tr};
 
     size_t per_step = (size_t)tr->accum * c->batch_size * c->seq_len;
