@@ -56,6 +56,7 @@ typedef struct Backend {
     Add *add;
     SumSquares *sum_squares;
     CastFromFp32 *cast_from_fp32;
+    CastToFp32 *cast_to_fp32;
 } Backend;
 
 /* The dtype activation bytes are stored in: act, or fp32 where emulated. */

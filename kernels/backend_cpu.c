@@ -33,6 +33,7 @@ static const Backend cpu = {
     .swiglu_forward = swiglu_forward_cpu, .swiglu_backward = swiglu_backward_cpu,
     .cross_entropy = cross_entropy_cpu, .adamw_update = adamw_update_cpu, .adamw8bit_update = adamw8bit_update_cpu,
     .add = add_cpu, .sum_squares = sum_squares_cpu, .cast_from_fp32 = cast_from_fp32_cpu,
+    .cast_to_fp32 = cast_to_fp32_cpu,
 };
 
 const Backend *backend_cpu(void) { return &cpu; }
@@ -134,6 +135,11 @@ static void emu_add(void *out, const void *a, const void *b, size_t n) {
     add_cpu(out, a, b, n);
     round_to(out, n);
 }
+/* the input holds act-dtype values; a sum of them (a reduction) is rounded back to the dtype first */
+static void emu_cast_to_fp32(float *out, const void *inp, size_t n) {
+    cast_to_fp32_cpu(out, inp, n);
+    round_to(out, n);
+}
 static void emu_cast_from_fp32(void *out, const float *inp, size_t n) {
     cast_from_fp32_cpu(out, inp, n);
     round_to(out, n);
@@ -164,5 +170,6 @@ const Backend *backend_cpu_emulated(DType act) {
     cpu_emulated.adamw_update = emu_adamw_update;
     cpu_emulated.add = emu_add;
     cpu_emulated.cast_from_fp32 = emu_cast_from_fp32;
+    cpu_emulated.cast_to_fp32 = emu_cast_to_fp32;
     return &cpu_emulated;
 }

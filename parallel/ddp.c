@@ -7,15 +7,16 @@
 
 static size_t act_size(const Backend *be) { return dtype_size(backend_storage(be)); }
 
-void ddp_plan(Ddp *d, const Model *m, const Comm *comm, double bucket_mb, int zero, CutRule cut, const void *cut_ctx) {
+void ddp_plan(Ddp *d, const Model *m, const Comm *comm, const DdpOptions *o) {
     memset(d, 0, sizeof *d);
     d->comm = comm;
     int dp = comm->dp, me = comm->dp_rank;
-    d->zero = zero && dp > 1;
-    d->shard_n = m->n_params;
+    d->zero = o->zero && dp > 1;
+    d->wire = o->compute_dtype_wire && dp > 1;
+    d->shard_n = d->n_params = m->n_params;
     if (dp == 1) return;
     /* whole units from the end of the buffer backwards, until a bucket holds bucket_mb of fp32 gradients */
-    size_t want = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
+    size_t want = (size_t)(o->bucket_mb * 1048576.0 / sizeof(float));
     if (want < 1) want = 1;
     d->buckets = callocCheck(m->n_units + 1, sizeof(Bucket));
     Bucket *open = NULL;
@@ -36,7 +37,8 @@ void ddp_plan(Ddp *d, const Model *m, const Comm *comm, double bucket_mb, int ze
         k->counts = callocCheck(dp, sizeof(size_t));
         size_t share = (k->count + dp - 1) / dp, prev = k->offset, end = k->offset + k->count;
         for (int r = 0; r < dp; r++) {
-            size_t next = r == dp - 1 ? end : cut(cut_ctx, k->offset + (size_t)(r + 1) * share < end ? k->offset + (size_t)(r + 1) * share : end);
+            size_t nominal = k->offset + (size_t)(r + 1) * share < end ? k->offset + (size_t)(r + 1) * share : end;
+            size_t next = r == dp - 1 ? end : o->cut ? o->cut(o->cut_ctx, nominal) : nominal;
             if (next < prev) next = prev;
             if (next > end) next = end;
             k->counts[r] = next - prev;
@@ -48,19 +50,22 @@ void ddp_plan(Ddp *d, const Model *m, const Comm *comm, double bucket_mb, int ze
     }
 }
 
-void ddp_create(Ddp *d, Model *m, const Comm *comm, double bucket_mb, int zero, CutRule cut, const void *cut_ctx) {
-    ddp_plan(d, m, comm, bucket_mb, zero, cut, cut_ctx);
+void ddp_create(Ddp *d, Model *m, const Comm *comm, const DdpOptions *o) {
+    ddp_plan(d, m, comm, o);
     d->model = m;
-    if (!d->zero) return;
     const Backend *be = m->be;
+    if (d->wire) d->wire_buf = be->alloc(m->n_params * act_size(be), "gradients cast for the data-parallel reduction");
+    if (!d->zero) return;
     d->grad_shard = be->alloc(d->shard_n * sizeof(float), "ZeRO-1 gradient shard");
     d->master_shard = be->alloc(d->shard_n * sizeof(float), "ZeRO-1 fp32 master weights shard");
     if (be->act != DTYPE_FP32) d->compute_shard = be->alloc(d->shard_n * act_size(be), "ZeRO-1 updated compute-dtype weights shard");
+    if (d->wire) d->wire_shard = be->alloc(d->shard_n * act_size(be), "ZeRO-1 reduced gradient shard, compute dtype");
 }
 
-size_t ddp_shard_bytes(const Ddp *d, const Backend *be) {
-    if (!d->zero) return 0;
-    return d->shard_n * (2 * sizeof(float) + (be->act != DTYPE_FP32 ? act_size(be) : 0));
+size_t ddp_buffer_bytes(const Ddp *d, const Backend *be) {
+    size_t a = act_size(be), n = d->wire ? d->n_params * a : 0;
+    if (d->zero) n += d->shard_n * (2 * sizeof(float) + (be->act != DTYPE_FP32 ? a : 0) + (d->wire ? a : 0));
+    return n;
 }
 
 void ddp_free(Ddp *d) {
@@ -69,6 +74,8 @@ void ddp_free(Ddp *d) {
         if (d->grad_shard) be->free(d->grad_shard);
         if (d->master_shard) be->free(d->master_shard);
         if (d->compute_shard) be->free(d->compute_shard);
+        if (d->wire_buf) be->free(d->wire_buf);
+        if (d->wire_shard) be->free(d->wire_shard);
     }
     for (int b = 0; b < d->n_buckets; b++) free(d->buckets[b].counts);
     free(d->buckets);
@@ -77,12 +84,28 @@ void ddp_free(Ddp *d) {
 
 void ddp_reduce_start(Ddp *d, int b) {
     Bucket *k = &d->buckets[b];
-    float *g = d->model->grads + k->offset;
-    if (d->zero) k->reduce = comm_reduce_scatter_start(d->comm, GROUP_DP, g, d->grad_shard + k->shard_at, k->counts, DTYPE_FP32);
-    else k->reduce = comm_allreduce_start(d->comm, GROUP_DP, g, k->count, DTYPE_FP32);
+    const Backend *be = d->model->be;
+    void *g = d->model->grads + k->offset, *shard = d->grad_shard + k->shard_at;
+    DType dt = DTYPE_FP32;
+    if (d->wire) {   /* the gradients go out in the compute dtype: cast down first */
+        dt = backend_storage(be);
+        void *w = (char *)d->wire_buf + k->offset * act_size(be);
+        be->cast_from_fp32(w, g, k->count);
+        g = w;
+        shard = d->wire_shard ? (char *)d->wire_shard + k->shard_at * act_size(be) : NULL;
+    }
+    if (d->zero) k->reduce = comm_reduce_scatter_start(d->comm, GROUP_DP, g, shard, k->counts, dt);
+    else k->reduce = comm_allreduce_start(d->comm, GROUP_DP, g, k->count, dt);
 }
 
-void ddp_reduce_wait(Ddp *d, int b) { comm_wait(d->comm, d->buckets[b].reduce); }
+void ddp_reduce_wait(Ddp *d, int b) {
+    Bucket *k = &d->buckets[b];
+    comm_wait(d->comm, k->reduce);
+    if (!d->wire) return;
+    const Backend *be = d->model->be;   /* back up into the fp32 gradients the optimizer reads */
+    if (d->zero) be->cast_to_fp32(d->grad_shard + k->shard_at, (char *)d->wire_shard + k->shard_at * act_size(be), k->counts[d->comm->dp_rank]);
+    else be->cast_to_fp32(d->model->grads + k->offset, (char *)d->wire_buf + k->offset * act_size(be), k->count);
+}
 
 /* zero=1: every rank's updated piece into every rank's compute-dtype weights */
 void ddp_gather_start(Ddp *d, int b) {

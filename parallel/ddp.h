@@ -30,24 +30,36 @@ typedef struct {
 typedef size_t (*CutRule)(const void *ctx, size_t offset);
 
 typedef struct {
+    double bucket_mb;           /* fp32 gradients per bucket */
+    int zero;                   /* ZeRO-1 (only with more than one data-parallel rank) */
+    int compute_dtype_wire;     /* grad_reduce_dtype=bf16: send the gradients in the compute dtype (bf16), half the bytes */
+    CutRule cut;                /* zero: where pieces may be cut */
+    const void *cut_ctx;
+} DdpOptions;
+
+typedef struct {
     const Comm *comm;
     Model *model;               /* NULL for a plan */
     int zero;
+    size_t n_params;            /* the model's buffer */
     int n_buckets;
     Bucket *buckets;            /* buckets[0] ends the buffer: the backward completes it first */
     size_t shard_n;             /* zero=1: elements this rank updates; else n_params */
     float *grad_shard;          /* (shard_n) zero=1: the reduced gradients of my pieces */
     float *master_shard;        /* (shard_n) zero=1: their fp32 master weights */
     void *compute_shard;        /* (shard_n) zero=1 with a compute dtype other than fp32: the updated copy to gather */
+    int wire;                   /* the gradients travel in the compute dtype (grad_reduce_dtype=bf16) */
+    void *wire_buf;             /* (n_params) wire: the gradients cast down, reduced in place */
+    void *wire_shard;           /* (shard_n) wire and zero=1: my reduced pieces, before they are cast up */
 } Ddp;
 
 /* Buckets (and zero=1 pieces) for the model's layout m; nothing allocated. */
-void ddp_plan(Ddp *d, const Model *m, const Comm *comm, double bucket_mb, int zero, CutRule cut, const void *cut_ctx);
-/* The plan, and the zero=1 shard buffers on m's backend; the master shard starts as m's weights. */
-void ddp_create(Ddp *d, Model *m, const Comm *comm, double bucket_mb, int zero, CutRule cut, const void *cut_ctx);
+void ddp_plan(Ddp *d, const Model *m, const Comm *comm, const DdpOptions *o);
+/* The plan, and its buffers on m's backend (zero=1 shards, the wire copy). */
+void ddp_create(Ddp *d, Model *m, const Comm *comm, const DdpOptions *o);
 void ddp_free(Ddp *d);
-/* Bytes of the zero=1 shard buffers (the memory plan). */
-size_t ddp_shard_bytes(const Ddp *d, const Backend *be);
+/* Bytes of those buffers (the memory plan). */
+size_t ddp_buffer_bytes(const Ddp *d, const Backend *be);
 /* Schedule actions. */
 void ddp_reduce_start(Ddp *d, int b);
 void ddp_reduce_wait(Ddp *d, int b);

@@ -311,6 +311,9 @@ void config_validate(const Config *c) {
         die("total_batch_tokens=%d is not a multiple of batch_size*seq_len*dp = %d*%d*%d = %ld: every data-parallel rank "
             "accumulates whole micro-batches\n  hint: make total_batch_tokens a multiple of %ld", c->total_batch_tokens,
             c->batch_size, c->seq_len, c->dp, per_micro, per_micro);
+    if (c->grad_reduce_dtype == GRAD_REDUCE_BF16 && c->precision != PRECISION_BF16)
+        die("grad_reduce_dtype=bf16 sends the gradients in the compute dtype, and precision=%s\n"
+            "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", c->precision == PRECISION_FP16 ? "fp16" : "fp32");
     if (c->warmup_steps > c->max_steps && c->max_steps > 0)
         die("warmup_steps=%d is longer than max_steps=%d; the learning rate would never reach lr", c->warmup_steps, c->max_steps);
 }

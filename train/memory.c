@@ -14,11 +14,12 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     oc.optimizer = optimizer;
     OptimizerCut cut = {&m, &oc};
     Ddp d;
-    ddp_plan(&d, &m, comm, c->bucket_mb, c->zero, optimizer_cut_rule, &cut);
+    DdpOptions dopt = {c->bucket_mb, c->zero, c->grad_reduce_dtype == GRAD_REDUCE_BF16, optimizer_cut_rule, &cut};
+    ddp_plan(&d, &m, comm, &dopt);
     p.master = d.zero && be->act != DTYPE_FP32 ? 0 : P * 4;   /* zero=1: in the shard */
     p.compute = be->act == DTYPE_FP32 ? 0 : P * act;
     p.grads = P * 4;
-    p.shards = ddp_shard_bytes(&d, be);
+    p.shards = ddp_buffer_bytes(&d, be);
     OptPiece *pieces = NULL;
     OptimizerView view = d.zero ? optimizer_zero_view(&d, &pieces) : (OptimizerView){0};
     Optimizer o;
@@ -41,7 +42,7 @@ void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out) {
     char b[32];
     struct { const char *name; size_t bytes; } rows[] = {
         {"weights (compute copy)", p->compute}, {"master weights (fp32)", p->master}, {"gradients (fp32)", p->grads},
-        {"optimizer state", p->optimizer}, {"ZeRO-1 shards", p->shards}, {"activations", p->activations}, {"workspaces", p->workspace},
+        {"optimizer state", p->optimizer}, {"data-parallel buffers", p->shards}, {"activations", p->activations}, {"workspaces", p->workspace},
     };
     fprintf(out, "memory | predicted:");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)

@@ -17,7 +17,7 @@ typedef struct {
     size_t compute;       /* act-dtype copy of the weights (0 in fp32: the master is used) */
     size_t grads;         /* fp32 gradients */
     size_t optimizer;     /* AdamW m, v (fp32) or 8-bit codes + absmax + small tensors' fp32 state (zero=1: this rank's shard) */
-    size_t shards;        /* zero=1: the shard's reduced gradients, fp32 master weights and updated compute copy */
+    size_t shards;        /* data parallel: zero=1's shards (reduced gradients, fp32 master, updated copy); the bf16 copy of the gradients sent */
     size_t activations;   /* everything the forward keeps for the backward, plus backward scratch and logits */
     size_t workspace;     /* cuBLASLt workspace and kernels' scratch (estimate) */
     size_t total;

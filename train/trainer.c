@@ -55,7 +55,8 @@ static void build_schedule(Trainer *tr) {
         Model plan;
         Ddp d;
         model_plan(&plan, &tr->model_cfg, tr->be, &tr->comm, &part, 1, 1, RECOMPUTE_NONE);
-        ddp_plan(&d, &plan, &tr->comm, c->bucket_mb, 0, NULL, NULL);
+        DdpOptions o = {.bucket_mb = c->bucket_mb};
+        ddp_plan(&d, &plan, &tr->comm, &o);
         BucketReady *ready = callocCheck(d.n_buckets + 1, sizeof(BucketReady));
         for (int b = 0; b < d.n_buckets; b++) ready[b] = d.buckets[b].ready;
         schedule_add_data_parallel(&tr->schedule, st, ready, d.n_buckets, c->zero && tr->comm.dp > 1);
@@ -115,7 +116,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     memory_check_fits(&tr->memory, c, &tr->model_cfg, tr->be, &tr->comm, &part);   /* before allocating: say what would fit */
     model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, &part, c->batch_size, c->seq_len, c->recompute);
     OptimizerCut cut = {&tr->model, &tr->cfg};
-    ddp_create(&tr->ddp, &tr->model, &tr->comm, c->bucket_mb, c->zero, optimizer_cut_rule, &cut);
+    DdpOptions ddp = {c->bucket_mb, c->zero, c->grad_reduce_dtype == GRAD_REDUCE_BF16, optimizer_cut_rule, &cut};
+    ddp_create(&tr->ddp, &tr->model, &tr->comm, &ddp);
     float *host = mallocCheck(tr->model.n_params * sizeof(float));
     model_init_values(&tr->model, (uint64_t)c->seed, c->init_std, host);
     model_set_params(&tr->model, host);

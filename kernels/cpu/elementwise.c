@@ -19,3 +19,7 @@ double sum_squares_cpu(const float *x, size_t n) {
 void cast_from_fp32_cpu(void *out, const float *inp, size_t n) {
     if (out != inp) memmove(out, inp, n * sizeof(float));
 }
+
+void cast_to_fp32_cpu(float *out, const void *inp, size_t n) {
+    if ((const void *)out != inp) memmove(out, inp, n * sizeof(float));
+}

@@ -142,7 +142,8 @@ void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what)
     .attention_cached = attention_cached_cuda, \
     .swiglu_forward = swiglu_forward_cuda, .swiglu_backward = swiglu_backward_cuda, \
     .cross_entropy = cross_entropy_cuda, .adamw_update = adamw_update_cuda, .adamw8bit_update = adamw8bit_update_cuda, \
-    .add = add_cuda, .sum_squares = sum_squares_cuda, .cast_from_fp32 = cast_from_fp32_cuda
+    .add = add_cuda, .sum_squares = sum_squares_cuda, .cast_from_fp32 = cast_from_fp32_cuda, \
+    .cast_to_fp32 = cast_to_fp32_cuda
 static Backend tables[3] = {
     {.name = "cuda", .act = DTYPE_FP32, CUDA_OPS},
     {.name = "cuda", .act = DTYPE_BF16, CUDA_OPS},

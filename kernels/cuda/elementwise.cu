@@ -62,6 +62,22 @@ extern "C" void cast_from_fp32_cuda(void *out, const float *inp, size_t n) {
     launchCheck();
 }
 
+/* out (n) fp32 = inp (n) in act dtype */
+template <typename T> __global__ void uncast_kernel(float *out, const T *inp, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = to_f(inp[i]);
+}
+
+extern "C" void cast_to_fp32_cuda(float *out, const void *inp, size_t n) {
+    if (n == 0) return;
+    if (cuda_act == DTYPE_FP32) {
+        if ((const void *)out != inp) cudaCheck(cudaMemcpyAsync(out, inp, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
+        return;
+    }
+    ACT_SWITCH(T, { uncast_kernel<T><<<ceil_div(n, 256), 256, 0, cuda_stream>>>(out, (const T *)inp, n); });
+    launchCheck();
+}
+
 /* pass 1: block b sums x[i]^2 over its grid-stride share, in fp64, into partial[b];
  * pass 2: one block adds the partials in a fixed order. */
 #define SS_BLOCKS 1024   /* fixed, whatever the GPU: the order of the sums must not change */
