@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# tests/test_launch.sh — starting and stopping many ranks, as a user does:
+#   - `--nproc=2` re-runs the command under mpirun and trains on 2 ranks with
+#     the same losses as `mpirun -np 2` itself;
+#   - SIGTERM to ONE rank of a running job: every rank finishes the step, the
+#     job saves one checkpoint and every rank exits 0; --resume continues it.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+passed=0; failed=0
+check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+if ! command -v mpirun >/dev/null || ! ldd "$BUILD/train" | grep -q libmpi; then
+    echo "skipped: no mpirun, or this build has no Open MPI"; echo "0 passed, 0 failed"; exit 0
+fi
+dir=$(mktemp -d /tmp/llm3d_test_launch.XXXXXX)
+trap '[ -z "${KEEP:-}" ] && rm -rf "$dir"' EXIT
+"$BUILD"/train prepare --input=tests/data/sotu_sample.txt --out="$dir/data" --train-vocab=300 >/dev/null 2>&1
+common="--train_data=$dir/data/train_*.bin --val_data= --dim=32 --n_layers=2 --n_heads=4 --n_kv_heads=2 --ffn_dim=64
+        --seq_len=16 --batch_size=2 --total_batch_tokens=128 --warmup_steps=0 --log_every=1 --sample_tokens=0"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+
+# --nproc=2 equals mpirun -np 2
+timeout 120 "$BUILD"/train $common --dp=2 --max_steps=3 --run_dir="$dir/a" --nproc=2 > "$dir/a.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ]' "--nproc=2 exited $rc: $(tail -5 "$dir/a.log")"
+check 'grep -q "^launch | mpirun.* -np 2 " "$dir/a.log"' "--nproc=2 says the mpirun line it runs"
+timeout 120 mpirun -np 2 "$BUILD"/train $common --dp=2 --max_steps=3 --run_dir="$dir/b" > "$dir/b.log" 2>&1
+check '[ "$(grep "^step" "$dir/a.log" | cut -d"|" -f2)" = "$(grep "^step" "$dir/b.log" | cut -d"|" -f2)" ] && [ -n "$(grep "^step" "$dir/b.log")" ]' \
+      "--nproc=2 and mpirun -np 2 give the same losses"
+
+# SIGTERM to rank 1 alone
+timeout 300 mpirun -np 2 "$BUILD"/train $common --dp=2 --max_steps=100000 --run_dir="$dir/c" > "$dir/c.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "^step *5/" "$dir/c.log" 2>/dev/null && break; sleep 0.1; done
+rank1=""
+for p in $(pgrep -f "run_dir=$dir/c"); do
+    grep -qz "^OMPI_COMM_WORLD_RANK=1$" /proc/$p/environ 2>/dev/null && rank1=$p
+done
+check '[ -n "$rank1" ]' "found rank 1's process"
+[ -n "$rank1" ] && kill -TERM "$rank1"
+wait $job; rc=$?
+check '[ $rc -eq 0 ]' "after SIGTERM to rank 1 the job exits 0 (got $rc): $(tail -5 "$dir/c.log")"
+stopped=$(sed -n 's/^stop  | SIGTERM after step \([0-9]*\)$/\1/p' "$dir/c.log")
+check '[ -n "$stopped" ] && [ -f "$dir/c/ckpt_$(printf %08d "$stopped")/DONE" ]' "a complete checkpoint at the step the job stopped ($stopped)"
+check '[ "$(grep -c "^stop  |" "$dir/c.log")" -eq 1 ]' "the stop is announced once"
+timeout 120 mpirun -np 2 "$BUILD"/train $common --dp=2 --max_steps=$((stopped + 2)) --run_dir="$dir/c" --resume=1 > "$dir/d.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "^resume | step $stopped from" "$dir/d.log" && grep -q "^step *$((stopped + 2))/" "$dir/d.log"' \
+      "the stopped job resumes and continues: $(tail -3 "$dir/d.log")"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
