@@ -17,6 +17,7 @@
  * the groups of all stages complete, by simulation. */
 #pragma once
 #include <stddef.h>
+#include <stdio.h>
 
 enum { PP_1F1B, PP_GPIPE, PP_INTERLEAVED };   /* config key pp_schedule: 1f1b|gpipe|interleaved */
 
@@ -90,5 +91,10 @@ typedef struct {
 } ScheduleSim;
 int schedule_check(const Schedule *s, ScheduleSim *sim, char *err, size_t err_size);
 void schedule_sim_free(ScheduleSim *sim);
+/* Each stage's timeline as text columns (a forward one column, a backward
+ * two) and where its bucket reductions start; and the same as an SVG picture
+ * (returns -1 if the file cannot be written). From schedule_check's times. */
+void schedule_print(const Schedule *s, const ScheduleSim *sim, FILE *out);
+int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *path, const char *title);
 /* The textbook bubble of the schedule: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1) — idle over step time. */
 double schedule_bubble_formula(const Schedule *s);

@@ -5,12 +5,16 @@
  *   - the data-parallel pass splits the last backward where a bucket completes
  *     and starts its reduction there, before the backward of the first layer;
  *   - deliberately broken schedules are caught: swapped messages, a missing
- *     receive, a backward before its gradient arrived, and a deadlock. */
+ *     receive, a backward before its gradient arrived, and a deadlock;
+ *   - `build/train schedule` prints the same list's timeline and bubble,
+ *     draws it, and refuses a pipeline it cannot run. */
 #include "test.h"
 #include "../parallel/schedule.h"
 #include "../common/util.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void build(Schedule *s, int kind, int p, int m, int v, int steps_per_chunk) {
     int steps[256];
@@ -144,6 +148,30 @@ static void deadlock(Schedule *s) {
     insert(s, 1, find(s, 1, ACT_RECV_ACT, 1), cut);
 }
 
+static void test_cli(void) {
+    static char out[1 << 16];
+    char svg[128], args[512];
+    snprintf(svg, sizeof svg, "/tmp/llm3d_test_schedule_%d.svg", (int)getpid());
+    snprintf(args, sizeof args, "schedule --pp=4 --micro_batches=8 --n_layers=8 --svg=%s", svg);
+    int rc = test_run("build/train", args, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "stage 3|            F0  B0  ..  F1"), "the 1f1b timeline of stage 3 starts after 3 forwards of warm-up:\n%s", out);
+    CHECK(strstr(out, "simulated 27.27% of the step idle") && strstr(out, "(p-1)/(m+p-1) = 27.27%"), "bubble beside its formula:\n%s", out);
+    CHECK(strstr(out, "at once: 4 3 2 1"), "1f1b holds p - s micro-batches on stage s:\n%s", out);
+    FILE *f = fopen(svg, "r");
+    char head[8] = "";
+    CHECK(f && fread(head, 1, 4, f) == 4 && !strncmp(head, "<svg", 4), "an SVG picture at %s", svg);
+    if (f) fclose(f);
+    unlink(svg);
+    rc = test_run("build/train", "schedule --pp=4 --micro_batches=2 --n_layers=8", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "needs at least 4 micro-batches"), "m < p refused in words: rc %d\n%s", rc, out);
+    rc = test_run("build/train", "schedule --pp=2 --micro_batches=3 --pp_schedule=interleaved", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "do not divide"), "interleaved with m not a multiple of p refused: rc %d\n%s", rc, out);
+    rc = test_run("build/train", "schedule --pp=3 --micro_batches=6 --pp_schedule=interleaved --n_layers=4", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "equal chunks"), "interleaved with n_layers not divisible by pp*v refused: rc %d\n%s", rc, out);
+    rc = test_run("build/train", "schedule --pp=5 --micro_batches=8 --n_layers=4", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "every stage needs at least one layer"), "pp > n_layers refused: rc %d\n%s", rc, out);
+}
+
 int main(void) {
     test_builders();
     test_forward_only();
@@ -153,5 +181,6 @@ int main(void) {
     expect_broken("a missing send", PP_1F1B, drop_send, "has no partner");
     expect_broken("a backward before its gradient", PP_1F1B, early_backward, "before its output's gradient was received");
     expect_broken("a deadlock", PP_1F1B, deadlock, "deadlocks");
+    test_cli();
     return test_summary();
 }

@@ -56,6 +56,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "inspect")) return checkpoint_inspect_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "logits")) return checkpoint_logits_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "sample")) return sample_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "schedule")) return schedule_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
     launch_nproc(argc, argv);          /* --nproc=N: re-run under mpirun with N ranks */

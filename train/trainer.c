@@ -31,40 +31,40 @@ void model_config_from(ModelConfig *mc, const Config *c, int vocab_size) {
     mc->rope_theta = c->rope_theta; mc->norm_eps = c->norm_eps;
 }
 
-/* Backward steps of every chunk of every stage (schedule_build's steps). */
-static void chunk_steps(const Trainer *tr, int *steps) {
-    int v = tr->layout.pp_schedule == PP_INTERLEAVED && tr->layout.pp > 1 ? tr->layout.pp_virtual : 1;
-    for (int st = 0; st < tr->layout.pp; st++) {
-        ModelPart part = partition_part(&tr->model_cfg, &tr->layout, st, 0);
-        for (int k = 0; k < v; k++) steps[st * v + k] = part.chunks[k].n_layers + (k == 0 && part.has_embedding);
-    }
+PartitionSpec trainer_layout(const Config *c) {
+    return (PartitionSpec){c->tp, c->pp, c->pp > 1 ? c->pp_schedule : PP_1F1B, c->pp_virtual, c->pp_layers};
 }
 
-/* The step's schedule for every stage — pipeline order, then where each
- * stage's buckets start reducing — checked as `build/train schedule` checks
- * it, with the activation slots each stage needs. */
-static void build_schedule(Trainer *tr) {
-    const Config *c = &tr->cfg;
-    int p = tr->layout.pp, v = c->pp_schedule == PP_INTERLEAVED && p > 1 ? c->pp_virtual : 1;
+void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const Comm *comm, const Backend *be) {
+    PartitionSpec layout = trainer_layout(c);
+    int p = c->pp, v = layout.pp_schedule == PP_INTERLEAVED ? c->pp_virtual : 1;
     int *steps = mallocCheck((size_t)p * v * sizeof(int));
-    chunk_steps(tr, steps);
-    schedule_build(&tr->schedule, p > 1 ? c->pp_schedule : PP_1F1B, p, tr->accum, v, steps);
+    for (int st = 0; st < p; st++) {   /* backward steps of every chunk of every stage */
+        ModelPart part = partition_part(mc, &layout, st, 0);
+        for (int k = 0; k < v; k++) steps[st * v + k] = part.chunks[k].n_layers + (k == 0 && part.has_embedding);
+    }
+    schedule_build(s, layout.pp_schedule, p, config_grad_accum_steps(c), v, steps);
     free(steps);
-    for (int st = 0; st < p; st++) {
-        ModelPart part = partition_part(&tr->model_cfg, &tr->layout, st, tr->comm.tp_rank);
+    for (int st = 0; st < p; st++) {   /* where each stage's buckets start reducing */
+        ModelPart part = partition_part(mc, &layout, st, comm->tp_rank);
         Model plan;
         Ddp d;
-        model_plan(&plan, &tr->model_cfg, tr->be, &tr->comm, &part, 1, 1, RECOMPUTE_NONE);
+        model_plan(&plan, mc, be, comm, &part, 1, 1, RECOMPUTE_NONE);
         DdpOptions o = {.bucket_mb = c->bucket_mb};
-        ddp_plan(&d, &plan, &tr->comm, &o);
+        ddp_plan(&d, &plan, comm, &o);
         BucketReady *ready = callocCheck(d.n_buckets + 1, sizeof(BucketReady));
         for (int b = 0; b < d.n_buckets; b++) ready[b] = d.buckets[b].ready;
-        schedule_add_data_parallel(&tr->schedule, st, ready, d.n_buckets, c->zero && tr->comm.dp > 1);
+        schedule_add_data_parallel(s, st, ready, d.n_buckets, c->zero && comm->dp > 1);
         free(ready);
         ddp_free(&d);
         model_plan_free(&plan);
     }
-    schedule_assign_slots(&tr->schedule);
+    schedule_assign_slots(s);
+}
+
+/* The step's schedule for every stage, checked as `build/train schedule` checks it. */
+static void build_schedule(Trainer *tr) {
+    trainer_schedule(&tr->schedule, &tr->cfg, &tr->model_cfg, &tr->comm, tr->be);
     ScheduleSim sim;
     char err[1024];
     if (schedule_check(&tr->schedule, &sim, err, sizeof err) != 0) die("internal: the step's schedule is unsound: %s", err);
@@ -105,7 +105,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     }
 
     model_config_from(&tr->model_cfg, c, vocab);
-    tr->layout = (PartitionSpec){c->tp, c->pp, c->pp_schedule, c->pp_virtual, tr->cfg.pp_layers};
+    tr->layout = trainer_layout(&tr->cfg);
     ModelPart part = partition_part(&tr->model_cfg, &tr->layout, tr->comm.pp_rank, tr->comm.tp_rank);
     build_schedule(tr);
     part.n_slots = tr->schedule.slots[tr->comm.pp_rank];

@@ -50,6 +50,14 @@ typedef struct {
 
 typedef struct { double loss, grad_norm, lr, ms, tokens_per_s, mfu; size_t device_bytes; } StepStats;
 
+/* What each rank holds under config c (parallel/partition.h). */
+PartitionSpec trainer_layout(const Config *c);
+/* The step's action lists for every stage under config c: the pipeline
+ * schedule, then each stage's data-parallel buckets, then the slots. The
+ * training run executes exactly this; `build/train schedule` prints it. */
+void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const Comm *comm, const Backend *be);
+/* `build/train schedule`: the dry run (train/schedule_cli.c). */
+int schedule_main(int argc, char **argv);
 /* Opens the data, builds and initialises the model and optimizer. */
 void trainer_init(Trainer *tr, const Config *cfg);
 void trainer_free(Trainer *tr);

@@ -1,0 +1,79 @@
+/* train/schedule_cli.c — `build/train schedule`: the dry run of a step's
+ * schedule, with no model and no ranks.
+ *
+ * It builds the very action lists a training run with the same keys would
+ * execute (trainer_schedule), proves them sound by simulation (every send
+ * meets its receive, no stage waits for ever), and prints each stage's
+ * timeline, the bubble beside its formula and the micro-batches each stage
+ * holds at once; --svg=PATH also draws it. */
+#include "trainer.h"
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage =
+    "usage: build/train schedule [--pp=4] [--micro_batches=8] [--pp_schedule=1f1b|gpipe|interleaved] [--pp_virtual=2]\n"
+    "                            [--dp=2 --bucket_mb=25 --zero=1] [--preset=P | model keys] [--svg=PATH]\n"
+    "  the step's action lists for every pipeline stage, checked by simulation and drawn;\n"
+    "  --micro_batches=m sets total_batch_tokens = m * batch_size * seq_len * dp\n";
+
+int schedule_main(int argc, char **argv) {
+    const char *svg = NULL;
+    long micro = 0;
+    char **rest = callocCheck((size_t)argc + 1, sizeof(char *));
+    int n = 0;
+    rest[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help")) { printf("%s", usage); free(rest); return 0; }
+        if (!strncmp(argv[i], "--svg=", 6)) svg = argv[i] + 6;
+        else if (!strncmp(argv[i], "--micro_batches=", 16) || !strncmp(argv[i], "--micro-batches=", 16)) {
+            char *end;
+            micro = strtol(argv[i] + 16, &end, 10);
+            if (*end || micro < 1 || micro > 100000) die("schedule: --micro_batches must be a whole number from 1 to 100000, got '%s'", argv[i] + 16);
+        } else rest[n++] = argv[i];
+    }
+    Config c;
+    config_parse_args(&c, n, rest);
+    free(rest);
+    if (micro) {
+        long tokens = micro * c.batch_size * c.seq_len * c.dp;
+        if (tokens > 2147483647L) die("schedule: --micro_batches=%ld makes a step of more than 2^31 tokens; use a smaller batch_size", micro);
+        c.total_batch_tokens = (int)tokens;
+    }
+    if (!c.vocab_size) c.vocab_size = 32000;   /* no shards here: the vocabulary only sizes the head's bucket */
+    ModelConfig mc;
+    model_config_from(&mc, &c, c.vocab_size);
+    Comm grid;   /* the grid's shape, for one process: no ranks are started */
+    comm_init_one(&grid);
+    grid.dp = c.dp; grid.pp = c.pp; grid.tp = c.tp;
+    Schedule s;
+    trainer_schedule(&s, &c, &mc, &grid, backend_cpu());
+    ScheduleSim sim;
+    char err[2048];
+    int rc = schedule_check(&s, &sim, err, sizeof err);
+    static const char *names[] = {"1f1b", "gpipe", "interleaved"};
+    printf("schedule | %s | pp=%d stages x %d micro-batches%s | dp=%d%s | %d layers\n", names[s.kind], s.stages, s.micro_batches,
+           s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? " ZeRO-1" : "", c.n_layers);
+    if (rc != 0) {
+        schedule_free(&s);
+        die("schedule: %s", err);
+    }
+    schedule_print(&s, &sim, stdout);
+    printf("check    | every send meets its receive in order; every action finds its inputs; no stage waits for ever\n");
+    double p = s.stages, m = s.micro_batches, v = s.chunks;
+    printf("bubble   | simulated %.2f%% of the step idle (forward 1, backward 2 time units); formula (p-1)/(%sm+p-1) = %.2f%%",
+           100 * sim.bubble, v > 1 ? "v*" : "", 100 * schedule_bubble_formula(&s));
+    if (v > 1) printf("; over the ideal compute time, Megatron's (p-1)/(v*m) = %.2f%%", 100 * (p - 1) / (v * m));
+    printf("\nin flight| micro-batches each stage holds at once:");
+    for (int st = 0; st < s.stages; st++) printf(" %d", s.slots[st]);
+    printf("\n");
+    if (svg) {
+        char title[256];
+        snprintf(title, sizeof title, "%s: pp=%d, m=%d%s, bubble %.1f%%", names[s.kind], s.stages, s.micro_batches,
+                 v > 1 ? ", interleaved" : "", 100 * sim.bubble);
+        if (schedule_write_svg(&s, &sim, svg, title) != 0) die("schedule: cannot write '%s'", svg);
+        printf("svg      | %s\n", svg);
+    }
+    schedule_sim_free(&sim);
+    schedule_free(&s);
+    return 0;
+}
