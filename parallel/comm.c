@@ -57,6 +57,16 @@ void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cud
     c->pp_rank = (c->rank / tp) % pp;
     c->dp_rank = c->rank / (tp * pp);
     if (c->world_size > 1) c->impl = callocCheck(1, sizeof(CommImpl));
+    if (device_cuda && c->world_size == 1 && comm_backend == COMM_NCCL) {
+        /* one rank asking for NCCL: a communicator of one, so the whole NCCL path (comm stream,
+         * events, bucketed reductions) runs and can be checked and timed on one GPU */
+        if (!nccl_built_in()) die("comm_backend=nccl, but this build of llm3d has no NCCL\n"
+                                  "  hint: install NCCL (libnccl-dev, or the one in the CUDA toolkit) and rebuild");
+        if (backend_cuda_device_count() > 0) backend_cuda_use_device(0);
+        c->impl = callocCheck(1, sizeof(CommImpl));
+        c->transport = COMM_NCCL;
+        return;
+    }
     if (device_cuda) {
         int gpus = backend_cuda_device_count();
         if (gpus > 0) backend_cuda_use_device(c->local_rank % gpus);
@@ -95,7 +105,8 @@ void comm_init_one(Comm *c) {
 
 void comm_attach(Comm *c, const Backend *be) {
     c->be = be;
-    if (c->world_size == 1) return;
+    if (!c->impl) return;   /* one rank, no transport */
+    if (c->world_size == 1) { nccl_attach(c); return; }
     mpi_attach(c);
     if (c->transport == COMM_NCCL) nccl_attach(c);
     else c->impl->device = &comm_mpi_transport;
@@ -112,7 +123,8 @@ void comm_free(Comm *c) {
 
 /* ---- device buffers */
 
-static int skip(const Comm *c, CommGroup g) { return comm_group_size(c, g) == 1 || c->ablate; }
+/* A group of one rank has nothing to do — unless a transport was asked for even so (comm_backend=nccl on one rank). */
+static int skip(const Comm *c, CommGroup g) { return (comm_group_size(c, g) == 1 && !c->impl) || c->ablate; }
 
 void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     if (skip(c, g) || n == 0) return;
@@ -125,7 +137,7 @@ CommHandle comm_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n,
 }
 
 CommHandle comm_reduce_scatter_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
-    if (comm_group_size(c, g) == 1) {   /* my piece is the whole sum */
+    if (comm_group_size(c, g) == 1 && !c->impl) {   /* my piece is the whole sum */
         if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
         return -1;
     }
@@ -134,7 +146,7 @@ CommHandle comm_reduce_scatter_start(const Comm *c, CommGroup g, const void *sen
 }
 
 CommHandle comm_allgather_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
-    if (comm_group_size(c, g) == 1) {
+    if (comm_group_size(c, g) == 1 && !c->impl) {
         if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
         return -1;
     }
@@ -147,7 +159,7 @@ void comm_wait(const Comm *c, CommHandle h) {
 }
 
 void comm_progress(const Comm *c) {
-    if (c->world_size > 1 && c->impl->device) c->impl->device->progress(c);
+    if (c->impl && c->impl->device) c->impl->device->progress(c);
 }
 
 void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops) {

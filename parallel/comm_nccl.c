@@ -57,7 +57,7 @@ void nccl_attach(Comm *c) {
     }
     ncclUniqueId id;
     if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (c->world_size > 1) MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclCheck(ncclCommInitRank(&s->group[GROUP_WORLD], c->world_size, id, c->rank));
     int colour[GROUP_COUNT] = {0, c->pp_rank * c->tp + c->tp_rank, c->dp_rank * c->pp + c->pp_rank,
                                c->dp_rank * c->tp + c->tp_rank, c->dp_rank};

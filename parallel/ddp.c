@@ -11,10 +11,11 @@ void ddp_plan(Ddp *d, const Model *m, const Comm *comm, const DdpOptions *o) {
     memset(d, 0, sizeof *d);
     d->comm = comm;
     int dp = comm->dp, me = comm->dp_rank;
+    int active = dp > 1 || comm->impl;   /* one rank through a transport (comm_backend=nccl) still runs its buckets */
     d->zero = o->zero && dp > 1;
-    d->wire = o->compute_dtype_wire && dp > 1;
+    d->wire = o->compute_dtype_wire && active;
     d->shard_n = d->n_params = m->n_params;
-    if (dp == 1) return;
+    if (!active) return;
     /* whole units from the end of the buffer backwards, until a bucket holds bucket_mb of fp32 gradients */
     size_t want = (size_t)(o->bucket_mb * 1048576.0 / sizeof(float));
     if (want < 1) want = 1;

@@ -9,7 +9,8 @@
  * whole by name whatever the layout — within 1e-5 relative (fp32; emulated
  * bf16 within its rounding). Then resume across layouts: a checkpoint written
  * at step 2 by one layout, continued by another, must end where the reference
- * ends. */
+ * ends. LLM3D_TEST_ARGS adds settings to every run: tests/gpu/parallel.sh runs
+ * the same equalities on one GPU shared by the ranks ("--device=cuda"). */
 #include "test.h"
 #include "../common/util.h"
 #include "../data/shard.h"
@@ -31,8 +32,9 @@ typedef struct { double loss[8], val; int steps; } Curve;
 /* Runs build/train (under mpirun with ranks > 1) into run_dir <dir>/<name>; returns the exit code. */
 static int train(const char *name, int ranks, const char *args) {
     char cmd[4096], a[4096];
-    snprintf(a, sizeof a, "%s --train_data=%s/train.bin --val_data=%s/val.bin --run_dir=%s/%s --log_jsonl=%s/%s.jsonl %s",
-             BASE, dir, dir, dir, name, dir, name, args);
+    const char *extra = getenv("LLM3D_TEST_ARGS");   /* e.g. "--device=cuda --comm_backend=mpi" on a GPU machine */
+    snprintf(a, sizeof a, "%s --train_data=%s/train.bin --val_data=%s/val.bin --run_dir=%s/%s --log_jsonl=%s/%s.jsonl %s %s",
+             BASE, dir, dir, dir, name, dir, name, args, extra ? extra : "");
     if (ranks > 1) snprintf(cmd, sizeof cmd, "timeout 120 %s -np %d build/train", mpirun, ranks);
     else snprintf(cmd, sizeof cmd, "timeout 120 build/train");
     int rc = test_run(cmd, a, out, sizeof out);
