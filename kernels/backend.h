@@ -36,6 +36,11 @@ typedef struct Backend {
     double peak_flops;             /* dense peak of the act dtype, for MFU; 0 if unknown */
     size_t workspace_bytes;        /* the libraries' fixed workspace the backend allocates once (cuBLASLt's); 0 on cpu */
     void *stream;                  /* cuda: the cudaStream_t every op runs on (NULL: the default stream), for the communicator's events */
+    /* timing: an event marks a point in the device's work (cuda: in the stream's order; cpu: the host clock) */
+    void *(*event_create)(void);
+    void (*event_record)(void *event);
+    double (*event_seconds)(void *from, void *to);   /* between two recorded events; waits for `to` */
+    void (*event_destroy)(void *event);
     /* ops, one family per header in kernels/ */
     EmbeddingForward *embedding_forward;
     EmbeddingBackward *embedding_backward;

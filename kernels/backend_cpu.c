@@ -19,11 +19,16 @@ static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_synchronize(void) {}
 static size_t cpu_memory_in_use(void) { return 0; }
 static size_t cpu_memory_peak(void) { return 0; }
+static void *cpu_event_create(void) { return callocCheck(1, sizeof(double)); }
+static void cpu_event_record(void *e) { *(double *)e = now_seconds(); }
+static double cpu_event_seconds(void *from, void *to) { return *(double *)to - *(double *)from; }
+static void cpu_event_destroy(void *e) { free(e); }
 
 static const Backend cpu = {
     .name = "cpu", .act = DTYPE_FP32,
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_memcpy, .download = cpu_memcpy, .zero = cpu_zero,
     .copy = cpu_memcpy, .synchronize = cpu_synchronize, .memory_in_use = cpu_memory_in_use, .memory_peak = cpu_memory_peak, .memory_free = NULL, .peak_flops = 0,
+    .event_create = cpu_event_create, .event_record = cpu_event_record, .event_seconds = cpu_event_seconds, .event_destroy = cpu_event_destroy,
     .embedding_forward = embedding_forward_cpu, .embedding_backward = embedding_backward_cpu,
     .rmsnorm_forward = rmsnorm_forward_cpu, .rmsnorm_backward = rmsnorm_backward_cpu,
     .matmul_forward = matmul_forward_cpu, .matmul_backward = matmul_backward_cpu,

@@ -167,6 +167,12 @@ void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops) {
     c->impl->device->p2p(c, ops, n_ops);
 }
 
+CommStats comm_stats_take(const Comm *c) {
+    CommStats s = {0};
+    if (c->impl && c->impl->device && c->impl->device->stats) c->impl->device->stats(c, &s);
+    return s;
+}
+
 /* ---- host values */
 
 double comm_sum(const Comm *c, CommGroup g, double x) { return comm_group_size(c, g) == 1 ? x : mpi_reduce_host(c, g, x, 0); }

@@ -80,6 +80,15 @@ void comm_progress(const Comm *c);
 typedef struct { int is_send, peer /* world rank */; void *buf; size_t n; DType dt; } CommP2P;
 void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops);
 
+/* ---- what the transport did since the last call (the step-time split) */
+typedef struct {
+    double busy_s;          /* seconds device collectives were in flight, summed over operations (all of them) */
+    double blocking_s;      /* seconds in blocking device collectives (the tensor-parallel sums inside the model) */
+    int ops;                /* operations started */
+} CommStats;
+/* The figures since the last call, then zeroed. On a GPU, call after the device finished the step. */
+CommStats comm_stats_take(const Comm *c);
+
 /* ---- host values, always through MPI */
 double comm_sum(const Comm *c, CommGroup g, double x);
 double comm_max(const Comm *c, CommGroup g, double x);

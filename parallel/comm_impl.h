@@ -17,6 +17,7 @@ typedef struct {
     void (*wait)(const Comm *c, CommHandle h);
     void (*progress)(const Comm *c);
     void (*p2p)(const Comm *c, const CommP2P *ops, int n_ops);
+    void (*stats)(const Comm *c, CommStats *add);   /* add what was measured since the last call, reset */
 } CommTransport;
 
 struct MpiState;

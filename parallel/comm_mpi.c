@@ -37,6 +37,7 @@ typedef struct {           /* one nonblocking operation */
     void *staging[2];      /* staging buffers to give back when done */
     const char *what;
     CommGroup group;
+    double started, done;  /* host clock: when it was started, and when it was first seen complete (0: not yet) */
 } MpiOp;
 
 typedef struct { void *p; size_t bytes; int in_use; } Staging;
@@ -49,6 +50,7 @@ struct MpiState {
     MpiOp ops[MAX_OPS];
     Staging staging[MAX_STAGING];
     int n_staging;
+    CommStats stats;       /* since the last mpi_stats */
 };
 
 static MPI_Datatype t16 = MPI_DATATYPE_NULL;
@@ -162,7 +164,8 @@ static MpiOp *op_new(const Comm *c, const char *what, CommGroup g, CommHandle *h
     struct MpiState *s = c->impl->mpi;
     for (int i = 0; i < MAX_OPS; i++)
         if (!s->ops[i].active) {
-            s->ops[i] = (MpiOp){.active = 1, .what = what, .group = g};
+            s->ops[i] = (MpiOp){.active = 1, .what = what, .group = g, .started = now_seconds()};
+            s->stats.ops++;
             *h = i;
             return &s->ops[i];
         }
@@ -173,6 +176,7 @@ static void mpi_wait(const Comm *c, CommHandle h) {
     struct MpiState *s = c->impl->mpi;
     MpiOp *op = &s->ops[h];
     wait_request(c, &op->req, 1, op->what, op->group);
+    s->stats.busy_s += (op->done > 0 ? op->done : now_seconds()) - op->started;
     if (op->up_dev) c->be->upload(op->up_dev, op->up_host, op->up_bytes);
     staging_put(s, op->staging[0]);
     staging_put(s, op->staging[1]);
@@ -186,6 +190,7 @@ static void mpi_progress(const Comm *c) {
         if (s->ops[i].active) {
             int done;
             MPI_Test(&s->ops[i].req, &done, MPI_STATUS_IGNORE);   /* a completed request stays MPI_REQUEST_NULL for the wait */
+            if (done && s->ops[i].done == 0) s->ops[i].done = now_seconds();
         }
 }
 
@@ -202,7 +207,17 @@ static CommHandle mpi_allreduce_start(const Comm *c, CommGroup g, void *buf, siz
     return h;
 }
 
-static void mpi_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) { mpi_wait(c, mpi_allreduce_start(c, g, buf, n, dt)); }
+static void mpi_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
+    double t0 = now_seconds();
+    mpi_wait(c, mpi_allreduce_start(c, g, buf, n, dt));
+    c->impl->mpi->stats.blocking_s += now_seconds() - t0;
+}
+
+static void mpi_stats(const Comm *c, CommStats *add) {
+    struct MpiState *s = c->impl->mpi;
+    add->busy_s += s->stats.busy_s; add->blocking_s += s->stats.blocking_s; add->ops += s->stats.ops;
+    memset(&s->stats, 0, sizeof s->stats);
+}
 
 static void pieces(MpiOp *op, const size_t *counts, int size, size_t *total) {
     op->counts = mallocCheck(size * sizeof(int));
@@ -268,7 +283,7 @@ static void mpi_p2p(const Comm *c, const CommP2P *ops, int n) {
 const CommTransport comm_mpi_transport = {
     .name = "mpi", .allreduce = mpi_allreduce, .allreduce_start = mpi_allreduce_start,
     .reduce_scatter_start = mpi_reduce_scatter_start, .allgather_start = mpi_allgather_start,
-    .wait = mpi_wait, .progress = mpi_progress, .p2p = mpi_p2p,
+    .wait = mpi_wait, .progress = mpi_progress, .p2p = mpi_p2p, .stats = mpi_stats,
 };
 
 /* ---- host values */

@@ -20,12 +20,17 @@
 #include <nccl.h>
 
 #define MAX_OPS 256
+#define MAX_TIMED 4096     /* blocking collectives timed between two stats calls */
 
 struct NcclState {
     ncclComm_t group[GROUP_COUNT];
     cudaStream_t compute, comm;
-    cudaEvent_t ready[MAX_OPS], done[MAX_OPS];
-    int active[MAX_OPS];
+    cudaEvent_t ready[MAX_OPS];            /* compute stream: what the operation waits for */
+    cudaEvent_t started[MAX_OPS], done[MAX_OPS];   /* comm stream: when it ran */
+    int active[MAX_OPS], next;             /* handles go round, so a finished one is still there for stats */
+    int since[MAX_OPS], n_since;           /* handles started since the last stats */
+    cudaEvent_t block_start[MAX_TIMED], block_end[MAX_TIMED];
+    int n_timed;
 };
 
 static void nccl_fail(const char *what, ncclResult_t r, const char *file, int line) {
@@ -53,7 +58,8 @@ void nccl_attach(Comm *c) {
     cudaOk(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
     for (int i = 0; i < MAX_OPS; i++) {
         cudaOk(cudaEventCreateWithFlags(&s->ready[i], cudaEventDisableTiming));
-        cudaOk(cudaEventCreateWithFlags(&s->done[i], cudaEventDisableTiming));
+        cudaOk(cudaEventCreate(&s->started[i]));
+        cudaOk(cudaEventCreate(&s->done[i]));
     }
     ncclUniqueId id;
     if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
@@ -69,7 +75,9 @@ void nccl_free(Comm *c) {
     struct NcclState *s = c->impl->nccl;
     cudaStreamSynchronize(s->comm);
     for (int g = GROUP_COUNT - 1; g >= 0; g--) ncclCommDestroy(s->group[g]);
-    for (int i = 0; i < MAX_OPS; i++) { cudaEventDestroy(s->ready[i]); cudaEventDestroy(s->done[i]); }
+    for (int i = 0; i < MAX_OPS; i++) { cudaEventDestroy(s->ready[i]); cudaEventDestroy(s->started[i]); cudaEventDestroy(s->done[i]); }
+    for (int i = 0; i < MAX_TIMED; i++)
+        if (s->block_start[i]) { cudaEventDestroy(s->block_start[i]); cudaEventDestroy(s->block_end[i]); }
     cudaStreamDestroy(s->comm);
     free(s);
     c->impl->nccl = NULL;
@@ -78,16 +86,36 @@ void nccl_free(Comm *c) {
 /* An operation on the comm stream, after what the compute stream has queued so far. */
 static CommHandle begin(const Comm *c) {
     struct NcclState *s = c->impl->nccl;
-    for (int h = 0; h < MAX_OPS; h++)
-        if (!s->active[h]) {
-            s->active[h] = 1;
-            cudaOk(cudaEventRecord(s->ready[h], s->compute));
-            cudaOk(cudaStreamWaitEvent(s->comm, s->ready[h], 0));
-            return h;
-        }
-    die("internal: more than %d NCCL operations in flight", MAX_OPS);
+    int h = s->next;
+    if (s->active[h] || s->n_since == MAX_OPS) die("internal: more than %d NCCL operations in flight, or between two step-time reports", MAX_OPS);
+    s->next = (h + 1) % MAX_OPS;
+    s->active[h] = 1;
+    s->since[s->n_since++] = h;
+    cudaOk(cudaEventRecord(s->ready[h], s->compute));
+    cudaOk(cudaStreamWaitEvent(s->comm, s->ready[h], 0));
+    cudaOk(cudaEventRecord(s->started[h], s->comm));
+    return h;
 }
 static void end(const Comm *c, CommHandle h) { cudaOk(cudaEventRecord(c->impl->nccl->done[h], c->impl->nccl->comm)); }
+
+static void nccl_stats(const Comm *c, CommStats *add) {
+    struct NcclState *s = c->impl->nccl;
+    for (int i = 0; i < s->n_since; i++) {
+        float ms = 0;
+        cudaOk(cudaEventSynchronize(s->done[s->since[i]]));
+        cudaOk(cudaEventElapsedTime(&ms, s->started[s->since[i]], s->done[s->since[i]]));
+        add->busy_s += ms / 1e3;
+    }
+    for (int i = 0; i < s->n_timed; i++) {
+        float ms = 0;
+        cudaOk(cudaEventSynchronize(s->block_end[i]));
+        cudaOk(cudaEventElapsedTime(&ms, s->block_start[i], s->block_end[i]));
+        add->blocking_s += ms / 1e3;
+        add->busy_s += ms / 1e3;
+    }
+    add->ops += s->n_since + s->n_timed;
+    s->n_since = s->n_timed = 0;
+}
 
 static void nccl_wait(const Comm *c, CommHandle h) {
     struct NcclState *s = c->impl->nccl;
@@ -99,7 +127,11 @@ static void nccl_progress(const Comm *c) { (void)c; }
 
 static void nccl_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     struct NcclState *s = c->impl->nccl;
+    int k = s->n_timed < MAX_TIMED ? s->n_timed++ : -1;   /* timed, while there is room */
+    if (k >= 0 && !s->block_start[k]) { cudaOk(cudaEventCreate(&s->block_start[k])); cudaOk(cudaEventCreate(&s->block_end[k])); }
+    if (k >= 0) cudaOk(cudaEventRecord(s->block_start[k], s->compute));
     ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, s->group[g], s->compute));
+    if (k >= 0) cudaOk(cudaEventRecord(s->block_end[k], s->compute));
 }
 
 static CommHandle nccl_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
@@ -169,7 +201,7 @@ static void nccl_p2p(const Comm *c, const CommP2P *ops, int n) {
 const CommTransport comm_nccl_transport = {
     .name = "nccl", .allreduce = nccl_allreduce, .allreduce_start = nccl_allreduce_start,
     .reduce_scatter_start = nccl_reduce_scatter_start, .allgather_start = nccl_allgather_start,
-    .wait = nccl_wait, .progress = nccl_progress, .p2p = nccl_p2p,
+    .wait = nccl_wait, .progress = nccl_progress, .p2p = nccl_p2p, .stats = nccl_stats,
 };
 
 #else   /* no NCCL in this build: MPI carries device buffers too */

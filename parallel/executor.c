@@ -34,15 +34,27 @@ static int run_p2p(Executor *e, const Action *actions, int i, int n, int B, int 
     return k;
 }
 
+/* Two events per action, made once and reused. */
+static void ensure_events(Executor *e, int n) {
+    if (n <= e->cap_events) return;
+    const Backend *be = e->model->be;
+    e->events = realloc(e->events, 2 * (size_t)n * sizeof(void *));
+    if (!e->events) die("out of host memory for the executor's events");
+    for (int k = 2 * e->cap_events; k < 2 * n; k++) e->events[k] = be->event_create();
+    e->cap_events = n;
+}
+
 double executor_run(Executor *e, const Action *actions, int n, const int *ids, const int *targets, int B, int T, float dloss) {
     Model *m = e->model;
-    double loss = 0, t0 = now_seconds();
+    const Backend *be = m->be;
+    double loss = 0;
     size_t BT = (size_t)B * T;
+    ensure_events(e, n + 1);
+    void **ev = e->events;
     e->n_log = 0;
-    e->busy_s = e->comm_s = 0;
     for (int i = 0; i < n;) {
         const Action *a = &actions[i];
-        double start = now_seconds();
+        be->event_record(ev[2 * i]);
         int used = 1;
         switch (a->kind) {
         case ACT_FORWARD:
@@ -57,17 +69,40 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
         case ACT_GATHER_WAIT: ddp_gather_wait(e->ddp, a->bucket); break;
         default: die("internal: action %d", a->kind);
         }
-        double end = now_seconds();
-        if (a->kind == ACT_FORWARD || a->kind == ACT_BACKWARD) e->busy_s += end - start;
-        else if (a->kind != ACT_OPTIMIZER) e->comm_s += end - start;
-        for (int k = 0; k < used; k++) log_event(e, &actions[i + k], start - t0, end - t0);
+        be->event_record(ev[2 * i + 1]);
         comm_progress(e->comm);
         i += used;
     }
+    /* the log and the split, from the events (on a GPU this waits for the step's work) */
+    ExecSplit *s = &e->split;
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < n;) {
+        const Action *a = &actions[i];
+        int used = 1;
+        while (i + used < n && a->kind >= ACT_SEND_ACT && a->kind <= ACT_RECV_GRAD && actions[i + used].kind >= ACT_SEND_ACT &&
+               actions[i + used].kind <= ACT_RECV_GRAD) used++;
+        double start = be->event_seconds(ev[0], ev[2 * i]), end = be->event_seconds(ev[0], ev[2 * i + 1]), d = end - start;
+        for (int k = 0; k < used; k++) log_event(e, &actions[i + k], start, end);
+        switch (a->kind) {
+        case ACT_FORWARD: case ACT_BACKWARD: s->compute_s += d; break;
+        case ACT_SEND_ACT: case ACT_RECV_ACT: case ACT_SEND_GRAD: case ACT_RECV_GRAD: s->bubble_s += d; break;
+        case ACT_REDUCE_WAIT: case ACT_GATHER_WAIT: s->exposed_s += d; break;
+        case ACT_OPTIMIZER: s->optimizer_s += d; break;
+        default: s->other_s += d;
+        }
+        if (end > s->span_s) s->span_s = end;
+        i += used;
+    }
+    CommStats cs = comm_stats_take(e->comm);
+    s->compute_s -= cs.blocking_s;   /* the tensor-parallel sums ran inside the forwards and backwards */
+    s->exposed_s += cs.blocking_s;
+    s->comm_busy_s = cs.busy_s;
     return loss;
 }
 
 void executor_free(Executor *e) {
+    for (int k = 0; k < 2 * e->cap_events; k++) e->model->be->event_destroy(e->events[k]);
+    free(e->events);
     free(e->log);
     memset(e, 0, sizeof *e);
 }

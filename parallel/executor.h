@@ -18,6 +18,18 @@ typedef struct {
     double start, end;          /* seconds since the step began */
 } ExecEvent;
 
+/* Where the last run's time went, from the device's own clock (events on its
+ * stream; the host clock on a CPU). The pieces and the run's span add up. */
+typedef struct {
+    double span_s;              /* from the first action's start to the last's end */
+    double compute_s;           /* forwards and backwards, less the blocking collectives inside them */
+    double exposed_s;           /* communication the compute waited for: bucket and gather waits, the tp sums */
+    double bubble_s;            /* sends and receives between pipeline stages: mostly waiting for a neighbour */
+    double optimizer_s;
+    double other_s;             /* starting reductions and gathers */
+    double comm_busy_s;         /* the transport's account: every collective in flight, hidden or not */
+} ExecSplit;
+
 typedef struct {
     Model *model;
     const Comm *comm;
@@ -26,8 +38,9 @@ typedef struct {
     void *ctx;
     ExecEvent *log;             /* the last run's actions, in order */
     int n_log, cap_log;
-    double busy_s;              /* the last run: seconds in forward and backward */
-    double comm_s;              /* the last run: seconds in sends, receives and waits */
+    ExecSplit split;            /* the last run's time */
+    void **events;              /* (2 * cap_events) a start and an end event per action */
+    int cap_events;
 } Executor;
 
 /* Runs actions[0..n) of this stage for one step whose micro-batch k is

@@ -67,6 +67,11 @@ static void fetch(void *ctx, int mirror, int tensor, float *dst) {
 
 void trainer_save_checkpoint(Trainer *tr) {
     const Comm *c = &tr->comm;
+    if (tr->cfg.comm_ablate) {   /* the weights are wrong on purpose */
+        if (c->rank == 0) printf("ckpt  | not written: comm_ablate=1 trains on wrong values\n");
+        tr->saved_step = tr->step;
+        return;
+    }
     char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200] = "";
     config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
     LoaderState ls = loader_get_state(&tr->train);

@@ -57,6 +57,8 @@ const ConfigField config_fields[] = {
     F(zero, FIELD_INT, "0", 0, 1, NULL, "parallel", "1 = ZeRO-1: fp32 master weights and optimizer state sharded over the dp ranks"),
     F(grad_reduce_dtype, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16", "parallel", "dtype the data-parallel gradient reduction sends (bf16 halves the bytes)"),
     F(nproc, FIELD_INT, "0", 0, 4096, NULL, "parallel", "start this many local ranks through mpirun (0 = as launched)"),
+    F(comm_ablate, FIELD_BOOL, "0", 0, 1, NULL, "parallel", "measurement only: skip every device collective and pipeline message (results WRONG, no checkpoint) to time the step without communication"),
+    F(fault, FIELD_STRING, "", 0, 0, NULL, "parallel", "tests only: stall|exit|nan|slow:rank=R[:step=S][:ms=M] makes one rank misbehave"),
     F(sample_every, FIELD_INT, "0", 0, BIG, NULL, "sampling", "print generated text every N steps (and at the end when sample_tokens > 0); 0 = only at the end"),
     F(sample_tokens, FIELD_INT, "0", 0, BIG, NULL, "sampling", "tokens to generate per sample; 0 = no sampling"),
     F(sample_prompt, FIELD_STRING, "", 0, 0, NULL, "sampling", "text the samples start from (empty = a new document)"),

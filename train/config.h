@@ -30,8 +30,8 @@ typedef struct {
     int device, precision, recompute;
     float loss_scale_init;
     /* parallel (parallel/) */
-    int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc;
-    char pp_layers[256];
+    int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate;
+    char pp_layers[256], fault[256];
     float bucket_mb;
     /* sampling */
     int sample_every, sample_tokens, top_k;

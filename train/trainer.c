@@ -12,6 +12,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 float lr_at(const Config *c, int step) {
     if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
@@ -78,6 +80,36 @@ static void optimizer_action(void *ctx) {
     trainer_update_loss_scale(tr, isfinite(tr->last_norm));
 }
 
+/* fault=KIND:rank=R[:step=S][:ms=M] — stall | exit | nan | slow: what a test makes go wrong on one rank */
+static void parse_fault(Trainer *tr) {
+    const char *f = tr->cfg.fault;
+    if (!f[0]) return;
+    static const char *kinds[] = {"", "stall", "exit", "nan", "slow"};
+    tr->fault.rank = 0; tr->fault.step = 1; tr->fault.ms = 200;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", f);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ":", &save); tok; tok = strtok_r(NULL, ":", &save)) {
+        int k;
+        for (k = 1; k < 5 && strcmp(tok, kinds[k]); k++) {}
+        if (k < 5) { tr->fault.kind = k; continue; }
+        if (!strncmp(tok, "rank=", 5)) tr->fault.rank = atoi(tok + 5);
+        else if (!strncmp(tok, "step=", 5)) tr->fault.step = atoi(tok + 5);
+        else if (!strncmp(tok, "ms=", 3)) tr->fault.ms = atoi(tok + 3);
+        else die("fault='%s': '%s' is not stall|exit|nan|slow, rank=R, step=S or ms=M (e.g. fault=stall:rank=1:step=3)", f, tok);
+    }
+    if (!tr->fault.kind) die("fault='%s' names no fault: use stall, exit, nan or slow (e.g. fault=slow:rank=1)", f);
+    if (tr->fault.rank < 0 || tr->fault.rank >= tr->comm.world_size)
+        die("fault='%s': rank=%d, but the run has ranks 0..%d", f, tr->fault.rank, tr->comm.world_size - 1);
+    if (tr->comm.rank == 0)
+        fprintf(stderr, "warning: fault injection (a test setting): %s on rank %d%s\n", kinds[tr->fault.kind], tr->fault.rank,
+                tr->fault.kind == FAULT_SLOW ? ", every step" : "");
+}
+
+static int fault_now(const Trainer *tr, int kind) {
+    return tr->fault.kind == kind && tr->comm.rank == tr->fault.rank && (kind == FAULT_SLOW || tr->step + 1 == tr->fault.step);
+}
+
 void trainer_init(Trainer *tr, const Config *cfg) {
     memset(tr, 0, sizeof *tr);
     tr->loss_scale = 1.0f;
@@ -129,6 +161,11 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     free(pieces);
     launch_errors_rank0_only(0);
     tr->exec = (Executor){.model = &tr->model, .comm = &tr->comm, .ddp = &tr->ddp, .optimizer = optimizer_action, .ctx = tr};
+    tr->comm.ablate = c->comm_ablate;
+    if (c->comm_ablate && tr->comm.rank == 0)
+        fprintf(stderr, "warning: comm_ablate=1: every device collective and pipeline message is skipped, so the results are WRONG;\n"
+                        "         it only measures the step without communication, and no checkpoint is written\n");
+    parse_fault(tr);
 
     size_t per_step = (size_t)tr->accum * c->batch_size * c->seq_len;
     tr->ids = mallocCheck(per_step * sizeof(int));
@@ -211,11 +248,16 @@ StepStats trainer_step(Trainer *tr) {
     int B = c->batch_size, T = c->seq_len, BT = B * T, stage = tr->comm.pp_rank;
 
     /* every micro-batch of the step first: the loss is the mean over all valid targets of all ranks */
+    if (fault_now(tr, FAULT_SLOW)) { struct timespec ts = {tr->fault.ms / 1000, (tr->fault.ms % 1000) * 1000000L}; nanosleep(&ts, NULL); }
     loader_next_step(&tr->train, tr->accum, tr->ids, tr->targets);
+    s.split.data = now_seconds() - t0;
     long valid = 0;
     for (size_t i = 0; i < (size_t)tr->accum * BT; i++) valid += tr->targets[i] != IGNORE_INDEX;
     double total_valid = comm_sum(&tr->comm, GROUP_DP, (double)valid);
     float dloss = total_valid > 0 ? (float)(tr->loss_scale / total_valid) : 0.0f;   /* gradients come out x loss_scale */
+    if (fault_now(tr, FAULT_NAN)) dloss = NAN;
+    if (fault_now(tr, FAULT_EXIT)) { fprintf(stderr, "fault: rank %d exits at step %d\n", tr->comm.rank, tr->step + 1); _exit(3); }
+    if (fault_now(tr, FAULT_STALL)) { fprintf(stderr, "fault: rank %d stalls at step %d\n", tr->comm.rank, tr->step + 1); for (;;) pause(); }
 
     model_zero_grads(m);
     double loss_sum = executor_run(&tr->exec, tr->schedule.list[stage], tr->schedule.n[stage], tr->ids, tr->targets, B, T, dloss);
@@ -231,6 +273,27 @@ StepStats trainer_step(Trainer *tr) {
     s.tokens_per_s = (double)tr->accum * BT * tr->comm.dp / (s.ms / 1e3);
     s.mfu = tr->be->peak_flops > 0 ? s.tokens_per_s * model_flops_per_token(&tr->model_cfg) / (tr->be->peak_flops * tr->comm.world_size) : 0;
     s.device_bytes = tr->be->memory_in_use();
+    /* the split: the executor's device-clock pieces, the loader, and the host's own work as the rest */
+    const ExecSplit *x = &tr->exec.split;
+    StepSplit *p = &s.split;
+    p->step = s.ms / 1e3;
+    p->compute = x->compute_s; p->exposed = x->exposed_s; p->bubble = x->bubble_s; p->optimizer = x->optimizer_s;
+    p->comm_busy = x->comm_busy_s;
+    p->host = p->step - p->data - p->compute - p->exposed - p->bubble - p->optimizer;
+    if (tr->step % c->log_every == 0 || tr->step == c->max_steps) {   /* every rank's split, to name the slowest */
+        int n = tr->comm.world_size;
+        StepSplit *all = mallocCheck((size_t)n * sizeof(StepSplit));
+        comm_allgather_host(&tr->comm, GROUP_WORLD, p, all, sizeof(StepSplit));
+        double most = -1;
+        for (int r = 0; r < n; r++) {
+            double busy = all[r].data + all[r].compute + all[r].optimizer;
+            if (busy > most) { most = busy; s.slowest_rank = r; }
+            s.bubble += all[r].bubble / (all[r].step > 0 ? all[r].step : 1) / n;
+        }
+        s.slowest = all[s.slowest_rank];
+        s.reported = 1;
+        free(all);
+    }
     return s;
 }
 
@@ -265,9 +328,12 @@ double trainer_eval(Trainer *tr) {
     return count > 0 ? sum / count : NAN;
 }
 
+static double pct(double part, double whole) { return whole > 0 ? 100 * part / whole : 0; }
+
 void trainer_log_step(Trainer *tr, const StepStats *s) {
     const Config *c = &tr->cfg;
     if (tr->comm.rank != 0) return;
+    const StepSplit *w = &s->slowest;
     if (tr->step % c->log_every == 0 || tr->step == c->max_steps) {
         printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s", tr->step, c->max_steps, s->loss,
                s->lr, s->grad_norm, s->ms, s->tokens_per_s);
@@ -275,7 +341,15 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         if (s->device_bytes) { char b[32]; printf(" | mem %s", format_bytes((double)s->device_bytes, b, sizeof b)); }
         if (c->precision == PRECISION_FP16) printf(" | scale %g", tr->loss_scale);
         if (tr->skipped_steps) printf(" | skipped %d", tr->skipped_steps);
+        if (c->comm_ablate) printf(" | ABLATED");
         printf("\n");
+        if (s->reported && tr->comm.world_size > 1) {   /* where the slowest rank's step went */
+            printf("split | rank %d: compute %.1f%% | comm exposed %.1f%% of %.1f%% busy | bubble %.1f%%", s->slowest_rank,
+                   pct(w->compute, w->step), pct(w->exposed, w->step), pct(w->comm_busy, w->step), pct(w->bubble, w->step));
+            if (c->pp > 1) printf(" (mean over ranks %.1f%%, formula %.1f%%)", 100 * s->bubble, 100 * schedule_bubble_formula(&tr->schedule));
+            printf(" | optimizer %.1f%% | data %.1f%% | host %.1f%%\n", pct(w->optimizer, w->step), pct(w->data, w->step),
+                   pct(w->host, w->step));
+        }
         fflush(stdout);
     }
     if (tr->jsonl) {
@@ -284,8 +358,13 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         if (s->mfu > 0) fprintf(tr->jsonl, ", \"mfu\": %.4f", s->mfu);
         if (s->device_bytes) fprintf(tr->jsonl, ", \"device_bytes\": %zu", s->device_bytes);
         fprintf(tr->jsonl, ", \"loss_scale\": %g, \"skipped_steps\": %d", tr->loss_scale, tr->skipped_steps);
+        if (s->reported)
+            fprintf(tr->jsonl, ", \"slowest_rank\": %d, \"compute_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"comm_busy_ms\": %.3f, "
+                               "\"bubble_ms\": %.3f, \"bubble_mean\": %.4f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"host_ms\": %.3f",
+                    s->slowest_rank, 1e3 * w->compute, 1e3 * w->exposed, 1e3 * w->comm_busy, 1e3 * w->bubble, s->bubble,
+                    1e3 * w->optimizer, 1e3 * w->data, 1e3 * w->host);
+        if (c->comm_ablate) fprintf(tr->jsonl, ", \"comm_ablate\": 1");
         fprintf(tr->jsonl, "}\n");
         fflush(tr->jsonl);
     }
 }
-

@@ -46,9 +46,23 @@ typedef struct {
     int saved_step;             /* step of the newest checkpoint this process wrote or resumed from; -1 none */
     double last_norm;           /* the last optimizer step's gradient norm */
     float last_lr;
+    struct { int kind, rank, step, ms; } fault;   /* test-only fault injection (config key fault) */
 } Trainer;
+enum { FAULT_NONE, FAULT_STALL, FAULT_EXIT, FAULT_NAN, FAULT_SLOW };
 
-typedef struct { double loss, grad_norm, lr, ms, tokens_per_s, mfu; size_t device_bytes; } StepStats;
+/* Where one rank's step went, in seconds (parallel/executor.h's split, plus
+ * the loader and the host's own work, which is the rest of the step). */
+typedef struct { double step, data, compute, exposed, bubble, optimizer, host, comm_busy; } StepSplit;
+
+typedef struct {
+    double loss, grad_norm, lr, ms, tokens_per_s, mfu;
+    size_t device_bytes;
+    StepSplit split;            /* this rank's */
+    int reported;               /* the split of every rank was gathered (log_every steps, many ranks) */
+    int slowest_rank;           /* the rank the others waited for: the most time computing, loading and updating */
+    StepSplit slowest;          /* its split */
+    double bubble;              /* mean over the ranks of bubble / step */
+} StepStats;
 
 /* What each rank holds under config c (parallel/partition.h). */
 PartitionSpec trainer_layout(const Config *c);

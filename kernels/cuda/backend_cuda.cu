@@ -115,6 +115,19 @@ static void cuda_copy(void *dst, const void *src, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream));
 }
 static void cuda_synchronize(void) { cudaCheck(cudaStreamSynchronize(cuda_stream)); cudaCheck(cudaGetLastError()); }
+static void *cuda_event_create(void) {
+    cudaEvent_t e;
+    cudaCheck(cudaEventCreate(&e));
+    return (void *)e;
+}
+static void cuda_event_record(void *e) { cudaCheck(cudaEventRecord((cudaEvent_t)e, cuda_stream)); }
+static double cuda_event_seconds(void *from, void *to) {
+    float ms = 0;
+    cudaCheck(cudaEventSynchronize((cudaEvent_t)to));
+    cudaCheck(cudaEventElapsedTime(&ms, (cudaEvent_t)from, (cudaEvent_t)to));
+    return ms / 1e3;
+}
+static void cuda_event_destroy(void *e) { cudaEventDestroy((cudaEvent_t)e); }
 static size_t cuda_memory_in_use(void) {
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
@@ -134,6 +147,8 @@ void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what)
 #define CUDA_OPS \
     .alloc = cuda_alloc, .free = cuda_free_, .upload = cuda_upload, .download = cuda_download, .zero = cuda_zero, \
     .copy = cuda_copy, .synchronize = cuda_synchronize, .memory_in_use = cuda_memory_in_use, .memory_peak = cuda_memory_peak, .memory_free = cuda_memory_free, .peak_flops = 0, \
+    .event_create = cuda_event_create, .event_record = cuda_event_record, .event_seconds = cuda_event_seconds, \
+    .event_destroy = cuda_event_destroy, \
     .embedding_forward = embedding_forward_cuda, .embedding_backward = embedding_backward_cuda, \
     .rmsnorm_forward = rmsnorm_forward_cuda, .rmsnorm_backward = rmsnorm_backward_cuda, \
     .matmul_forward = matmul_forward_cuda, .matmul_backward = matmul_backward_cuda, \
