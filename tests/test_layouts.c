@@ -171,7 +171,8 @@ int main(void) {
     make_data();
     const double fp32 = 1e-5, bf16 = 1e-3;
     /* references: one rank */
-    if (train("ref", 1, "") || train("ref8", 1, "--optimizer=adamw8bit") || train("refbf", 1, "--precision=bf16"))
+    if (train("ref", 1, "") || train("ref8", 1, "--optimizer=adamw8bit") || train("refbf", 1, "--precision=bf16") ||
+        train("ref16", 1, "--precision=fp16 --recompute=selective"))
         die("test: the one-rank reference run failed:\n%s", out);
     /* data parallel */
     layout("ref", "dp2", 2, "--dp=2", fp32);
@@ -195,6 +196,9 @@ int main(void) {
     layout("ref", "tp2", 2, "--tp=2", fp32);
     layout("ref", "dp2pp2", 4, "--dp=2 --pp=2 --zero=1", fp32);
     layout("ref", "dp2tp2pp2", 8, "--dp=2 --tp=2 --pp=2", fp32);
+    layout("refbf", "pp2bf", 2, "--pp=2 --precision=bf16 --recompute=full", bf16);
+    layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
+    layout("ref8", "dp2pp2q", 4, "--dp=2 --pp=2 --zero=1 --optimizer=adamw8bit --bucket_mb=0.01", fp32);
     /* resume across layouts */
     resume("ref", "r21", 2, "--dp=2", 1, "");
     resume("ref", "r14", 1, "", 4, "--dp=4");
