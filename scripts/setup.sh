@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
 need=()
-for p in build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin; do
+for p in build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin gnuplot-nox; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 # node and npm: any install will do (NodeSource's nodejs ships npm itself and

@@ -67,6 +67,7 @@ const ConfigField config_fields[] = {
     F(tokenizer, FIELD_STRING, "", 0, 0, NULL, "sampling", "vocabulary file for decoding samples; empty = tokenizer.bin beside the first train shard"),
     F(memory_report, FIELD_BOOL, "0", 0, 1, NULL, "logging", "print the predicted memory per category, run one step, print the measured peak beside it, and exit"),
     F(log_every, FIELD_INT, "1", 1, BIG, NULL, "logging", "print a step line every N steps"),
+    F(profile_out, FIELD_STRING, "", 0, 0, NULL, "logging", "one rank: write this run's step-time profile (median split after 2 warm-up steps) for `build/train plan --profile`"),
     F(log_jsonl, FIELD_STRING, "", 0, 0, NULL, "logging", "also write one JSON object per step/eval to this file"),
     F(run_dir, FIELD_STRING, "runs/default", 0, 0, NULL, "logging", "folder for this run's outputs"),
     F(checkpoint_every, FIELD_INT, "0", -1, BIG, NULL, "checkpoint", "save a checkpoint to run_dir every N steps and at the end (and on SIGTERM/SIGINT); 0 = only at the end; -1 = never"),

@@ -31,7 +31,7 @@ typedef struct {
     float loss_scale_init;
     /* parallel (parallel/) */
     int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate;
-    char pp_layers[256], fault[256];
+    char pp_layers[256], fault[256], profile_out[1024];
     float bucket_mb;
     /* sampling */
     int sample_every, sample_tokens, top_k;

@@ -57,6 +57,9 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "logits")) return checkpoint_logits_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "sample")) return sample_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "schedule")) return schedule_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "plan")) return plan_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "scale")) return scale_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
     launch_nproc(argc, argv);          /* --nproc=N: re-run under mpirun with N ranks */
@@ -105,6 +108,7 @@ int main(int argc, char **argv) {
         }
     }
     if (cfg.checkpoint_every >= 0 && tr.saved_step != tr.step) trainer_save_checkpoint(&tr);
+    if (cfg.profile_out[0]) plan_write_profile(&tr, cfg.profile_out);
     trainer_free(&tr);
     return 0;
 }

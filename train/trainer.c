@@ -166,11 +166,21 @@ void trainer_init(Trainer *tr, const Config *cfg) {
         fprintf(stderr, "warning: comm_ablate=1: every device collective and pipeline message is skipped, so the results are WRONG;\n"
                         "         it only measures the step without communication, and no checkpoint is written\n");
     parse_fault(tr);
+    if (c->profile_out[0] && tr->comm.world_size > 1)
+        die("profile_out writes a one-GPU profile for `build/train plan`, and this run has %d ranks\n"
+            "  hint: profile with dp=tp=pp=1 on one GPU", tr->comm.world_size);
 
     size_t per_step = (size_t)tr->accum * c->batch_size * c->seq_len;
     tr->ids = mallocCheck(per_step * sizeof(int));
     tr->targets = mallocCheck(per_step * sizeof(int));
-    if (c->log_jsonl[0] && tr->comm.rank == 0) tr->jsonl = fopenCheck(c->log_jsonl, "a");
+    if (c->log_jsonl[0] && tr->comm.rank == 0) {   /* a first line saying what ran, for `build/train scale` and `plot` */
+        tr->jsonl = fopenCheck(c->log_jsonl, "a");
+        fprintf(tr->jsonl, "{\"run\": \"llm3d\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"params\": %zu, "
+                           "\"tokens_per_step\": %ld, \"memory_bytes\": %zu, \"device\": \"%s\", \"precision\": \"%s\"}\n",
+                tr->comm.world_size, c->dp, c->tp, c->pp, model_count_params(&tr->model_cfg), (long)per_step * tr->comm.dp,
+                tr->memory.total, tr->be->name, dtype_name(tr->be->act));
+        fflush(tr->jsonl);
+    }
     if (c->sample_tokens > 0) {   /* load the vocabulary and check the prompt now, not after training */
         char path[1100];
         if (c->tokenizer[0]) snprintf(path, sizeof path, "%s", c->tokenizer);
@@ -214,6 +224,7 @@ void trainer_free(Trainer *tr) {
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     optimizer_free(&tr->opt, tr->be);
     executor_free(&tr->exec);
+    free(tr->history);
     ddp_free(&tr->ddp);
     schedule_free(&tr->schedule);
     model_free(&tr->model);
@@ -280,6 +291,11 @@ StepStats trainer_step(Trainer *tr) {
     p->compute = x->compute_s; p->exposed = x->exposed_s; p->bubble = x->bubble_s; p->optimizer = x->optimizer_s;
     p->comm_busy = x->comm_busy_s;
     p->host = p->step - p->data - p->compute - p->exposed - p->bubble - p->optimizer;
+    if (c->profile_out[0]) {
+        tr->history = realloc(tr->history, (size_t)(tr->n_history + 1) * sizeof(StepSplit));
+        if (!tr->history) die("out of host memory for the step profile");
+        tr->history[tr->n_history++] = *p;
+    }
     if (tr->step % c->log_every == 0 || tr->step == c->max_steps) {   /* every rank's split, to name the slowest */
         int n = tr->comm.world_size;
         StepSplit *all = mallocCheck((size_t)n * sizeof(StepSplit));
@@ -288,7 +304,8 @@ StepStats trainer_step(Trainer *tr) {
         for (int r = 0; r < n; r++) {
             double busy = all[r].data + all[r].compute + all[r].optimizer;
             if (busy > most) { most = busy; s.slowest_rank = r; }
-            s.bubble += all[r].bubble / (all[r].step > 0 ? all[r].step : 1) / n;
+            double pipeline = all[r].compute + all[r].exposed + all[r].bubble;   /* what the formula's fraction is of */
+            s.bubble += all[r].bubble / (pipeline > 0 ? pipeline : 1) / n;
         }
         s.slowest = all[s.slowest_rank];
         s.reported = 1;
@@ -346,7 +363,8 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         if (s->reported && tr->comm.world_size > 1) {   /* where the slowest rank's step went */
             printf("split | rank %d: compute %.1f%% | comm exposed %.1f%% of %.1f%% busy | bubble %.1f%%", s->slowest_rank,
                    pct(w->compute, w->step), pct(w->exposed, w->step), pct(w->comm_busy, w->step), pct(w->bubble, w->step));
-            if (c->pp > 1) printf(" (mean over ranks %.1f%%, formula %.1f%%)", 100 * s->bubble, 100 * schedule_bubble_formula(&tr->schedule));
+            if (c->pp > 1) printf(" (of the pipeline's time, mean over ranks %.1f%%, formula %.1f%%)", 100 * s->bubble,
+                                  100 * schedule_bubble_formula(&tr->schedule));
             printf(" | optimizer %.1f%% | data %.1f%% | host %.1f%%\n", pct(w->optimizer, w->step), pct(w->data, w->step),
                    pct(w->host, w->step));
         }
@@ -359,9 +377,9 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         if (s->device_bytes) fprintf(tr->jsonl, ", \"device_bytes\": %zu", s->device_bytes);
         fprintf(tr->jsonl, ", \"loss_scale\": %g, \"skipped_steps\": %d", tr->loss_scale, tr->skipped_steps);
         if (s->reported)
-            fprintf(tr->jsonl, ", \"slowest_rank\": %d, \"compute_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"comm_busy_ms\": %.3f, "
+            fprintf(tr->jsonl, ", \"slowest_rank\": %d, \"split_step_ms\": %.3f, \"compute_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"comm_busy_ms\": %.3f, "
                                "\"bubble_ms\": %.3f, \"bubble_mean\": %.4f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"host_ms\": %.3f",
-                    s->slowest_rank, 1e3 * w->compute, 1e3 * w->exposed, 1e3 * w->comm_busy, 1e3 * w->bubble, s->bubble,
+                    s->slowest_rank, 1e3 * w->step, 1e3 * w->compute, 1e3 * w->exposed, 1e3 * w->comm_busy, 1e3 * w->bubble, s->bubble,
                     1e3 * w->optimizer, 1e3 * w->data, 1e3 * w->host);
         if (c->comm_ablate) fprintf(tr->jsonl, ", \"comm_ablate\": 1");
         fprintf(tr->jsonl, "}\n");

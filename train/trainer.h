@@ -20,6 +20,10 @@
 #include "../parallel/partition.h"
 #include "../parallel/executor.h"
 
+/* Where one rank's step went, in seconds (parallel/executor.h's split, plus
+ * the loader and the host's own work, which is the rest of the step). */
+typedef struct { double step, data, compute, exposed, bubble, optimizer, host, comm_busy; } StepSplit;
+
 typedef struct {
     Config cfg;
     Comm comm;
@@ -47,12 +51,10 @@ typedef struct {
     double last_norm;           /* the last optimizer step's gradient norm */
     float last_lr;
     struct { int kind, rank, step, ms; } fault;   /* test-only fault injection (config key fault) */
+    StepSplit *history;         /* profile_out: every step's split */
+    int n_history;
 } Trainer;
 enum { FAULT_NONE, FAULT_STALL, FAULT_EXIT, FAULT_NAN, FAULT_SLOW };
-
-/* Where one rank's step went, in seconds (parallel/executor.h's split, plus
- * the loader and the host's own work, which is the rest of the step). */
-typedef struct { double step, data, compute, exposed, bubble, optimizer, host, comm_busy; } StepSplit;
 
 typedef struct {
     double loss, grad_norm, lr, ms, tokens_per_s, mfu;
@@ -61,7 +63,7 @@ typedef struct {
     int reported;               /* the split of every rank was gathered (log_every steps, many ranks) */
     int slowest_rank;           /* the rank the others waited for: the most time computing, loading and updating */
     StepSplit slowest;          /* its split */
-    double bubble;              /* mean over the ranks of bubble / step */
+    double bubble;              /* mean over the ranks of bubble / (compute + exposed comm + bubble): the formula's fraction */
 } StepStats;
 
 /* What each rank holds under config c (parallel/partition.h). */
@@ -70,6 +72,12 @@ PartitionSpec trainer_layout(const Config *c);
  * schedule, then each stage's data-parallel buckets, then the slots. The
  * training run executes exactly this; `build/train schedule` prints it. */
 void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const Comm *comm, const Backend *be);
+/* `build/train plan` (train/plan.c), and the profile it reads, written at the end of a run with profile_out. */
+int plan_main(int argc, char **argv);
+/* `build/train scale` (train/scale.c) and `build/train plot` (train/plot.c). */
+int scale_main(int argc, char **argv);
+int plot_main(int argc, char **argv);
+void plan_write_profile(const Trainer *tr, const char *path);
 /* `build/train schedule`: the dry run (train/schedule_cli.c). */
 int schedule_main(int argc, char **argv);
 /* Opens the data, builds and initialises the model and optimizer. */

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# tests/test_report.sh — "why isn't my speedup linear", on CPU ranks:
+#   - the step-time split of every logged step sums to the step (within 2%);
+#   - a rank made slow on purpose (fault=slow) is named, with data loading as the cause;
+#   - the measured pipeline bubble orders as its formula: m=2 above m=8 (pp=2,
+#     one core a stage; m=2 is 33% by the formula, m=8 11%);
+#   - `plan` predicts the memory the training run itself plans, layout by layout;
+#     a model that fits no layout is refused with the closest one and by how much;
+#   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture;
+#     more ranks than GPUs under NCCL is refused;
+#   - `plot` draws a run's log and refuses a file that is not one.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+passed=0; failed=0
+check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+if ! command -v mpirun >/dev/null || ! ldd "$BUILD/train" | grep -q libmpi; then
+    echo "skipped: no mpirun, or this build has no Open MPI"; echo "0 passed, 0 failed"; exit 0
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+dir=$(mktemp -d /tmp/llm3d_test_report.XXXXXX)
+trap '[ -z "${KEEP:-}" ] && rm -rf "$dir"' EXIT
+"$BUILD"/train prepare --input=tests/data/sotu_sample.txt --out="$dir/data" --train-vocab=300 >/dev/null 2>&1
+tiny="--train_data=$dir/data/train_*.bin --val_data= --dim=32 --n_layers=4 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16
+      --batch_size=2 --warmup_steps=0 --log_every=1 --sample_tokens=0 --checkpoint_every=-1"
+num() { grep -o "\"$2\": [-0-9.e]*" "$1" | tail -1 | awk '{print $2}'; }
+
+# the split sums to the step; the slow rank is named, and why
+timeout 120 mpirun -np 2 "$BUILD"/train $tiny --dp=2 --total_batch_tokens=128 --max_steps=4 --fault=slow:rank=1:ms=60 \
+    --log_jsonl="$dir/slow.jsonl" > "$dir/slow.log" 2>&1
+check '[ "$(num "$dir/slow.jsonl" slowest_rank)" = 1 ]' "the slow rank (1) is named: $(grep '^split' "$dir/slow.log" | tail -1)"
+check 'grep "^split" "$dir/slow.log" | tail -1 | grep -q "rank 1: .*data [5-9][0-9]\.[0-9]%"' \
+      "its data loading is most of its step: $(grep '^split' "$dir/slow.log" | tail -1)"
+sums=$(grep '"compute_ms"' "$dir/slow.jsonl" | awk -F'[:,]' '{
+    for (i = 1; i < NF; i++) v[$i] = $(i + 1)
+    s = v[" \"compute_ms\""] + v[" \"comm_exposed_ms\""] + v[" \"bubble_ms\""] + v[" \"optimizer_ms\""] + v[" \"data_ms\""] + v[" \"host_ms\""]
+    t = v[" \"split_step_ms\""]; d = s - t; if (d < 0) d = -d
+    h = v[" \"host_ms\""] + 0; if (d > 0.02 * t || h < -0.02 * t || h > 0.5 * t) bad++; n++ } END { print n, bad + 0 }')
+check '[ "${sums#* }" = 0 ] && [ "${sums% *}" -ge 4 ]' \
+      "the split of each logged step sums to its time within 2%, the measured pieces covering at least half of it (steps, off: $sums)"
+
+# the bubble orders as the formula
+pipe="--train_data=$dir/data/train_*.bin --val_data= --dim=256 --n_layers=4 --n_heads=4 --n_kv_heads=2 --ffn_dim=512 --seq_len=64
+      --batch_size=4 --max_steps=4 --warmup_steps=0 --log_every=1 --sample_tokens=0 --checkpoint_every=-1"
+for m in 2 8; do
+    timeout 120 mpirun -np 2 "$BUILD"/train $pipe --pp=2 --total_batch_tokens=$((m * 256)) --log_jsonl="$dir/pp$m.jsonl" > "$dir/pp$m.log" 2>&1
+done
+b2=$(grep -o '"bubble_mean": [0-9.]*' "$dir/pp2.jsonl" | tail -3 | awk '{s += $2} END {print s / NR}')
+b8=$(grep -o '"bubble_mean": [0-9.]*' "$dir/pp8.jsonl" | tail -3 | awk '{s += $2} END {print s / NR}')
+check 'awk "BEGIN {exit !($b2 > $b8)}"' "measured bubble with m=2 ($b2) is above m=8's ($b8), as (p-1)/(m+p-1) says (0.333 > 0.111)"
+echo "bubble | pp=2: m=2 measured $b2 (formula 0.333), m=8 measured $b8 (formula 0.111)"
+
+# the planner's memory is the training run's plan
+"$BUILD"/train plan $tiny --vocab_size=300 --total_batch_tokens=128 --gpus=2 --gpu_mem_gib=1 --out="$dir/plan.json" --top=3 > "$dir/plan.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && [ -s "$dir/plan.json" ]' "plan on 2 CPU 'GPUs' runs and writes its JSON: $(tail -3 "$dir/plan.log")"
+for layout in "2 1 1" "1 2 1"; do
+    set -- $layout
+    planned=$(grep "\"dp\": $1, \"tp\": $2, \"pp\": $3, \"batch_size\": 2, \"micro_batches\": $((128 / (32 * $1))), \"recompute\": 0, \"zero\": 0" \
+              "$dir/plan.json" | grep -o '"memory_bytes": [0-9]*' | awk '{print $2}')
+    timeout 120 mpirun -np 2 "$BUILD"/train $tiny --vocab_size=300 --dp=$1 --tp=$2 --pp=$3 --total_batch_tokens=128 --max_steps=1 \
+        --log_jsonl="$dir/mem$1$2.jsonl" > /dev/null 2>&1
+    ran=$(num "$dir/mem$1$2.jsonl" memory_bytes)
+    check '[ -n "$planned" ] && [ "$planned" = "$ran" ]' "dp=$1 tp=$2: plan says $planned bytes a rank, the run plans $ran"
+done
+"$BUILD"/train plan --preset=l350m --vocab_size=32000 --gpus=2 --gpu_mem_gib=0.5 --device=cuda --precision=bf16 > "$dir/nofit.log" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "no layout of 2 GPUs fits 0 GiB a GPU; the closest" "$dir/nofit.log" && grep -q "GiB over" "$dir/nofit.log"' \
+      "a model that fits nowhere: the closest layout and by how much: $(head -2 "$dir/nofit.log")"
+
+# scale on 1, 2, 4 ranks; more NCCL ranks than GPUs refused
+timeout 300 "$BUILD"/train scale --ranks=1,2,4 --steps=3 --warmup=1 --out="$dir/scale" $tiny --total_batch_tokens=128 > "$dir/scale.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "\"ranks\": 4" "$dir/scale/scale.json" && [ -s "$dir/scale/scale.png" ]' "scale 1,2,4 writes scale.json and scale.png: $(tail -4 "$dir/scale.log")"
+check 'grep -q "^why   | 4 ranks" "$dir/scale.log" && grep -q "^loss  |" "$dir/scale.log"' "scale gives a verdict per size and checks the losses"
+"$BUILD"/train scale --ranks=1,2 --device=cuda --comm_backend=nccl $tiny > "$dir/nccl.log" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "rank(s) with comm_backend=nccl need [12] GPUs, and this machine has 0" "$dir/nccl.log"' "more NCCL ranks than GPUs refused: $(head -2 "$dir/nccl.log")"
+
+# plot
+"$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/slow.png" > "$dir/plot.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && [ -s "$dir/slow.png" ] && grep -q "step-time split" "$dir/plot.log"' "plot draws a run's log: $(cat "$dir/plot.log")"
+printf '{"hello": 1}\n' > "$dir/other.jsonl"
+"$BUILD"/train plot "$dir/other.jsonl" > "$dir/plot2.log" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "not an llm3d log" "$dir/plot2.log"' "a JSONL that is not llm3d's is refused: $(cat "$dir/plot2.log")"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,302 @@
+/* train/plan.c — `build/train plan`: which layout to rent, before renting it.
+ *
+ * The idea: for N GPUs, enumerate dp x tp x pp, the micro-batch, recompute and
+ * ZeRO-1; predict each layout's memory per rank with the memory plan training
+ * itself allocates from (train/memory.c, on the schedule's own activation
+ * slots), and its step time from a cost model:
+ *   compute  one GPU's measured compute per token (--profile, written by a run
+ *            with --profile_out), split by FLOPs over the stages and tp ranks,
+ *            times the recompute factor measured on l124m;
+ *   bubble   the schedule's own (p-1)/(m+p-1) (interleaved: v*m);
+ *   comm     nccl-tests' volumes over the link's bus bandwidth: per layer and
+ *            micro-batch four tp sums of B*T*C; one data-parallel reduction of
+ *            the stage's gradients, hidden behind the last backward but for
+ *            its last bucket; zero=1's all-gather of the weights, after the
+ *            optimizer; pipeline messages of B*T*C per micro-batch;
+ *   optimizer the profile's, per parameter on the rank.
+ * Then the usual rule — fits one GPU: data parallel; else tensor parallel
+ * inside a node, pipeline across nodes — and the ranking by tokens/s. */
+#include "trainer.h"
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define H200_BF16_PEAK 989e12   /* dense bf16, the datasheet; only used without a profile */
+#define NO_PROFILE_MFU 0.37     /* llm3d's measured l124m bf16 MFU on an H200 (docs/performance.md, 2026-12-02) */
+static const double recompute_factor[3] = {1.0, 1.09, 1.20};   /* step time, l124m bf16 H200, 2026-12-02 (README) */
+
+typedef struct { double compute_ms, optimizer_ms, host_ms, tokens, params; int have; } Profile;
+
+static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+static double median(const StepSplit *h, int n, size_t field) {
+    double *v = mallocCheck((size_t)n * sizeof(double));
+    for (int i = 0; i < n; i++) v[i] = *(const double *)((const char *)&h[i] + field);
+    qsort(v, n, sizeof(double), by_value);
+    double m = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    free(v);
+    return m;
+}
+
+void plan_write_profile(const Trainer *tr, const char *path) {
+    int skip = tr->n_history > 4 ? 2 : 0, n = tr->n_history - skip;   /* the first steps warm up */
+    if (n < 1) die("profile_out: no step was trained, so there is nothing to profile");
+    const StepSplit *h = tr->history + skip;
+    const Config *c = &tr->cfg;
+    FILE *f = fopen(path, "w");
+    if (!f) die("profile_out: cannot write '%s'", path);
+    fprintf(f, "{\"llm3d_profile\": 1, \"device\": \"%s\", \"precision\": \"%s\", \"preset\": \"%s\", \"dim\": %d, \"n_layers\": %d, "
+               "\"vocab_size\": %d, \"seq_len\": %d, \"batch_size\": %d, \"micro_batches\": %d, \"recompute\": %d, "
+               "\"params\": %zu, \"tokens_per_step\": %ld, \"steps\": %d, \"step_ms\": %.4f, \"compute_ms\": %.4f, "
+               "\"optimizer_ms\": %.4f, \"data_ms\": %.4f, \"host_ms\": %.4f}\n",
+            tr->be->name, dtype_name(tr->be->act), c->preset, c->dim, c->n_layers, c->vocab_size, c->seq_len, c->batch_size, tr->accum,
+            c->recompute, tr->model.n_params, (long)tr->accum * c->batch_size * c->seq_len, n,
+            1e3 * median(h, n, offsetof(StepSplit, step)), 1e3 * median(h, n, offsetof(StepSplit, compute)),
+            1e3 * median(h, n, offsetof(StepSplit, optimizer)), 1e3 * median(h, n, offsetof(StepSplit, data)),
+            1e3 * median(h, n, offsetof(StepSplit, host)));
+    fclose(f);
+    printf("profile | %s: median of %d steps, %.2f ms a step\n", path, n, 1e3 * median(h, n, offsetof(StepSplit, step)));
+}
+
+static double json_number(const char *text, const char *key) {
+    char k[96];
+    snprintf(k, sizeof k, "\"%s\":", key);
+    const char *p = strstr(text, k);
+    return p ? atof(p + strlen(k)) : NAN;
+}
+
+static Profile read_profile(const char *path) {
+    Profile p = {0};
+    if (!path) return p;
+    FILE *f = fopen(path, "r");
+    if (!f) die("plan: cannot read the profile '%s'\n  hint: write one with a one-GPU run: build/train ... --profile_out=%s", path, path);
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    if (!strstr(buf, "\"llm3d_profile\""))
+        die("plan: '%s' is not an llm3d profile (no \"llm3d_profile\" key)\n  hint: --profile takes the file a run wrote with --profile_out", path);
+    p.compute_ms = json_number(buf, "compute_ms");
+    p.optimizer_ms = json_number(buf, "optimizer_ms");
+    p.host_ms = json_number(buf, "host_ms");
+    p.tokens = json_number(buf, "tokens_per_step");
+    p.params = json_number(buf, "params");
+    if (!(p.compute_ms > 0 && p.tokens > 0 && p.params > 0 && p.optimizer_ms >= 0))
+        die("plan: the profile '%s' lacks compute_ms, optimizer_ms, tokens_per_step or params", path);
+    p.have = 1;
+    return p;
+}
+
+/* Matmul FLOPs per token of one layer, and of the head (the rest of model_flops_per_token). */
+static void flops_split(const ModelConfig *mc, double *layer, double *head) {
+    double total = model_flops_per_token(mc);
+    ModelConfig none = *mc;
+    none.n_layers = 0;
+    *head = model_flops_per_token(&none);
+    *layer = (total - *head) / mc->n_layers;
+}
+
+typedef struct {
+    int dp, tp, pp, B, m, recompute, zero;
+    double mem_gib, step_ms, tokens_per_s, comm_ms, bubble;
+    int fits;
+    char why[160];
+} Layout;
+
+static double link_busbw(const char *link) {   /* GB/s of bus bandwidth, nccl-tests' sense */
+    if (!strcmp(link, "nvlink")) return 370;      /* 8x H100/H200 ring all-reduce, published */
+    if (!strcmp(link, "pcie")) return 25;         /* PCIe gen5 x16 through the host */
+    if (!strcmp(link, "ib")) return 45;           /* one 400 Gb/s NIC per GPU */
+    if (!strcmp(link, "eth")) return 10;          /* 100 Gb/s Ethernet */
+    char *end;
+    double v = strtod(link, &end);
+    if (*end || !(v > 0)) die("plan: --link=%s: use nvlink, pcie, ib, eth or a measured bus bandwidth in GB/s (e.g. --link=312)", link);
+    return v;
+}
+
+/* One layout's memory (the largest stage) and predicted step. */
+static void predict(Layout *L, const Config *base, const ModelConfig *mc, const Backend *be, const Profile *prof, int gpus_per_node,
+                    double link_node, double link_net, double gpu_mem) {
+    Config c = *base;
+    c.dp = L->dp; c.tp = L->tp; c.pp = L->pp; c.batch_size = L->B; c.recompute = L->recompute; c.zero = L->zero;
+    c.total_batch_tokens = L->m * L->B * c.seq_len * L->dp;
+    Comm grid;
+    comm_init_one(&grid);
+    grid.world_size = L->dp * L->tp * L->pp; grid.dp = L->dp; grid.tp = L->tp; grid.pp = L->pp;
+    Schedule s;
+    trainer_schedule(&s, &c, mc, &grid, be);
+    PartitionSpec layout = trainer_layout(&c);
+    double most = 0, layer_f, head_f, heaviest = 0;
+    int heaviest_layers = 0;
+    flops_split(mc, &layer_f, &head_f);
+    for (int st = 0; st < L->pp; st++) {
+        ModelPart part = partition_part(mc, &layout, st, 0);
+        part.n_slots = s.slots[st];
+        part.master_in_shard = L->zero && L->dp > 1 && be->act != DTYPE_FP32;
+        grid.pp_rank = st;
+        MemoryPlan p = memory_plan(&c, mc, be, &grid, &part, c.recompute, c.optimizer, c.batch_size);
+        if (p.total > most) most = p.total;
+        int layers = 0;
+        for (int k = 0; k < part.n_chunks; k++) layers += part.chunks[k].n_layers;
+        double f = layers * layer_f * recompute_factor[L->recompute] + (part.has_head ? head_f : 0);
+        if (f > heaviest) { heaviest = f; heaviest_layers = layers; }
+    }
+    L->mem_gib = most / 1073741824.0;
+    L->fits = most <= gpu_mem;
+    /* compute of the heaviest stage, one micro-batch, from the profile's time per FLOP */
+    double tokens = (double)L->B * c.seq_len;
+    double s_per_flop = prof->have ? prof->compute_ms / 1e3 / (prof->tokens * model_flops_per_token(mc))
+                                   : 1.0 / (H200_BF16_PEAK * NO_PROFILE_MFU);
+    double micro = tokens * heaviest * s_per_flop / L->tp;
+    double compute = micro * L->m;
+    double bubble_frac = schedule_bubble_formula(&s);
+    double pipeline = compute / (1 - bubble_frac);
+    /* communication: tp inside a node, dp and pp across nodes when the job spans several */
+    int multi = L->dp * L->tp * L->pp > gpus_per_node;
+    double act_bytes = tokens * mc->dim * dtype_size(be->act);
+    double tp_s = L->tp > 1 ? 4.0 * heaviest_layers * L->m * act_bytes * 2.0 * (L->tp - 1) / L->tp / (link_node * 1e9) : 0;
+    double params_rank = model_count_params(mc) / (double)(L->pp * L->tp);
+    double dp_bw = multi ? link_net : link_node;
+    double dp_total = L->dp > 1 ? params_rank * 4 * 2.0 * (L->dp - 1) / L->dp / (dp_bw * 1e9) : 0;
+    double last_bucket = L->dp > 1 ? fmin(dp_total, c.bucket_mb * 1048576 * 2.0 / (dp_bw * 1e9)) : 0;
+    double dp_exposed = fmax(last_bucket, dp_total - micro * 2.0 / 3.0);   /* hidden behind the last backward */
+    /* zero=1: the updated weights are all-gathered after the optimizer, in the open */
+    double gather = L->zero ? params_rank * dtype_size(be->act) * (L->dp - 1.0) / L->dp / (dp_bw * 1e9) : 0;
+    dp_exposed += gather;
+    double pp_s = L->pp > 1 ? 2.0 * L->m * act_bytes / ((multi ? link_net : link_node) * 1e9) : 0;
+    double opt = prof->have ? prof->optimizer_ms / 1e3 * params_rank / prof->params / (L->zero ? L->dp : 1) : 0;
+    double host = prof->have ? prof->host_ms / 1e3 : 0;
+    double step = pipeline + tp_s + dp_exposed + pp_s + opt + host;
+    L->step_ms = step * 1e3;
+    L->tokens_per_s = L->m * tokens * L->dp / step;
+    L->comm_ms = (tp_s + dp_exposed + pp_s) * 1e3;
+    L->bubble = bubble_frac;
+    schedule_free(&s);
+}
+
+static int divides_model(const ModelConfig *mc, int tp) { return mc->n_heads % tp == 0 && mc->n_kv_heads % tp == 0 && mc->ffn_dim % tp == 0; }
+
+static int by_speed(const void *a, const void *b) {
+    const Layout *x = a, *y = b;
+    if (x->fits != y->fits) return y->fits - x->fits;
+    if (fabs(x->tokens_per_s - y->tokens_per_s) > 1e-6 * x->tokens_per_s) return x->tokens_per_s < y->tokens_per_s ? 1 : -1;
+    return x->mem_gib < y->mem_gib ? -1 : x->mem_gib > y->mem_gib;   /* as fast: the one with room to spare */
+}
+
+static const char *usage =
+    "usage: build/train plan --preset=P --gpus=N [--device=cuda --precision=bf16] [--gpu_mem_gib=80] [--gpus_per_node=8] [--link=nvlink|pcie|ib|eth|GBPS]\n"
+    "                        [--net=ib|eth|GBPS] [--profile=PROFILE.json] [--out=PLAN.json] [--top=15] [config keys]\n"
+    "  every dp x tp x pp x micro-batch x recompute x zero layout of N GPUs: memory per rank (the memory plan\n"
+    "  training allocates from) and predicted step time; ranked, each with why. A profile comes from a\n"
+    "  one-GPU run with --profile_out=PATH; without one, compute is estimated from FLOPs.\n";
+
+int plan_main(int argc, char **argv) {
+    int gpus = 0, per_node = 8, top = 15;
+    double mem_gib = 80;
+    const char *link = "nvlink", *net = "ib", *profile = NULL, *out = NULL;
+    char **rest = callocCheck((size_t)argc + 2, sizeof(char *));
+    int n = 0;
+    rest[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help")) { printf("%s", usage); free(rest); return 0; }
+        if (!strncmp(a, "--gpus=", 7)) gpus = atoi(a + 7);
+        else if (!strncmp(a, "--gpus_per_node=", 16)) per_node = atoi(a + 16);
+        else if (!strncmp(a, "--gpu_mem_gib=", 14)) mem_gib = atof(a + 14);
+        else if (!strncmp(a, "--link=", 7)) link = a + 7;
+        else if (!strncmp(a, "--net=", 6)) net = a + 6;
+        else if (!strncmp(a, "--profile=", 10)) profile = a + 10;
+        else if (!strncmp(a, "--out=", 6)) out = a + 6;
+        else if (!strncmp(a, "--top=", 6)) top = atoi(a + 6);
+        else rest[n++] = argv[i];
+    }
+    if (gpus < 1 || gpus > 65536) die("plan: --gpus=N is required, 1 to 65536\n%s", usage);
+    if (per_node < 1) die("plan: --gpus_per_node must be at least 1");
+    if (!(mem_gib > 0)) die("plan: --gpu_mem_gib must be a positive number of GiB");
+    double link_node = link_busbw(link), link_net = link_busbw(net);
+    Config c;
+    config_parse_args(&c, n, rest);
+    free(rest);
+    if (!c.vocab_size) c.vocab_size = 32000;
+    Profile prof = read_profile(profile);
+    ModelConfig mc;
+    model_config_from(&mc, &c, c.vocab_size);
+    /* the GPU's sizes, planned on any machine: the activation dtype and cuBLASLt's workspace */
+    Backend planned = *backend_cpu();
+    planned.act = c.precision == PRECISION_BF16 ? DTYPE_BF16 : c.precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
+    if (c.device == DEVICE_CUDA) planned.workspace_bytes = (size_t)64 << 20;   /* as kernels/cuda/backend_cuda.cu allocates */
+    long global = c.total_batch_tokens ? c.total_batch_tokens : (long)c.batch_size * c.seq_len * gpus;
+    Layout *all = callocCheck(4096, sizeof(Layout));
+    int count = 0;
+    for (int tp = 1; tp <= gpus && tp <= per_node; tp *= 2)
+        for (int pp = 1; tp * pp <= gpus && pp <= mc.n_layers; pp++) {
+            if (gpus % (tp * pp) || !divides_model(&mc, tp)) continue;
+            int dp = gpus / (tp * pp);
+            for (int B = 1; B <= c.batch_size * 4 && B <= 64; B *= 2) {
+                long per = (long)B * c.seq_len * dp;
+                if (global % per) continue;
+                int m = (int)(global / per);
+                if (m < pp || m > 4096) continue;
+                for (int r = 0; r < 3; r++)
+                    for (int z = 0; z <= (dp > 1); z++) {
+                        if (count == 4096) break;
+                        Layout *L = &all[count++];
+                        *L = (Layout){.dp = dp, .tp = tp, .pp = pp, .B = B, .m = m, .recompute = r, .zero = z};
+                        predict(L, &c, &mc, &planned, &prof, per_node, link_node, link_net, mem_gib * 1073741824.0);
+                    }
+            }
+        }
+    if (!count) die("plan: no layout of %d GPUs divides this model (heads %d, kv heads %d, ffn %d, %d layers) and a step of %ld tokens",
+                    gpus, mc.n_heads, mc.n_kv_heads, mc.ffn_dim, mc.n_layers, global);
+    qsort(all, count, sizeof(Layout), by_speed);
+    /* why, in the usual rule's words */
+    int one_gpu = 0;
+    for (int i = 0; i < count; i++) if (all[i].fits && all[i].tp == 1 && all[i].pp == 1) one_gpu = 1;
+    for (int i = 0; i < count; i++) {
+        Layout *L = &all[i];
+        if (!L->fits) snprintf(L->why, sizeof L->why, "does not fit: %.1f GiB > %.0f GiB", L->mem_gib, mem_gib);
+        else if (L->tp == 1 && L->pp == 1) snprintf(L->why, sizeof L->why, "the model fits one GPU: data parallel, the least communication");
+        else if (one_gpu) snprintf(L->why, sizeof L->why, "fits, but the model fits one GPU: splitting it only adds communication%s",
+                                   L->pp > 1 ? " and a bubble" : "");
+        else if (L->tp * L->pp > per_node && L->tp > 1 && L->pp == 1) snprintf(L->why, sizeof L->why, "tensor parallel across nodes: slow links on every layer");
+        else snprintf(L->why, sizeof L->why, "%s%s", L->tp > 1 ? "tensor parallel inside a node" : "",
+                      L->pp > 1 ? (L->tp > 1 ? ", pipeline across stages" : "pipeline: the model does not fit one GPU") : "");
+    }
+    static const char *rname[] = {"none", "sel", "full"};
+    printf("plan | %s | %d GPUs (%d a node, %.0f GiB each) | link %s %.0f GB/s, net %s %.0f GB/s | %ld tokens a step | %s\n",
+           c.preset[0] ? c.preset : "model", gpus, per_node, mem_gib, link, link_node, net, link_net, global,
+           prof.have ? "compute from the profile" : "compute estimated from FLOPs (no --profile)");
+    printf("  #  dp tp pp   B    m recomp zero  mem/rank   step ms    tokens/s  comm ms  bubble  why\n");
+    int shown = 0, any_fit = 0;
+    for (int i = 0; i < count && shown < top; i++, shown++) {
+        Layout *L = &all[i];
+        any_fit |= L->fits;
+        printf("%3d %3d %2d %2d %3d %4d %6s %4d %7.2f GiB %9.1f %11.0f %8.1f %6.1f%%  %s\n", i + 1, L->dp, L->tp, L->pp, L->B, L->m,
+               rname[L->recompute], L->zero, L->mem_gib, L->step_ms, L->tokens_per_s, L->comm_ms, 100 * L->bubble, L->why);
+    }
+    if (out) {
+        FILE *f = fopen(out, "w");
+        if (!f) die("plan: cannot write '%s'", out);
+        fprintf(f, "{\"gpus\": %d, \"gpu_mem_gib\": %g, \"global_tokens\": %ld, \"layouts\": [\n", gpus, mem_gib, global);
+        for (int i = 0; i < count; i++) {
+            const Layout *L = &all[i];
+            fprintf(f, "  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"batch_size\": %d, \"micro_batches\": %d, \"recompute\": %d, \"zero\": %d, "
+                       "\"memory_bytes\": %.0f, \"fits\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.0f, \"comm_ms\": %.3f, \"bubble\": %.4f}%s\n",
+                    L->dp, L->tp, L->pp, L->B, L->m, L->recompute, L->zero, L->mem_gib * 1073741824.0, L->fits, L->step_ms, L->tokens_per_s,
+                    L->comm_ms, L->bubble, i + 1 < count ? "," : "");
+        }
+        fprintf(f, "]}\n");
+        fclose(f);
+        printf("json | %s (%d layouts)\n", out, count);
+    }
+    if (!all[0].fits) {   /* sorted: nothing fits; say what is closest */
+        Layout best = all[0];
+        for (int i = 1; i < count; i++) if (all[i].mem_gib < best.mem_gib) best = all[i];
+        free(all);
+        die("plan: no layout of %d GPUs fits %.0f GiB a GPU; the closest, dp=%d tp=%d pp=%d B=%d recompute=%s zero=%d, needs %.1f GiB "
+            "(%.1f GiB over)\n  hint: more GPUs, GPUs with more memory, optimizer=adamw8bit, or a smaller model",
+            gpus, mem_gib, best.dp, best.tp, best.pp, best.B, rname[best.recompute], best.zero, best.mem_gib, best.mem_gib - mem_gib);
+    }
+    free(all);
+    return 0;
+}

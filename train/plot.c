@@ -1,0 +1,89 @@
+/* train/plot.c — `build/train plot RUN.jsonl`: a run's log as pictures.
+ *
+ * The idea: llm3d draws nothing itself; it turns its own JSONL (one object a
+ * step, one an evaluation, a first line saying what ran) into gnuplot's
+ * columns and a short script, and gnuplot draws: the loss and validation loss
+ * against steps and against tokens, tokens/s, and where each logged step's
+ * time went (the split of the slowest rank, on runs of many ranks). */
+#include "trainer.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double field(const char *line, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(line, k);
+    return p ? atof(p + strlen(k)) : NAN;
+}
+
+static const char *usage = "usage: build/train plot RUN.jsonl [--out=RUN.png]\n"
+                           "  draws loss and val loss (by step and by token), tokens/s and the step-time split with gnuplot\n";
+
+int plot_main(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help")) { printf("%s", usage); return 0; }
+        if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
+        else if (!in && strncmp(argv[i], "--", 2)) in = argv[i];
+        else die("plot: unexpected '%s'\n%s", argv[i], usage);
+    }
+    if (!in) die("plot: which log?\n%s", usage);
+    FILE *f = fopen(in, "r");
+    if (!f) die("plot: cannot read '%s'\n  hint: a run writes its log with --log_jsonl=PATH", in);
+    char png[1024], data[1100], script[1100], line[8192];
+    if (out) snprintf(png, sizeof png, "%s", out);
+    else snprintf(png, sizeof png, "%.*s.png", (int)(strstr(in, ".jsonl") ? strstr(in, ".jsonl") - in : (long)strlen(in)), in);
+    snprintf(data, sizeof data, "%s.dat", png);
+    snprintf(script, sizeof script, "%s.gp", png);
+    FILE *d = fopen(data, "w");
+    if (!d) die("plot: cannot write '%s'", data);
+    double tokens_per_step = NAN, tokens = 0;
+    int steps = 0, evals = 0, split = 0, lineno = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (line[0] != '{' || !strchr(line, '}'))
+            die("plot: '%s' line %d is not a JSON object: this is not an llm3d log (--log_jsonl writes one object a line)", in, lineno);
+        if (strstr(line, "\"run\": \"llm3d\"")) { tokens_per_step = field(line, "tokens_per_step"); continue; }
+        double step = field(line, "step");
+        if (isnan(step)) die("plot: '%s' line %d has no \"step\": this is not an llm3d log", in, lineno);
+        double val = field(line, "val_loss"), loss = field(line, "loss");
+        if (!isnan(val)) { fprintf(d, "E %g %g %g\n", step, isnan(tokens_per_step) ? NAN : step * tokens_per_step, val); evals++; continue; }
+        if (isnan(loss)) continue;
+        double tps = field(line, "tokens_per_s"), ms = field(line, "ms");
+        tokens = isnan(tokens_per_step) ? tokens + tps * ms / 1e3 : step * tokens_per_step;
+        double c = field(line, "compute_ms"), e = field(line, "comm_exposed_ms"), b = field(line, "bubble_ms"), o = field(line, "optimizer_ms"),
+               da = field(line, "data_ms"), h = field(line, "host_ms");
+        if (!isnan(c)) split++;
+        fprintf(d, "S %g %g %g %g %g %g %g %g %g %g\n", step, tokens, loss, tps, c, e, b, o, da, h);
+        steps++;
+    }
+    fclose(f);
+    fclose(d);
+    if (!steps) die("plot: '%s' holds no training steps: this is not an llm3d log, or the run logged nothing", in);
+    FILE *g = fopen(script, "w");
+    if (!g) die("plot: cannot write '%s'", script);
+    fprintf(g, "set terminal pngcairo size 1200,%d font ',10'\nset output '%s'\nset multiplot layout %d,2\nset grid\nset key top right\n",
+            split ? 800 : 420, png, split ? 2 : 1);
+    fprintf(g, "set title 'loss by step'\nset xlabel 'step'\nset ylabel 'nats per token'\n"
+               "plot '%s' using (strcol(1) eq 'S' ? $2 : 1/0):4 with lines title 'train'%s\n", data,
+            evals ? ", '' using (strcol(1) eq 'E' ? $2 : 1/0):4 with linespoints title 'val'" : "");
+    fprintf(g, "set title 'loss by token'\nset xlabel 'tokens'\n"
+               "plot '%s' using (strcol(1) eq 'S' ? $3 : 1/0):4 with lines title 'train'%s\n", data,
+            evals ? ", '' using (strcol(1) eq 'E' ? $3 : 1/0):4 with linespoints title 'val'" : "");
+    fprintf(g, "set title 'throughput'\nset xlabel 'step'\nset ylabel 'tokens/s'\nplot '%s' using (strcol(1) eq 'S' ? $2 : 1/0):5 with lines notitle\n", data);
+    if (split)
+        fprintf(g, "set title 'where the step went (slowest rank)'\nset ylabel 'ms'\nset key outside right\n"
+                   "plot '%s' using (strcol(1) eq 'S' ? $2 : 1/0):6 with lines title 'compute', '' using (strcol(1) eq 'S' ? $2 : 1/0):7 with lines title 'comm exposed', "
+                   "'' using (strcol(1) eq 'S' ? $2 : 1/0):8 with lines title 'bubble', '' using (strcol(1) eq 'S' ? $2 : 1/0):9 with lines title 'optimizer', "
+                   "'' using (strcol(1) eq 'S' ? $2 : 1/0):10 with lines title 'data', '' using (strcol(1) eq 'S' ? $2 : 1/0):11 with lines title 'host'\n", data);
+    fprintf(g, "unset multiplot\n");
+    fclose(g);
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0)
+        die("plot: gnuplot is not installed (apt-get install gnuplot-nox; scripts/setup.sh installs it); the script is %s", script);
+    char cmd[2600];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>'%s.log'", script, png);
+    if (system(cmd) != 0) die("plot: gnuplot failed on %s; its messages are in %s.log", script, png);
+    printf("plot  | %s (%d steps, %d evaluations%s)\n", png, steps, evals, split ? ", step-time split" : "");
+    return 0;
+}

@@ -1,0 +1,259 @@
+/* train/scale.c — `build/train scale`: why N ranks are not N times faster.
+ *
+ * The idea: run the same job on 1, 2, 4, ... ranks (through mpirun, the way a
+ * user would), read each run's own JSONL — tokens/s, the step-time split of
+ * the slowest rank, memory — and set them side by side: speedup and
+ * efficiency against ideal, where each step's time went, and a verdict in
+ * the words of the usual complaints ("exposed communication", "one rank's
+ * data loader", "the bubble"). It also compares the first steps' losses
+ * across sizes: with strong scaling (the same global batch) they must agree
+ * to rounding, which is the "loss drifted when I added GPUs" symptom caught. */
+#include "trainer.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_SIZES 16
+#define MAX_STEPS 64
+
+typedef struct {
+    int ranks, steps;
+    double loss[MAX_STEPS], ms[MAX_STEPS], tps;
+    double compute, exposed, busy, bubble, optimizer, data, host, step_ms;   /* medians of the timed steps, ms */
+    double memory;        /* bytes per rank: the planned total (rank 0's), or the device's in use */
+    int slowest;
+} SizeRun;
+
+static double json_field(const char *line, const char *key) {
+    char k[64];
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    const char *p = strstr(line, k);
+    return p ? atof(p + strlen(k)) : NAN;
+}
+
+static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+static double med(double *v, int n) {
+    if (n <= 0) return NAN;
+    qsort(v, n, sizeof(double), by_value);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* A run's JSONL: the header line's memory, every step's loss and time, the timed steps' split medians. */
+static void read_run(SizeRun *r, const char *path, int warmup) {
+    FILE *f = fopen(path, "r");
+    if (!f) die("scale: the run with %d ranks wrote no log '%s' (see its .log beside it)", r->ranks, path);
+    char line[4096];
+    double v[9][MAX_STEPS];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "\"run\": ")) { r->memory = json_field(line, "memory_bytes"); continue; }
+        if (!strstr(line, "\"loss\": ") || r->steps == MAX_STEPS) continue;
+        int s = r->steps++;
+        r->loss[s] = json_field(line, "loss");
+        r->ms[s] = json_field(line, "ms");
+        double dev = json_field(line, "device_bytes");
+        if (dev > r->memory || isnan(r->memory)) r->memory = dev;
+        if (s < warmup) continue;
+        const char *keys[9] = {"compute_ms", "comm_exposed_ms", "comm_busy_ms", "bubble_ms", "optimizer_ms", "data_ms", "host_ms", "ms", "slowest_rank"};
+        for (int k = 0; k < 9; k++) v[k][n] = json_field(line, keys[k]);
+        n++;
+    }
+    fclose(f);
+    if (r->steps <= warmup) die("scale: the run with %d ranks logged %d steps, not more than the %d warm-up steps (see %s)", r->ranks, r->steps, warmup, path);
+    r->slowest = (int)v[8][n - 1];
+    double *out[8] = {&r->compute, &r->exposed, &r->busy, &r->bubble, &r->optimizer, &r->data, &r->host, &r->step_ms};
+    for (int k = 0; k < 8; k++) *out[k] = med(v[k], n);
+    if (isnan(r->compute)) {   /* one rank logs no split: all of it is compute, optimizer, data and host */
+        r->compute = r->step_ms; r->exposed = r->busy = r->bubble = r->optimizer = r->data = r->host = 0;
+    }
+}
+
+static const char *usage =
+    "usage: build/train scale --ranks=1,2,4,8 [--mode=weak|strong] [--steps=5] [--warmup=2] [--out=runs/scale] [config keys]\n"
+    "  runs the same job on each number of ranks (dp = ranks / (tp*pp)), through mpirun, and prints speedup,\n"
+    "  efficiency, where the time went and why; writes OUT/scale.json and OUT/scale.png (gnuplot).\n"
+    "  weak: every rank keeps its batch (the global batch grows); strong: the global batch stays.\n";
+
+int scale_main(int argc, char **argv) {
+    int sizes[MAX_SIZES], n_sizes = 0, steps = 5, warmup = 2, weak = 1;
+    const char *out = "runs/scale";
+    char keys[8192] = "";
+    size_t kl = 0;
+    char **rest = callocCheck((size_t)argc + 1, sizeof(char *));
+    int n = 0;
+    rest[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help")) { printf("%s", usage); free(rest); return 0; }
+        if (!strncmp(a, "--ranks=", 8)) {
+            for (const char *p = a + 8; *p;) {
+                char *end;
+                long v = strtol(p, &end, 10);
+                if (end == p || v < 1 || v > 4096 || n_sizes == MAX_SIZES || (*end && *end != ','))
+                    die("scale: --ranks=%s: a comma list of up to %d rank counts from 1 to 4096 (e.g. --ranks=1,2,4,8)", a + 8, MAX_SIZES);
+                sizes[n_sizes++] = (int)v;
+                p = *end ? end + 1 : end;
+            }
+        } else if (!strncmp(a, "--mode=", 7)) {
+            if (!strcmp(a + 7, "weak")) weak = 1;
+            else if (!strcmp(a + 7, "strong")) weak = 0;
+            else die("scale: --mode=%s: use weak or strong", a + 7);
+        } else if (!strncmp(a, "--steps=", 8)) steps = atoi(a + 8);
+        else if (!strncmp(a, "--warmup=", 9)) warmup = atoi(a + 9);
+        else if (!strncmp(a, "--out=", 6)) out = a + 6;
+        else {
+            rest[n++] = argv[i];
+            kl += snprintf(keys + kl, sizeof keys - kl, " '%s'", a);
+            if (kl >= sizeof keys) die("scale: too many settings");
+        }
+    }
+    if (!n_sizes) die("scale: --ranks=1,2,4 is required\n%s", usage);
+    if (steps < 1 || warmup < 0 || steps + warmup > MAX_STEPS) die("scale: --steps (1..) and --warmup (0..) must add up to at most %d", MAX_STEPS);
+    Config c;
+    config_parse_args(&c, n, rest);
+    free(rest);
+    int mp = c.tp * c.pp, gpus = c.device == DEVICE_CUDA ? backend_cuda_device_count() : 0;
+    long base = c.total_batch_tokens ? c.total_batch_tokens / c.dp : (long)c.batch_size * c.seq_len;   /* per data-parallel rank */
+    int most = 0;
+    for (int i = 0; i < n_sizes; i++) {
+        if (sizes[i] % mp) die("scale: %d ranks do not divide into tp*pp = %d*%d model replicas", sizes[i], c.tp, c.pp);
+        if (c.device == DEVICE_CUDA && c.comm_backend == COMM_NCCL && sizes[i] > gpus)
+            die("scale: %d rank(s) with comm_backend=nccl need %d GPUs, and this machine has %d\n"
+                "  hint: drop the larger sizes, or --comm_backend=mpi to let ranks share GPUs (a test, not a measurement)", sizes[i], sizes[i], gpus);
+        if (sizes[i] > most) most = sizes[i];
+    }
+    long strong_total = c.total_batch_tokens ? c.total_batch_tokens : (long)c.batch_size * c.seq_len * (most / mp);
+    mkdir(out, 0755);
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) die("scale: cannot find this program's path");
+    exe[len] = 0;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    SizeRun runs[MAX_SIZES];
+    for (int i = 0; i < n_sizes; i++) {
+        int r = sizes[i], dp = r / mp;
+        long total = weak ? base * dp : strong_total;
+        if (total % ((long)c.batch_size * c.seq_len * dp))
+            die("scale: a step of %ld tokens does not split into batch_size*seq_len*dp = %d*%d*%d; choose total_batch_tokens divisible at every size",
+                total, c.batch_size, c.seq_len, dp);
+        char cmd[16384];
+        snprintf(cmd, sizeof cmd, "%s%s%s -np %d '%s'%s --dp=%d --total_batch_tokens=%ld --max_steps=%d --warmup_steps=0 --log_every=1 "
+                 "--log_jsonl=%s/ranks_%d.jsonl --run_dir=%s/run_%d --checkpoint_every=-1 --eval_every=0 --sample_tokens=0 > %s/ranks_%d.log 2>&1",
+                 r > 1 ? "mpirun" : "", r > 1 && geteuid() == 0 ? " --allow-run-as-root" : "", r > cores ? " --oversubscribe" : "", r, exe, keys,
+                 dp, total, steps + warmup, out, r, out, r, out, r);
+        if (r == 1) memmove(cmd, strstr(cmd, "'"), strlen(strstr(cmd, "'")) + 1);   /* one rank: no launcher */
+        char jsonl[1200];
+        snprintf(jsonl, sizeof jsonl, "%s/ranks_%d.jsonl", out, r);
+        unlink(jsonl);
+        printf("scale | %d rank%s: %s\n", r, r > 1 ? "s" : "", r > 1 ? "mpirun" : "one process");
+        fflush(stdout);
+        if (system(cmd) != 0) die("scale: the run with %d ranks failed; its output is in %s/ranks_%d.log", r, out, r);
+        memset(&runs[i], 0, sizeof runs[i]);
+        runs[i].ranks = r;
+        runs[i].memory = NAN;
+        read_run(&runs[i], jsonl, warmup);
+    }
+    /* the table, the loss check, the verdicts */
+    const SizeRun *one = &runs[0];
+    double tol = c.precision == PRECISION_FP32 ? 1e-4 : 2e-2;
+    printf("\n%-6s %11s %8s %6s %8s %8s %8s %8s %8s %8s %8s %10s\n", "ranks", "tokens/s", "speedup", "eff", "step ms", "compute",
+           "comm exp", "comm all", "bubble", "data", "host", "mem/rank");
+    FILE *js = NULL;
+    char path[1200];
+    snprintf(path, sizeof path, "%s/scale.json", out);
+    js = fopen(path, "w");
+    if (!js) die("scale: cannot write '%s'", path);
+    fprintf(js, "{\"mode\": \"%s\", \"sizes\": [\n", weak ? "weak" : "strong");
+    for (int i = 0; i < n_sizes; i++) {
+        SizeRun *r = &runs[i];
+        double ms[MAX_STEPS];
+        int k = 0;
+        for (int s = warmup; s < r->steps; s++) ms[k++] = r->ms[s];
+        double step = med(ms, k), tokens = (double)(weak ? base * (r->ranks / mp) : strong_total);
+        r->tps = tokens / (step / 1e3);
+        double speed = r->tps / (one->tps > 0 ? one->tps : 1), ideal = (double)r->ranks / one->ranks, eff = speed / ideal;
+        char mem[32] = "-";
+        if (r->memory > 0) format_bytes(r->memory, mem, sizeof mem);
+        printf("%-6d %11.0f %7.2fx %5.0f%% %8.1f %7.1f%% %7.1f%% %7.1f%% %7.1f%% %7.1f%% %7.1f%% %10s\n", r->ranks, r->tps, speed, 100 * eff,
+               step, 100 * r->compute / r->step_ms, 100 * r->exposed / r->step_ms, 100 * r->busy / r->step_ms, 100 * r->bubble / r->step_ms,
+               100 * r->data / r->step_ms, 100 * r->host / r->step_ms, mem);
+        fprintf(js, "  {\"ranks\": %d, \"tokens_per_s\": %.1f, \"speedup\": %.4f, \"efficiency\": %.4f, \"step_ms\": %.3f, \"compute_ms\": %.3f, "
+                    "\"comm_exposed_ms\": %.3f, \"comm_busy_ms\": %.3f, \"bubble_ms\": %.3f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, "
+                    "\"host_ms\": %.3f, \"memory_bytes\": %.0f, \"slowest_rank\": %d, \"first_loss\": %.6f}%s\n",
+                r->ranks, r->tps, speed, eff, step, r->compute, r->exposed, r->busy, r->bubble, r->optimizer, r->data, r->host,
+                r->memory > 0 ? r->memory : 0, r->slowest, r->loss[0], i + 1 < n_sizes ? "," : "");
+    }
+    fprintf(js, "]}\n");
+    fclose(js);
+    printf("\n");
+    int drifted = 0;
+    for (int i = 1; i < n_sizes; i++) {
+        const SizeRun *r = &runs[i];
+        int bad = -1;
+        for (int s = 0; s < 3 && s < r->steps && s < one->steps; s++) {
+            double d = fabs(r->loss[s] - one->loss[s]) / fabs(one->loss[s]);
+            if (d > (weak ? 0.05 : tol)) { bad = s; break; }
+        }
+        if (bad >= 0) {
+            drifted = 1;
+            printf("loss  | %d ranks: step %d loss %.5f vs %.5f on %d rank%s — %s\n", r->ranks, bad + 1, r->loss[bad], one->loss[bad],
+                   one->ranks, one->ranks > 1 ? "s" : "", weak ? "more than 5% apart: the data or the model differ between sizes"
+                                                             : "the same global batch must give the same loss: the layout changed the maths");
+        }
+    }
+    if (!drifted) printf("loss  | the first steps' losses agree at every size (%s)\n", weak ? "within 5%: weak scaling grows the batch" : "strong scaling: within rounding");
+    for (int i = 1; i < n_sizes; i++) {
+        const SizeRun *r = &runs[i];
+        double speed = r->tps / one->tps, eff = speed / ((double)r->ranks / one->ranks);
+        printf("why   | %d ranks: %.2fx (%.0f%%)", r->ranks, speed, 100 * eff);
+        double exp = r->exposed / r->step_ms, bub = r->bubble / r->step_ms, dat = r->data / r->step_ms, host = r->host / r->step_ms;
+        int said = 0;
+        if (exp > 0.05) { printf("; exposed communication %.0f%% of the step (%.0f%% of the communication hidden)", 100 * exp,
+                                 r->busy > 0 ? 100 * fmax(0, 1 - r->exposed / r->busy) : 0); said = 1; }
+        if (bub > 0.05) { printf("; pipeline bubble %.0f%% of the step", 100 * bub); said = 1; }
+        if (dat > 0.05) { printf("; rank %d's data loading takes %.0f%% of the step", r->slowest, 100 * dat); said = 1; }
+        if (host > 0.10) { printf("; host overhead %.0f%% (launches, waits outside the device)", 100 * host); said = 1; }
+        if (!weak && r->compute > one->compute * one->ranks / r->ranks * 1.2) {
+            printf("; compute per rank shrank to %.0f%% instead of %.0f%%", 100 * r->compute / one->compute, 100.0 * one->ranks / r->ranks);
+            said = 1;
+        }
+        if (r->ranks > cores && c.device == DEVICE_CPU) { printf("; %d ranks share %ld cores, so they take turns", r->ranks, cores); said = 1; }
+        if (!said) printf("; nothing stands out");
+        printf("\n");
+    }
+    printf("json  | %s\n", path);
+    /* the picture: speedup against ideal, and each size's split */
+    snprintf(path, sizeof path, "%s/scale.gp", out);
+    FILE *gp = fopen(path, "w");
+    if (!gp) die("scale: cannot write '%s'", path);
+    fprintf(gp, "set terminal pngcairo size 1100,420 font ',10'\nset output '%s/scale.png'\nset multiplot layout 1,2\n", out);
+    fprintf(gp, "set title 'speedup (%s scaling)'\nset xlabel 'ranks'\nset ylabel 'x one rank'\nset key left top\nset grid\n", weak ? "weak" : "strong");
+    fprintf(gp, "plot '-' with linespoints lw 2 title 'llm3d', '-' with lines dt 2 title 'ideal'\n");
+    for (int i = 0; i < n_sizes; i++) fprintf(gp, "%d %g\n", runs[i].ranks, runs[i].tps / one->tps);
+    fprintf(gp, "e\n");
+    for (int i = 0; i < n_sizes; i++) fprintf(gp, "%d %g\n", runs[i].ranks, (double)runs[i].ranks / one->ranks);
+    fprintf(gp, "e\nset title 'where the slowest rank''s step goes'\nset ylabel 'ms'\nset xlabel 'ranks'\nset style data histograms\n"
+                "set style histogram rowstacked\nset style fill solid 0.8\nset boxwidth 0.6\nset key outside right\n");
+    const char *parts[6] = {"compute", "comm exposed", "bubble", "optimizer", "data", "host"};
+    fprintf(gp, "plot");
+    for (int k = 0; k < 6; k++) fprintf(gp, "%s '-' using 2:xtic(1) title '%s'", k ? "," : "", parts[k]);
+    fprintf(gp, "\n");
+    for (int k = 0; k < 6; k++) {
+        for (int i = 0; i < n_sizes; i++) {
+            const SizeRun *r = &runs[i];
+            double v[6] = {r->compute, r->exposed, r->bubble, r->optimizer, r->data, fmax(0, r->host)};
+            fprintf(gp, "%d %g\n", r->ranks, v[k]);
+        }
+        fprintf(gp, "e\n");
+    }
+    fprintf(gp, "unset multiplot\n");
+    fclose(gp);
+    char cmd[2600];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>%s/gnuplot.log", path, out);
+    if (system("command -v gnuplot >/dev/null 2>&1") != 0) printf("plot  | gnuplot is not installed (apt-get install gnuplot-nox): %s holds the script\n", path);
+    else if (system(cmd) != 0) printf("plot  | gnuplot failed; see %s/gnuplot.log\n", out);
+    else printf("plot  | %s/scale.png\n", out);
+    return 0;
+}
