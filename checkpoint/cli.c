@@ -4,26 +4,33 @@
 #include "checkpoint.h"
 #include "hf.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+/* The value of --key=VALUE (or --ke-y=VALUE: dashes and underscores are the same) in argv; NULL if absent. */
 static const char *arg_value(int argc, char **argv, const char *key) {
-    size_t k = strlen(key);
-    for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, key, k) && argv[i][2 + k] == '=') return argv[i] + 3 + k;
+    for (int i = 1; i < argc; i++) {
+        char k[64];
+        const char *v = option_split(argv[i], k, sizeof k);
+        if (v && !strcmp(k, key)) return v;
+    }
     return NULL;
 }
 
+/* Dies on anything that is not --key=VALUE with a known key, suggesting the nearest. */
 static void check_args(int argc, char **argv, const char *const *known, const char *usage) {
+    int n_known = 0;
+    while (known[n_known]) n_known++;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { printf("%s", usage); exit(0); }
+        char k[64];
+        const char *v = option_split(argv[i], k, sizeof k);
+        if (!v) die("%s: unexpected argument '%s' (options are --key=value)\n%s", argv[0], argv[i], usage);
         int ok = 0;
-        for (int k = 0; known[k]; k++) {
-            size_t n = strlen(known[k]);
-            if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, known[k], n) && argv[i][2 + n] == '=') ok = 1;
-        }
-        if (!ok) die("%s: unexpected argument '%s'\n%s", argv[0], argv[i], usage);
+        for (int j = 0; j < n_known; j++) ok |= !strcmp(k, known[j]);
+        if (!ok) die("%s: unknown option '--%s' (did you mean --%s?)\n%s", argv[0], k, option_suggest(k, known, n_known), usage);
     }
 }
 

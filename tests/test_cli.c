@@ -65,6 +65,9 @@ int main(void) {
                                   "--val_data= --run_dir=%s/run", dir);
 #define ARGS(...) (snprintf(args, sizeof args, __VA_ARGS__), args)
     expect_error("--dimm=64", "unknown config key 'dimm' (did you mean 'dim'?)");
+    expect_error("--steps=5", "unknown config key 'steps' (did you mean 'max_steps'?)");       /* a key containing the word */
+    expect_error("--num_layers=2", "unknown config key 'num_layers' (did you mean 'n_layers'?)"); /* a key sharing a word */
+    expect_error("--learning-rate=2", "unknown config key 'learning_rate'");
     expect_error("--dim=abc", "'abc' is not a whole number");
     expect_error("--lr=fast", "config key 'lr': 'fast' is not a number");
     expect_error("--n_layers=0", "out of range");
@@ -99,10 +102,15 @@ int main(void) {
     CHECK(rc == 0 && strstr(out, "--n_kv_heads") && strstr(out, "--lr_schedule") && strstr(out, "l124m"), "--help lists the keys and presets (rc %d)", rc);
     char jsonl[300];
     snprintf(jsonl, sizeof jsonl, "%s/log.jsonl", dir);
-    rc = run(ARGS("%s --train_data=%s --val_data=%s --eval_every=2 --eval_batches=2 --max_steps=3 --warmup_steps=1 --log_jsonl=%s",
-                  small, good, good, jsonl));
+    rc = run(ARGS("%s --train_data=%s --val_data=%s --eval_every=2 --eval_batches=2 --max-steps=3 --warmup_steps=1 --log_jsonl=%s "
+                  "--lr=0.003 --beta2=0.99", small, good, good, jsonl));
     CHECK(rc == 0 && strstr(out, "step     3/3 | loss") && strstr(out, "tok/s") && strstr(out, "val_loss"), "a 3-step run logs steps and eval (rc %d):\n%s", rc, out);
     CHECK(strstr(out, "| dim                  | 32 ") != NULL, "the startup table shows the settings");
+    /* floats as --help writes them: the default's text, else the shortest that reads back; no float noise */
+    CHECK(strstr(out, "| lr                   | 0.003 ") && strstr(out, "| beta2                | 0.99 ") &&
+          strstr(out, "| norm_eps             | 1e-5 ") && strstr(out, "| adam_eps             | 1e-8 ") &&
+          strstr(out, "| rope_theta           | 10000 ") && !strstr(out, "0.0030000") && !strstr(out, "e-06"),
+          "the startup table prints floats without noise:\n%s", out);
     /* a config file: sections and comments ignored, its keys over the preset, --key=value over the file */
     snprintf(path, sizeof path, "%s/good.ini", dir);
     const char *ini = "# run settings\n[model]\npreset = l15m\ndim = 48   # narrower\nn_heads=4\nn_kv_heads = 2\n[training]\nlr = 0.002\n";

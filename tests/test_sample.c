@@ -45,8 +45,8 @@ int main(void) {
     static char first[sizeof out];
     memcpy(first, out, sizeof out);
     CHECK(rc == 0 && !strncmp(out, "The", 3) && strlen(out) > 4, "sample from the checkpoint (rc %d):\n%s", rc, out);
-    rc = run(ARGS("sample --model=%s/run --tokenizer=%s/data/tokenizer.bin --prompt=The --tokens=15 --seed=3", dir, dir));
-    CHECK(rc == 0 && !strcmp(out, first), "the same seed gives the same text");
+    rc = run(ARGS("sample --model=%s/run --tokenizer=%s/data/tokenizer.bin --prompt=The --tokens=15 --seed=3 --top-k=40", dir, dir));
+    CHECK(rc == 0 && !strcmp(out, first), "the same seed gives the same text (--top-k=40 is --top_k=40, the default)");
 
     rc = run(ARGS("sample --model=%s/nothing --tokenizer=%s/data/tokenizer.bin", dir, dir));
     CHECK(rc == 1 && strstr(out, "error:"), "missing model: a clear error (rc %d):\n%s", rc, out);
@@ -64,6 +64,8 @@ int main(void) {
     CHECK(rc == 1 && strstr(out, "--tokens must be a positive whole number"), "bad --tokens (rc %d):\n%s", rc, out);
     rc = run(ARGS("sample --model=%s/run --colour=red", dir));
     CHECK(rc == 1 && strstr(out, "unknown option '--colour'"), "unknown option (rc %d):\n%s", rc, out);
+    rc = run(ARGS("sample --model=%s/run --k=5", dir));
+    CHECK(rc == 1 && strstr(out, "unknown option '--k' (did you mean --top_k?)"), "unknown option, suggestion (rc %d):\n%s", rc, out);
     rc = run(ARGS("%s --train_data=%s/data/train_*.bin --max_steps=2 --warmup_steps=1 --run_dir=%s/run2 --sample_tokens=5 "
                   "--tokenizer=%s/none.bin", model, dir, dir, dir));
     CHECK(rc == 1 && strstr(out, "cannot be read") && !strstr(out, "step "), "a missing vocabulary stops the run before training (rc %d):\n%s", rc, out);

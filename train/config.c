@@ -2,6 +2,7 @@
  * startup table. Everything a user can set is one row of config_fields[]. */
 #include "config.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -80,28 +81,10 @@ const ConfigField *config_find(const char *key) {
     return NULL;
 }
 
-static int edit_distance(const char *a, const char *b) {
-    int la = strlen(a), lb = strlen(b), d[64][64];
-    if (la > 63 || lb > 63) return 99;
-    for (int i = 0; i <= la; i++) d[i][0] = i;
-    for (int j = 0; j <= lb; j++) d[0][j] = j;
-    for (int i = 1; i <= la; i++)
-        for (int j = 1; j <= lb; j++) {
-            int sub = d[i - 1][j - 1] + (tolower(a[i - 1]) != tolower(b[j - 1]));
-            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
-            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-    return d[la][lb];
-}
-
 static const char *nearest_key(const char *key) {
-    const char *best = NULL;
-    int best_d = 1 << 30;
-    for (int i = 0; i < config_n_fields; i++) {
-        int d = edit_distance(key, config_fields[i].name);
-        if (d < best_d) { best_d = d; best = config_fields[i].name; }
-    }
-    return best;
+    const char *names[sizeof config_fields / sizeof config_fields[0]];
+    for (int i = 0; i < config_n_fields; i++) names[i] = config_fields[i].name;
+    return option_suggest(key, names, config_n_fields);
 }
 
 static int choice_index(const char *choices, const char *value) {
@@ -272,11 +255,9 @@ void config_parse_args(Config *c, int argc, char **argv) {
             continue;
         }
         char key[128];
-        const char *arg = argv[i] + 2, *eq = strchr(arg, '=');
-        if (!eq) die("'%s' has no value: write --%s=VALUE", argv[i], arg);
-        snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
-        for (char *p = key; *p; p++) if (*p == '-') *p = '_';
-        if (config_set(c, key, eq + 1, err, sizeof err) != 0) die("%s", err);
+        const char *value = option_split(argv[i], key, sizeof key);
+        if (!value) die("'%s' has no value: write %s=VALUE", argv[i], argv[i]);
+        if (config_set(c, key, value, err, sizeof err) != 0) die("%s", err);
     }
     config_validate(c);
 }
@@ -333,6 +314,30 @@ void config_print_help(FILE *out) {
         fprintf(out, "  %-6s %s\n         %s\n", presets[i].name, presets[i].about, presets[i].settings);
 }
 
+/* A float as a person writes it: the shortest text that reads back as the same
+ * float, the exponent without padding (1e-05 -> 1e-5); never 0.00300000003. */
+static void format_float_short(float v, char *out, size_t size) {
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(out, size, "%.*g", digits, v);
+        if (strtof(out, NULL) == v) break;
+    }
+    char *e = strchr(out, 'e');
+    if (!e) return;
+    char *sign = e + 1, *first = sign + (*sign == '+' || *sign == '-');
+    while (*first == '0' && first[1]) first++;
+    char *to = *sign == '-' ? sign + 1 : sign;
+    memmove(to, first, strlen(first) + 1);
+}
+
+/* One value of the startup table: as config_format, but floats as --help shows
+ * them (the default's own text where the value is the default). */
+static void format_for_table(const Config *c, const Config *defaults, const ConfigField *f, char *out, size_t size) {
+    if (f->type != FIELD_FLOAT) { config_format(c, f, out, size); return; }
+    float v = *(const float *)((const char *)c + f->offset);
+    if (v == *(const float *)((const char *)defaults + f->offset)) snprintf(out, size, "%s", f->default_value);
+    else format_float_short(v, out, size);
+}
+
 void config_print_table(const Config *c, FILE *out) {
     Config d;
     config_defaults(&d);
@@ -341,8 +346,8 @@ void config_print_table(const Config *c, FILE *out) {
     fprintf(out, "+----------------------+------------------------------------------+\n");
     for (int i = 0; i < config_n_fields; i++) {
         char v[1024], dv[1024];
-        config_format(c, &config_fields[i], v, sizeof v);
-        config_format(&d, &config_fields[i], dv, sizeof dv);
+        format_for_table(c, &d, &config_fields[i], v, sizeof v);
+        format_for_table(&d, &d, &config_fields[i], dv, sizeof dv);
         fprintf(out, "| %-20s | %-38.38s %s |\n", config_fields[i].name, v, strcmp(v, dv) ? "*" : " ");
     }
     fprintf(out, "+----------------------+------------------------------------------+\n");
