@@ -27,7 +27,7 @@ const ConfigField config_fields[] = {
     F(init_std, FIELD_FLOAT, "0.02", 0, 10, NULL, "model", "std of the normal init; output projections are scaled by 1/sqrt(2*n_layers)"),
     F(batch_size, FIELD_INT, "16", 1, BIG, NULL, "training", "micro-batch: sequences per forward/backward (B)"),
     F(total_batch_tokens, FIELD_INT, "0", 0, BIG, NULL, "training", "tokens per optimizer step over all ranks; 0 = batch_size*seq_len*dp (no accumulation)"),
-    F(max_steps, FIELD_INT, "1000", 0, BIG, NULL, "training", "optimizer steps to train"),
+    F(max_steps, FIELD_INT, "1000", 0, BIG, NULL, "training", "optimizer steps to train; 0 = build the model and exit, writing nothing (`build/train memory` shows the memory plan alone)"),
     F(lr, FIELD_FLOAT, "1e-3", 0, 10, NULL, "training", "peak learning rate"),
     F(min_lr_ratio, FIELD_FLOAT, "0.1", 0, 1, NULL, "training", "learning-rate floor at the end of decay, as a fraction of lr"),
     F(warmup_steps, FIELD_INT, "50", 0, BIG, NULL, "training", "linear warm-up steps"),
@@ -59,7 +59,7 @@ const ConfigField config_fields[] = {
     F(run_dir, FIELD_STRING, "runs/default", 0, 0, NULL, "logging", "folder for this run's outputs"),
     F(checkpoint_every, FIELD_INT, "0", -1, BIG, NULL, "checkpoint", "save a checkpoint to run_dir every N steps and at the end (and on SIGTERM/SIGINT); 0 = only at the end; -1 = never"),
     F(keep_checkpoints, FIELD_INT, "3", 0, BIG, NULL, "checkpoint", "keep the newest N complete checkpoints in run_dir; 0 = keep all"),
-    F(resume, FIELD_BOOL, "0", 0, 1, NULL, "checkpoint", "continue from the newest complete checkpoint in run_dir (a fresh start when there is none)"),
+    F(resume, FIELD_BOOL, "0", 0, 1, NULL, "checkpoint", "continue from the newest complete checkpoint in run_dir (a fresh start when there is none); a run already at max_steps says so and exits 0"),
     F(init_from, FIELD_STRING, "", 0, 0, NULL, "checkpoint", "start from these weights (optimizer fresh): a Hugging Face folder (config.json + model.safetensors) or a checkpoint folder"),
 };
 const int config_n_fields = sizeof config_fields / sizeof config_fields[0];

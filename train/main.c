@@ -60,6 +60,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     trainer_restore(&tr);
+    if (tr.step >= cfg.max_steps) {   /* nothing to train: say so, and leave run_dir as it is */
+        if (tr.step == 0) printf("done  | max_steps=0: nothing to train; nothing written to %s\n", cfg.run_dir);
+        else if (tr.step == cfg.max_steps) printf("run already at step %d of %d; raise max_steps to continue\n", tr.step, cfg.max_steps);
+        else printf("run already at step %d, past max_steps=%d; raise max_steps to continue\n", tr.step, cfg.max_steps);
+        trainer_free(&tr);
+        return 0;
+    }
     struct sigaction sa = {0};
     sa.sa_handler = on_stop_signal;
     sa.sa_flags = SA_RESETHAND;
