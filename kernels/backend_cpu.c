@@ -2,23 +2,34 @@
  * kernels of kernels/cpu/ put in the Backend table. */
 #include "backend.h"
 #include "../common/util.h"
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Bytes allocated through this table, now and at the peak, as the C library's
+ * allocator counts them (malloc_usable_size: each block as it was handed out,
+ * rounding included): the CPU's counterpart of the CUDA table's accounting. */
+static size_t host_bytes_now, host_bytes_peak;
 static void *cpu_alloc(size_t bytes, const char *what) {
     void *p = calloc(1, bytes ? bytes : 1);
     if (!p) {
         char b[32];
         die("out of host memory allocating %s for %s\n  hint: use a smaller batch_size or model", format_bytes(bytes, b, sizeof b), what);
     }
+    host_bytes_now += malloc_usable_size(p);
+    if (host_bytes_now > host_bytes_peak) host_bytes_peak = host_bytes_now;
     return p;
 }
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p) {
+    if (!p) return;
+    host_bytes_now -= malloc_usable_size(p);
+    free(p);
+}
 static void cpu_memcpy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_synchronize(void) {}
 static size_t cpu_memory_in_use(void) { return 0; }
-static size_t cpu_memory_peak(void) { return 0; }
+static size_t cpu_memory_peak(void) { return host_bytes_peak; }
 
 static const Backend cpu = {
     .name = "cpu", .act = DTYPE_FP32,

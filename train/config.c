@@ -53,7 +53,7 @@ const ConfigField config_fields[] = {
     F(temperature, FIELD_FLOAT, "0.8", 0, 100, NULL, "sampling", "softmax temperature; 0 = always the most likely token"),
     F(top_k, FIELD_INT, "40", 0, BIG, NULL, "sampling", "sample among the k most likely tokens; 0 = all"),
     F(tokenizer, FIELD_STRING, "", 0, 0, NULL, "sampling", "vocabulary file for decoding samples; empty = tokenizer.bin beside the first train shard"),
-    F(memory_report, FIELD_BOOL, "0", 0, 1, NULL, "logging", "print the predicted memory per category, run one step, print the measured peak beside it, and exit"),
+    F(memory_report, FIELD_BOOL, "0", 0, 1, NULL, "logging", "run one step, print the measured peak beside the predicted memory, and exit (`build/train memory` shows the plan without a step)"),
     F(log_every, FIELD_INT, "1", 1, BIG, NULL, "logging", "print a step line every N steps"),
     F(log_jsonl, FIELD_STRING, "", 0, 0, NULL, "logging", "also write one JSON object per step/eval to this file"),
     F(run_dir, FIELD_STRING, "runs/default", 0, 0, NULL, "logging", "folder for this run's outputs"),
@@ -298,6 +298,7 @@ void config_print_help(FILE *out) {
     fprintf(out, "usage: build/train [--config=FILE.ini] [--preset=NAME] [--key=value ...]\n"
                  "       build/train prepare --help    (text -> token shards)\n"
                  "       build/train sample --help     (text from a checkpoint or a Hugging Face folder)\n"
+                 "       build/train memory [--preset=NAME] [--key=value ...]   (the memory plan alone; nothing trained)\n"
                  "       build/train export | inspect | logits   (checkpoints; run without arguments for usage)\n\n"
                  "Settings are applied in order: defaults, preset, config file, --key=value.\n");
     const char *section = "";

@@ -1,10 +1,13 @@
 /* train/main.c — the `train` program: `build/train [--config=F] [--key=value ...]`
- * trains; `build/train prepare ...` turns text into token shards.
+ * trains; `build/train prepare ...` turns text into token shards; `build/train
+ * memory ...` prints the memory plan without training; sample, export, inspect
+ * and logits work on checkpoints.
  * Everything a run does is decided by the Config (train/config.h). */
 #include "config.h"
 #include "trainer.h"
 #include "sample.h"
 #include "memory.h"
+#include "memory_report.h"
 #include "../common/util.h"
 #include "../data/prepare.h"
 #include "../checkpoint/cli.h"
@@ -44,8 +47,10 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "inspect")) return checkpoint_inspect_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "logits")) return checkpoint_logits_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "sample")) return sample_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "memory")) return memory_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
+    long rss_before_kib = memory_rss_peak_kib();
     Config cfg;
     config_parse_args(&cfg, argc, argv);
     Trainer tr;
@@ -53,9 +58,8 @@ int main(int argc, char **argv) {
     config_print_table(&tr.cfg, stdout);
     print_banner(&tr);
     memory_print(&tr.memory, 0, stdout);
-    if (cfg.memory_report) {   /* one step, then the prediction next to what the allocator measured */
-        trainer_step(&tr);
-        memory_print(&tr.memory, tr.be->memory_peak(), stdout);
+    if (cfg.memory_report) {   /* one step, then what the allocator measured next to the prediction above */
+        memory_report_step(&tr, rss_before_kib);
         trainer_free(&tr);
         return 0;
     }
