@@ -2,6 +2,7 @@
  * kernels of kernels/cpu/ put in the Backend table. */
 #include "backend.h"
 #include "../common/util.h"
+#include "cpu/parallel.h"
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +68,7 @@ static DType emu;   /* the dtype being emulated by the wrappers below */
 static void round_to(void *p, size_t n) {
     float *x = p;
     if (emu == DTYPE_BF16) {
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel(n))
         for (size_t i = 0; i < n; i++) {
             union { float f; unsigned int u; } v = {x[i]};
             if ((v.u & 0x7f800000u) == 0x7f800000u) continue;     /* inf, nan stay */
@@ -76,7 +77,7 @@ static void round_to(void *p, size_t n) {
             x[i] = v.f;
         }
     } else if (emu == DTYPE_FP16) {
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel(n))
         for (size_t i = 0; i < n; i++) x[i] = (float)(_Float16)x[i];
     }
 }
