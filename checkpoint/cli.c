@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "checkpoint.h"
 #include "hf.h"
+#include "hf_tokenizer.h"
 #include "../common/util.h"
 #include "../common/options.h"
 #include <stdlib.h>
@@ -49,19 +50,38 @@ static void resolve_checkpoint(const char *path, char *out, size_t size) {
 }
 
 int checkpoint_export_main(int argc, char **argv) {
-    const char *usage = "usage: build/train export --checkpoint=DIR --out=DIR [--dtype=f32|bf16|f16]\n"
-                        "  DIR: a checkpoint folder (run_dir/ckpt_NNNNNNNN) or a run_dir (its newest checkpoint)\n";
-    const char *known[] = {"checkpoint", "out", "dtype", NULL};
+    const char *usage = "usage: build/train export --checkpoint=DIR --out=DIR [--dtype=f32|bf16|f16] [--tokenizer=FILE]\n"
+                        "  DIR: a checkpoint folder (run_dir/ckpt_NNNNNNNN) or a run_dir (its newest checkpoint)\n"
+                        "  writes model.safetensors and config.json for LlamaForCausalLM, and beside them the run's\n"
+                        "  vocabulary: tokenizer.bin (llm3d's) and tokenizer.json (Hugging Face's), from --tokenizer or\n"
+                        "  else the run's tokenizer key or tokenizer.bin beside its train shards\n";
+    const char *known[] = {"checkpoint", "out", "dtype", "tokenizer", NULL};
     check_args(argc, argv, known, usage);
     const char *ck = arg_value(argc, argv, "checkpoint"), *out = arg_value(argc, argv, "out"), *dt = arg_value(argc, argv, "dtype");
+    const char *tok = arg_value(argc, argv, "tokenizer");
     if (!ck || !out) die("export needs --checkpoint and --out\n%s", usage);
     int dtype = CKPT_F32;
     if (dt && !strcmp(dt, "bf16")) dtype = CKPT_BF16;
     else if (dt && !strcmp(dt, "f16")) dtype = CKPT_F16;
     else if (dt && strcmp(dt, "f32")) die("export: --dtype=%s is not one of f32, bf16, f16", dt);
-    char path[1200];
+    FILE *probe = tok ? fopen(tok, "rb") : NULL;
+    if (tok && !probe) die("export: --tokenizer=%s cannot be read\n  hint: prepare writes OUTDIR/tokenizer.bin", tok);
+    if (probe) fclose(probe);
+    char path[1200], state[1300], found[1200], err[2048];
     resolve_checkpoint(ck, path, sizeof path);
     hf_export(path, out, dtype);
+    /* the vocabulary the run was trained with goes beside the weights */
+    checkpoint_state_path(path, state, sizeof state);
+    CkptReader r;
+    if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
+    char seq_len[32] = "0";
+    checkpoint_config_value(r.config_text, "seq_len", seq_len, sizeof seq_len);
+    int located = tok ? 0 : hf_find_tokenizer(r.config_text, found, sizeof found);
+    ckpt_close(&r);
+    if (located == 0) hf_export_tokenizer(tok ? tok : found, out, atoi(seq_len));
+    else
+        printf("export | no vocabulary written: %s is not there; pass --tokenizer=FILE (the tokenizer.bin prepare\n"
+               "         wrote beside the shards) to put it beside the weights\n", found);
     return 0;
 }
 

@@ -387,6 +387,10 @@ int prepare_main(int argc, char **argv) {
            p.val.shards == 1 ? "" : "s", n_val, o.out);
     printf("prepare: %.3f bytes per token; unigram entropy of train tokens %.4f bits = %.4f nats per token\n",
            (double)bytes / (double)(p.train.total + p.val.total), h / log(2), h);
+    /* the keys a training run needs (quoted: the run expands the glob itself); its vocab_size=0 and
+     * empty tokenizer find the vocabulary in the shards' header and in tokenizer.bin beside them */
+    printf("prepare: train on them with: build/train --train_data='%s/train_*.bin' --val_data=%s%s%s%s [--preset=tiny ...]\n",
+           o.out, n_val ? "'" : "", n_val ? o.out : "", n_val ? "/val_*.bin" : "", n_val ? "'" : "");
     for (size_t f = 0; f < files.n; f++) free(files.path[f]);
     free(files.path), free(is_val), free(p.counts), free(p.train.ids), free(p.val.ids), free(p.scratch);
     tokenizer_free(tok);

@@ -161,6 +161,12 @@ void tokenizer_free(Tokenizer *t) {
 int tokenizer_vocab_size(const Tokenizer *t) { return t->vocab_size; }
 int tokenizer_eot(const Tokenizer *t) { return t->eot; }
 
+int tokenizer_n_merges(const Tokenizer *t) { return t->n_pairs; }
+
+void tokenizer_merge(const Tokenizer *t, int i, uint32_t *left, uint32_t *right, uint32_t *rank) {
+    *left = t->pairs[i][0], *right = t->pairs[i][1], *rank = t->pairs[i][3];
+}
+
 const uint8_t *tokenizer_token(const Tokenizer *t, uint32_t id, size_t *len) {
     if (id >= (uint32_t)t->vocab_size) { *len = 0; return NULL; }
     *len = t->offset[id + 1] - t->offset[id];

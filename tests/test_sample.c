@@ -82,6 +82,8 @@ int main(void) {
     char args[2048], cmd[600];
     int rc = run(ARGS("prepare --input=tests/data/sotu_sample.txt --out=%s/data --train-vocab=300 --val-fraction=0", dir));
     CHECK(rc == 0, "prepare the sample text (rc %d):\n%s", rc, out);
+    CHECK(strstr(out, "train on them with: build/train --train_data='") && strstr(out, "/data/train_*.bin' --val_data= ["),
+          "prepare prints the keys to train on its shards, no val_data without a validation split:\n%s", out);
     /* an unprompted sample starts at a document boundary: the end-of-text id prepare puts before every
      * document (a learned vocabulary reserves its last id for it; GPT-2's is 50256) */
     char tok_path[400];

@@ -243,6 +243,9 @@ static void test_prepare(int have_gpt2) {
     snprintf(args, sizeof args, "--input=tests/data --ext=.txt --out=%s --train-vocab=400 --val-fraction=0.2 --shard-tokens=20000", dir);
     int rc = run_prepare(args, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "unigram entropy") && strstr(out, "nats"), "prepare (trained) failed, rc %d: %s", rc, out);
+    char keys[1024];
+    snprintf(keys, sizeof keys, "build/train --train_data='%s/train_*.bin' --val_data='%s/val_*.bin'", dir, dir);
+    CHECK(strstr(out, keys) != NULL, "prepare prints the keys to train on its shards: want %s", keys);
     uint32_t *train = NULL, *val = NULL;
     size_t n_train = 0, n_val = 0;
     int shards = shard_tokens(dir, "train", &train, &n_train), val_shards = shard_tokens(dir, "val", &val, &n_val);

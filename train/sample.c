@@ -82,12 +82,13 @@ int sample_generate(Model *m, const Tokenizer *tok, const char *prompt, const Sa
 
 static const char *sample_usage =
     "usage: build/train sample --model=DIR [--prompt=TEXT] [--tokens=200] [--temperature=0.8] [--top_k=40]\n"
-    "                          [--seed=1] [--tokenizer=data/corpus/tokenizer.bin]\n"
+    "                          [--seed=1] [--tokenizer=FILE]\n"
     "  DIR: a checkpoint folder, a run_dir (its newest checkpoint) or a Hugging Face folder\n"
+    "  FILE: the vocabulary; by default DIR/tokenizer.bin (export writes it there), else data/corpus/tokenizer.bin\n"
     "  generates text on the CPU through the KV cache; stops at --tokens, end-of-text or a full context\n";
 
 int sample_main(int argc, char **argv) {
-    const char *model = NULL, *prompt = "", *tok_path = "data/corpus/tokenizer.bin";
+    const char *model = NULL, *prompt = "", *tok_path = NULL;
     SampleOptions o = {.temperature = 0.8f, .top_k = 40, .max_tokens = 200};
     long seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -109,6 +110,11 @@ int sample_main(int argc, char **argv) {
         }
     }
     if (!model) die("sample: --model=DIR is required\n%s", sample_usage);
+    char beside[1100];
+    snprintf(beside, sizeof beside, "%s/tokenizer.bin", model);
+    FILE *probe = tok_path ? NULL : fopen(beside, "rb");
+    if (probe) { fclose(probe); tok_path = beside; }   /* an exported folder carries its vocabulary */
+    if (!tok_path) tok_path = "data/corpus/tokenizer.bin";
     FILE *f = fopen(tok_path, "rb");
     if (!f) die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
     fclose(f);
