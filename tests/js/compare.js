@@ -5,8 +5,10 @@
 // INPUT is a file or folder (walked recursively in sorted order, hidden names
 // skipped, only names ending in EXT), split into documents exactly as prepare
 // does: at the literal <|endoftext|>, empty documents dropped, each document
-// written as the end-of-text id (50256 in GPT-2's vocabulary) followed by its ids. Prints one "ok"/"FAIL" line and exits
-// non-zero on a mismatch.
+// written as the end-of-text id (50256 in GPT-2's vocabulary) followed by its
+// ids. Prints one "ok"/"FAIL" line and exits non-zero on a mismatch.
+// LLM3D_GPT3_ENCODER=DIR uses a copy of the package with other vocabulary files
+// (tests/test_export.sh makes one from an exported tokenizer.json).
 'use strict';
 const fs = require('fs');
 const path = require('path');
