@@ -64,6 +64,10 @@ ifneq ($(NVCC),)
   $(info llm3d: building the CUDA backend with $(NVCC))
 endif
 
+# --- more detection (Open MPI, NCCL, ...) goes above this line: append what a
+# library needs to LLM3D_CFLAGS / LLM3D_LDLIBS (never to CFLAGS or LDLIBS, which
+# are the user's); the configuration stamp below then tracks it with no more work.
+
 # --- the commands: required flags first, the user's after them
 COMPILE := $(CC) $(LLM3D_CFLAGS) $(CPPFLAGS) $(CFLAGS)
 LINK    := $(CC) $(LLM3D_CFLAGS) $(CFLAGS) $(LDFLAGS)
