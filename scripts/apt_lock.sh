@@ -25,10 +25,10 @@ apt_lock_holder() {
 
 # Returns 0 once no lock is held; 1, having said why and what to do, after APT_LOCK_WAIT seconds.
 wait_for_apt_lock() {
-    local start=$SECONDS held lock pid what last=-1
+    local start=$SECONDS held lock pid what last=-1 waited_any=0
     while held=$(apt_lock_holder) && [ -n "$held" ]; do
-        lock=${held% *}; pid=${held#* }
-        what=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | cut -c1-100 | sed 's/ *$//')
+        lock=${held% *}; pid=${held#* }; waited_any=1
+        what=$({ tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | cut -c1-100 | sed 's/ *$//')
         what=${what:-a process that has exited or that this user cannot see}
         local waited=$((SECONDS - start))
         if [ "$waited" -ge "$APT_LOCK_WAIT" ]; then
@@ -44,6 +44,6 @@ wait_for_apt_lock() {
         fi
         sleep 1
     done
-    [ $((SECONDS - start)) -gt 0 ] && echo "setup: the package manager lock is free after $((SECONDS - start)) s"
+    [ "$waited_any" -eq 1 ] && echo "setup: the package manager lock is free after $((SECONDS - start)) s"
     return 0
 }

@@ -23,8 +23,13 @@ source scripts/apt_lock.sh
 APT_LOCK_WAIT=5 wait_for_apt_lock >"$T/out" 2>&1; rc=$?
 check "a free lock: returns 0 at once, silently (rc $rc): $(cat "$T/out")" test "$rc" -eq 0 -a ! -s "$T/out"
 
-flock "$lock" sleep 2 & holder=$!
-sleep 0.3
+# the holder: flock --no-fork becomes `sleep` holding the lock (one process, killed by its id; its
+# output goes nowhere, so no orphan keeps the test runner's pipe open)
+hold() {
+    flock --no-fork "$lock" sleep "$1" >/dev/null 2>&1 & holder=$!
+    for _ in $(seq 100); do [ -n "$(apt_lock_holder)" ] && break; sleep 0.05; done   # until it holds the lock
+}
+hold 2
 held=$(apt_lock_holder)
 check "the holder is found in /proc/locks: '$held'" test "${held% *}" = "$lock"
 t0=$SECONDS
@@ -34,8 +39,7 @@ check "while waiting it names the lock and the holder: $(cat "$T/out")" grep -q 
 check "and says when the lock is free" grep -q "lock is free after" "$T/out"
 wait "$holder" 2>/dev/null
 
-flock "$lock" sleep 30 & holder=$!
-sleep 0.3
+hold 30
 t0=$SECONDS
 APT_LOCK_WAIT=2 wait_for_apt_lock >"$T/out" 2>&1; rc=$?
 check "a lock held past APT_LOCK_WAIT=2: returns 1 after ~2 s (rc $rc, $((SECONDS - t0)) s)" test "$rc" -eq 1 -a $((SECONDS - t0)) -ge 2 -a $((SECONDS - t0)) -le 10
