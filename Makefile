@@ -2,13 +2,23 @@
 # the CUDA libraries are found). `make test` builds and runs every test.
 # Every .c file under common/ kernels/cpu/ model/ parallel/ data/ checkpoint/
 # train/ is part of the library; tests/test_*.c are one binary each.
+#
+# The idea: the flags llm3d needs live in LLM3D_* variables that the command
+# line does not replace; CFLAGS, CPPFLAGS, LDFLAGS, LDLIBS and NVCCFLAGS are
+# the user's (`make CFLAGS="-O0 -g"` changes only optimisation and debug).
+# Every object and program depends on $(BUILD)/config.stamp, a one-line file
+# holding the effective configuration (compilers, all flags, BLAS, CUDA), which
+# is rewritten only when that configuration changes: `make NO_CUDA=1` then
+# `make` rebuilds what the switch changed instead of linking stale objects.
+# Another configuration can live beside the default one: `make BUILD=build-dbg`.
 
 CC      ?= gcc
 CFLAGS  ?= -O3
-CFLAGS  += -std=c11 -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -MMD -MP
-LDLIBS  := -lm -fopenmp
 BUILD   ?= build
 .DEFAULT_GOAL := all
+# required: the command line cannot remove these (see above)
+LLM3D_CFLAGS := -std=c11 -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -MMD -MP
+LLM3D_LDLIBS := -lm -fopenmp
 
 # --- BLAS: OpenBLAS where it is installed, else the naive loops in kernels/cpu/matmul.c
 BLAS_HEADER := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr/include/aarch64-linux-gnu/cblas.h /usr/include/cblas.h /usr/include/openblas/cblas.h))
@@ -16,11 +26,11 @@ BLAS_HEADER := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/cblas.h /usr
 # build spins its own beside them and halves the speed on a small machine.
 OPENBLAS_OMP := $(wildcard /usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0 /usr/lib/aarch64-linux-gnu/openblas-openmp/libopenblas.so.0)
 ifneq ($(BLAS_HEADER),)
-  CFLAGS += -DLLM3D_BLAS
+  LLM3D_CFLAGS += -DLLM3D_BLAS
   ifneq ($(OPENBLAS_OMP),)
-    LDLIBS += $(firstword $(OPENBLAS_OMP)) -Wl,-rpath,$(dir $(firstword $(OPENBLAS_OMP)))
+    LLM3D_LDLIBS += $(firstword $(OPENBLAS_OMP)) -Wl,-rpath,$(dir $(firstword $(OPENBLAS_OMP)))
   else
-    LDLIBS += -lopenblas
+    LLM3D_LDLIBS += -lopenblas
   endif
 else
   $(info llm3d: OpenBLAS not found (apt-get install libopenblas-dev); CPU matmuls use the slow naive loops)
@@ -46,18 +56,19 @@ ifneq ($(NVCC),)
 endif
 ifneq ($(NVCC),)
   CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80
-  NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) --expt-relaxed-constexpr -Xcompiler -Wall,-Werror,-fPIC
+  NVCCFLAGS ?= -O3
+  LLM3D_NVCCFLAGS := -std=c++17 $(CUDA_ARCH) --expt-relaxed-constexpr -Xcompiler -Wall,-Werror,-fPIC
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
-  CFLAGS   += -DLLM3D_CUDA -I$(CUDA_HOME)/include
-  LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
+  LLM3D_CFLAGS += -DLLM3D_CUDA -I$(CUDA_HOME)/include
+  LLM3D_LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
   $(info llm3d: building the CUDA backend with $(NVCC))
 endif
 # --- Open MPI: launches and connects the ranks of a multi-rank run (parallel/comm_mpi.c);
 #     without it only the one-rank grid is built
 MPICC := $(shell command -v mpicc 2>/dev/null)
 ifneq ($(MPICC),)
-  CFLAGS += -DLLM3D_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
-  LDLIBS += $(shell $(MPICC) --showme:link 2>/dev/null)
+  LLM3D_CFLAGS += -DLLM3D_MPI $(shell $(MPICC) --showme:compile 2>/dev/null)
+  LLM3D_LDLIBS += $(shell $(MPICC) --showme:link 2>/dev/null)
 else
   $(info llm3d: Open MPI not found (apt-get install libopenmpi-dev openmpi-bin); building the one-rank path only)
 endif
@@ -66,17 +77,42 @@ ifneq ($(NVCC),)
   NCCL_HEADER := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
   NCCL_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/lib/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib/aarch64-linux-gnu/libnccl.so))
   ifneq ($(and $(NCCL_HEADER),$(NCCL_LIB),$(MPICC)),)
-    CFLAGS += -DLLM3D_NCCL -I$(dir $(NCCL_HEADER))
-    LDLIBS += -L$(dir $(NCCL_LIB)) -Wl,-rpath,$(dir $(NCCL_LIB)) -lnccl
+    LLM3D_CFLAGS += -DLLM3D_NCCL -I$(dir $(NCCL_HEADER))
+    LLM3D_LDLIBS += -L$(dir $(NCCL_LIB)) -Wl,-rpath,$(dir $(NCCL_LIB)) -lnccl
     $(info llm3d: NCCL found ($(NCCL_HEADER)))
   else
     $(info llm3d: building without NCCL (nccl.h: $(if $(NCCL_HEADER),found,missing), libnccl.so: $(if $(NCCL_LIB),found,missing), mpicc: $(if $(MPICC),found,missing)); GPU ranks will talk through MPI)
   endif
 endif
+
+# --- more detection (Open MPI, NCCL, ...) goes above this line: append what a
+# library needs to LLM3D_CFLAGS / LLM3D_LDLIBS (never to CFLAGS or LDLIBS, which
+# are the user's); the configuration stamp below then tracks it with no more work.
+
+# --- the commands: required flags first, the user's after them
+COMPILE := $(CC) $(LLM3D_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+LINK    := $(CC) $(LLM3D_CFLAGS) $(CFLAGS) $(LDFLAGS)
+LIBS    := $(LLM3D_LDLIBS) $(LDLIBS)
+
+# --- the configuration stamp: rewritten (and so everything rebuilt) only when
+# this line differs from the one the objects were built with
+CONFIG_STAMP := $(BUILD)/config.stamp
+CONFIG_LINE  := $(strip compile: $(COMPILE) | link: $(LINK) ... $(LIBS) | nvcc: $(NVCC) $(LLM3D_NVCCFLAGS) $(NVCCFLAGS))
+ifneq ($(CONFIG_LINE),$(strip $(file < $(CONFIG_STAMP))))
+$(CONFIG_STAMP): FORCE
+endif
+$(CONFIG_STAMP):
+	@mkdir -p $(@D)
+	@printf '%s\n' '$(subst ','\'',$(CONFIG_LINE))' > $@
+	@echo "llm3d: new configuration for $(BUILD)/ (everything built before it is rebuilt): $@"
+.PHONY: FORCE
+FORCE:
+
 # GPU-only programs, built on demand by tests/gpu/run.sh (`make gpu`), never by `make`
 # or `make test` (CI has no GPU): tests/gpu/test_*.c and bench/gpu/bench_*.c
 GPU_BIN := $(patsubst tests/gpu/%.c,$(BUILD)/gpu/%,$(wildcard tests/gpu/test_*.c)) \
            $(patsubst bench/gpu/%.c,$(BUILD)/gpu/%,$(wildcard bench/gpu/bench_*.c))
+GPU_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/gpu/test_*.c bench/gpu/bench_*.c))
 .PHONY: gpu
 ifneq ($(NVCC),)
 gpu: $(GPU_BIN)
@@ -86,55 +122,60 @@ gpu:
 endif
 $(BUILD)/gpu/test_%: $(BUILD)/obj/tests/gpu/test_%.o $(BUILD)/libllm3d.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(LINK) $^ -o $@ $(LIBS)
 $(BUILD)/gpu/bench_%: $(BUILD)/obj/bench/gpu/bench_%.o $(BUILD)/libllm3d.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(LINK) $^ -o $@ $(LIBS)
 
 LIB_SRC  := $(wildcard common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c data/*.c checkpoint/*.c train/*.c)
 LIB_SRC  := $(filter-out train/main.c,$(LIB_SRC))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)
+TEST_OBJ := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # programs that run under mpirun (tests/test_mpi.sh): only with Open MPI
 ifneq ($(MPICC),)
   TEST_BIN += $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/*.c))
 endif
 BENCH_SRC := $(wildcard bench/*.c)
+BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%.o)
 BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+# objects that only a pattern rule names would be deleted after each build as
+# "intermediate", then rebuilt by the next one: keep them
+.SECONDARY: $(TEST_OBJ) $(BENCH_OBJ) $(GPU_OBJ) $(BUILD)/obj/train/main.o
 
 .PHONY: all test bench clean
 all: $(BUILD)/train $(TEST_BIN) $(BENCH_BIN)
 
 # objects live under $(BUILD)/obj/ so that train/*.o never collide with the $(BUILD)/train binary
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(COMPILE) -c $< -o $@
 
-$(BUILD)/tests/%.o: tests/%.c
+$(BUILD)/tests/%.o: tests/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(COMPILE) -c $< -o $@
 
-$(BUILD)/bench/%.o: bench/%.c
+$(BUILD)/bench/%.o: bench/%.c $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(COMPILE) -c $< -o $@
 
-$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu kernels/*.h kernels/cuda/*.cuh
+$(BUILD)/obj/kernels/cuda/%.o: kernels/cuda/%.cu kernels/*.h kernels/cuda/*.cuh $(CONFIG_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(LLM3D_NVCCFLAGS) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/libllm3d.a: $(LIB_OBJ)
+$(BUILD)/libllm3d.a: $(LIB_OBJ) $(CONFIG_STAMP)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(LIB_OBJ)
 
 $(BUILD)/train: $(BUILD)/obj/train/main.o $(BUILD)/libllm3d.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(LINK) $^ -o $@ $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libllm3d.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(LINK) $^ -o $@ $(LIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libllm3d.a
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(LINK) $^ -o $@ $(LIBS)
 
 test: all
 	@BUILD=$(BUILD) tests/run.sh
@@ -145,4 +186,4 @@ bench: all
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(wildcard $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(GPU_OBJ:.o=.d) $(BUILD)/obj/train/main.d)

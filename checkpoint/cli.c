@@ -3,27 +3,35 @@
 #include "cli.h"
 #include "checkpoint.h"
 #include "hf.h"
+#include "hf_tokenizer.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+/* The value of --key=VALUE (or --ke-y=VALUE: dashes and underscores are the same) in argv; NULL if absent. */
 static const char *arg_value(int argc, char **argv, const char *key) {
-    size_t k = strlen(key);
-    for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, key, k) && argv[i][2 + k] == '=') return argv[i] + 3 + k;
+    for (int i = 1; i < argc; i++) {
+        char k[64];
+        const char *v = option_split(argv[i], k, sizeof k);
+        if (v && !strcmp(k, key)) return v;
+    }
     return NULL;
 }
 
+/* Dies on anything that is not --key=VALUE with a known key, suggesting the nearest. */
 static void check_args(int argc, char **argv, const char *const *known, const char *usage) {
+    int n_known = 0;
+    while (known[n_known]) n_known++;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { printf("%s", usage); exit(0); }
+        char k[64];
+        const char *v = option_split(argv[i], k, sizeof k);
+        if (!v) die("%s: unexpected argument '%s' (options are --key=value)\n%s", argv[0], argv[i], usage);
         int ok = 0;
-        for (int k = 0; known[k]; k++) {
-            size_t n = strlen(known[k]);
-            if (!strncmp(argv[i], "--", 2) && !strncmp(argv[i] + 2, known[k], n) && argv[i][2 + n] == '=') ok = 1;
-        }
-        if (!ok) die("%s: unexpected argument '%s'\n%s", argv[0], argv[i], usage);
+        for (int j = 0; j < n_known; j++) ok |= !strcmp(k, known[j]);
+        if (!ok) die("%s: unknown option '--%s' (did you mean --%s?)\n%s", argv[0], k, option_suggest(k, known, n_known), usage);
     }
 }
 
@@ -42,19 +50,38 @@ static void resolve_checkpoint(const char *path, char *out, size_t size) {
 }
 
 int checkpoint_export_main(int argc, char **argv) {
-    const char *usage = "usage: build/train export --checkpoint=DIR --out=DIR [--dtype=f32|bf16|f16]\n"
-                        "  DIR: a checkpoint folder (run_dir/ckpt_NNNNNNNN) or a run_dir (its newest checkpoint)\n";
-    const char *known[] = {"checkpoint", "out", "dtype", NULL};
+    const char *usage = "usage: build/train export --checkpoint=DIR --out=DIR [--dtype=f32|bf16|f16] [--tokenizer=FILE]\n"
+                        "  DIR: a checkpoint folder (run_dir/ckpt_NNNNNNNN) or a run_dir (its newest checkpoint)\n"
+                        "  writes model.safetensors and config.json for LlamaForCausalLM, and beside them the run's\n"
+                        "  vocabulary: tokenizer.bin (llm3d's) and tokenizer.json (Hugging Face's), from --tokenizer or\n"
+                        "  else the run's tokenizer key or tokenizer.bin beside its train shards\n";
+    const char *known[] = {"checkpoint", "out", "dtype", "tokenizer", NULL};
     check_args(argc, argv, known, usage);
     const char *ck = arg_value(argc, argv, "checkpoint"), *out = arg_value(argc, argv, "out"), *dt = arg_value(argc, argv, "dtype");
+    const char *tok = arg_value(argc, argv, "tokenizer");
     if (!ck || !out) die("export needs --checkpoint and --out\n%s", usage);
     int dtype = CKPT_F32;
     if (dt && !strcmp(dt, "bf16")) dtype = CKPT_BF16;
     else if (dt && !strcmp(dt, "f16")) dtype = CKPT_F16;
     else if (dt && strcmp(dt, "f32")) die("export: --dtype=%s is not one of f32, bf16, f16", dt);
-    char path[1200];
+    FILE *probe = tok ? fopen(tok, "rb") : NULL;
+    if (tok && !probe) die("export: --tokenizer=%s cannot be read\n  hint: prepare writes OUTDIR/tokenizer.bin", tok);
+    if (probe) fclose(probe);
+    char path[1200], state[1300], found[1200], err[2048];
     resolve_checkpoint(ck, path, sizeof path);
     hf_export(path, out, dtype);
+    /* the vocabulary the run was trained with goes beside the weights */
+    checkpoint_state_path(path, state, sizeof state);
+    CkptReader r;
+    if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
+    char seq_len[32] = "0";
+    checkpoint_config_value(r.config_text, "seq_len", seq_len, sizeof seq_len);
+    int located = tok ? 0 : hf_find_tokenizer(r.config_text, found, sizeof found);
+    ckpt_close(&r);
+    if (located == 0) hf_export_tokenizer(tok ? tok : found, out, atoi(seq_len));
+    else
+        printf("export | no vocabulary written: %s is not there; pass --tokenizer=FILE (the tokenizer.bin prepare\n"
+               "         wrote beside the shards) to put it beside the weights\n", found);
     return 0;
 }
 

@@ -5,11 +5,12 @@
  * lists the files (sorted, recursively) and their documents; a seeded shuffle
  * of document indices picks the validation set; pass 2 reads each file again
  * and streams [eot, tokens...] per document into train or val shards of at
- * most --shard-tokens tokens. Same input and options, same bytes out. */
+ * most --shard_tokens tokens. Same input and options, same bytes out. */
 #include "prepare.h"
 #include "shard.h"
 #include "tokenizer.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
@@ -30,30 +31,31 @@ typedef struct {
 } PrepareOptions;
 
 static void usage(void) {
-    printf("usage: build/train prepare [--key=value ...]\n"
+    printf("usage: build/train prepare [--key=value ...]   (--train_vocab and --train-vocab are the same key)\n"
            "Turns a file or folder of text into token shards for training.\n"
            "  --input=PATH         file or folder (walked recursively, sorted) of text; 'sotu' = the\n"
            "                       State of the Union addresses in " SOTU_DIR " [sotu]\n"
            "  --out=DIR            where train_NNN.bin, val_NNN.bin and tokenizer.bin go [data/corpus]\n"
            "  --ext=SUFFIX         only files whose names end so (e.g. .txt); empty = every file [empty; .txt for sotu]\n"
-           "  --tokenizer=gpt2     GPT-2's vocabulary from --gpt2-dir [default]\n"
+           "  --tokenizer=gpt2     GPT-2's vocabulary from --gpt2_dir [default]\n"
            "  --vocab=FILE         an llm3d vocabulary file (tokenizer.bin of an earlier prepare)\n"
-           "  --train-vocab=N      learn an N-token vocabulary on the train documents; saved as DIR/tokenizer.bin\n"
-           "  --gpt2-dir=DIR       folder with GPT-2's encoder.json and vocab.bpe [" GPT2_DIR "]\n"
-           "  --val-fraction=F     fraction of documents held out for validation [0.05]\n"
+           "  --train_vocab=N      learn an N-token vocabulary on the train documents; saved as DIR/tokenizer.bin\n"
+           "  --gpt2_dir=DIR       folder with GPT-2's encoder.json and vocab.bpe [" GPT2_DIR "]\n"
+           "  --val_fraction=F     fraction of documents held out for validation [0.05]\n"
            "  --seed=N             seed of the validation pick [1337]\n"
-           "  --shard-tokens=N     most tokens per shard file [100000000]\n"
+           "  --shard_tokens=N     most tokens per shard file [100000000]\n"
            "Documents: each file is one, further split at the literal text <|endoftext|>; empty ones are\n"
            "dropped. Each document is written as the end-of-text id followed by its tokens.\n"
            "Bytes that are not valid UTF-8 are kept: byte-level BPE encodes any byte and decodes it back\n"
            "exactly; prepare warns with their count.\n");
 }
 
-static double parse_number(const char *key, const char *value, double lo, double hi) {
+/* The number in arg = "--key=value", as the user typed it, within [lo, hi]. */
+static double parse_number(const char *arg, const char *value, double lo, double hi) {
     char *end;
     double v = strtod(value, &end);
     if (end == value || *end || !(v >= lo && v <= hi))
-        die("prepare: --%s=%s is not a number in [%g, %g]\n  hint: see `build/train prepare --help`", key, value, lo, hi);
+        die("prepare: %s is not a number in [%g, %g]\n  hint: see `build/train prepare --help`", arg, lo, hi);
     return v;
 }
 
@@ -190,7 +192,7 @@ typedef struct {
     int64_t *counts;         /* (vocab,) unigram counts of train tokens */
     uint32_t *scratch;       /* one document's ids */
     size_t scratch_cap;
-    uint8_t *gather;         /* for --train-vocab: train text joined by <|endoftext|> */
+    uint8_t *gather;         /* for --train_vocab: train text joined by <|endoftext|> */
     size_t gather_n, gather_cap;
 } Pass;
 
@@ -201,7 +203,7 @@ static void gather_doc(const uint8_t *doc, size_t len, void *ctx) {
     while (p->gather_n + len + eot_len > p->gather_cap) {
         p->gather_cap = p->gather_cap ? 2 * p->gather_cap : 1 << 20;
         p->gather = realloc(p->gather, p->gather_cap);
-        if (!p->gather) die("out of host memory gathering text for --train-vocab");
+        if (!p->gather) die("out of host memory gathering text for --train_vocab");
     }
     memcpy(p->gather + p->gather_n, TOKENIZER_EOT_TEXT, eot_len);
     memcpy(p->gather + p->gather_n + eot_len, doc, len);
@@ -233,28 +235,31 @@ static int file_exists(const char *path) { struct stat st; return stat(path, &st
 int prepare_main(int argc, char **argv) {
     PrepareOptions o = {"sotu", "data/corpus", "gpt2", NULL, NULL, GPT2_DIR, 0, 0.05, 1337, 100000000};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *eq = strchr(a, '=');
+        const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
-        if (strncmp(a, "--", 2) != 0 || !eq)
-            die("prepare: '%s' is not a --key=value option\n  hint: see `build/train prepare --help`", a);
         char key[64];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - a - 2), a + 2);
-        const char *v = eq + 1;
+        const char *v = option_split(a, key, sizeof key);
+        if (!v) die("prepare: '%s' is not a --key=value option\n  hint: see `build/train prepare --help`", a);
         if (!strcmp(key, "input")) o.input = v;
         else if (!strcmp(key, "out")) o.out = v;
         else if (!strcmp(key, "ext")) o.ext = v;
         else if (!strcmp(key, "tokenizer")) o.tokenizer = v;
         else if (!strcmp(key, "vocab")) o.vocab = v;
-        else if (!strcmp(key, "gpt2-dir")) o.gpt2_dir = v;
-        else if (!strcmp(key, "train-vocab")) o.train_vocab = (int)parse_number(key, v, 257, 1 << 20);
-        else if (!strcmp(key, "val-fraction")) o.val_fraction = parse_number(key, v, 0, 0.9);
-        else if (!strcmp(key, "seed")) o.seed = (long long)parse_number(key, v, 0, 9e15);
-        else if (!strcmp(key, "shard-tokens")) o.shard_tokens = (long long)parse_number(key, v, 1, 1e15);
-        else die("prepare: unknown option --%s\n  hint: see `build/train prepare --help`", key);
+        else if (!strcmp(key, "gpt2_dir")) o.gpt2_dir = v;
+        else if (!strcmp(key, "train_vocab")) o.train_vocab = (int)parse_number(a, v, 257, 1 << 20);
+        else if (!strcmp(key, "val_fraction")) o.val_fraction = parse_number(a, v, 0, 0.9);
+        else if (!strcmp(key, "seed")) o.seed = (long long)parse_number(a, v, 0, 9e15);
+        else if (!strcmp(key, "shard_tokens")) o.shard_tokens = (long long)parse_number(a, v, 1, 1e15);
+        else {
+            static const char *const known[] = {"input", "out", "ext", "tokenizer", "vocab", "gpt2_dir", "train_vocab",
+                                                "val_fraction", "seed", "shard_tokens"};
+            die("prepare: unknown option --%s (did you mean --%s?)\n  hint: see `build/train prepare --help`", key,
+                option_suggest(key, known, (int)(sizeof known / sizeof known[0])));
+        }
     }
     if (strcmp(o.tokenizer, "gpt2") != 0)
-        die("prepare: --tokenizer=%s is not known; use gpt2, or --vocab=FILE or --train-vocab=N", o.tokenizer);
-    if (o.vocab && o.train_vocab) die("prepare: give --vocab=FILE or --train-vocab=N, not both");
+        die("prepare: --tokenizer=%s is not known; use gpt2, or --vocab=FILE or --train_vocab=N", o.tokenizer);
+    if (o.vocab && o.train_vocab) die("prepare: give --vocab=FILE or --train_vocab=N, not both");
     if (!*o.input) die("prepare: --input is empty; give a file or folder of text, or sotu");
 
     /* the corpus */
@@ -343,7 +348,7 @@ int prepare_main(int argc, char **argv) {
         snprintf(bpe, sizeof bpe, "%s/vocab.bpe", o.gpt2_dir);
         if (!file_exists(enc) || !file_exists(bpe))
             die("prepare: GPT-2's vocabulary is not in %s (encoder.json, vocab.bpe)\n  hint: run scripts/setup.sh, "
-                "or give --gpt2-dir=DIR, --vocab=FILE or --train-vocab=N", o.gpt2_dir);
+                "or give --gpt2_dir=DIR, --vocab=FILE or --train_vocab=N", o.gpt2_dir);
         tok = tokenizer_load_gpt2(enc, bpe);
         printf("prepare: tokenizer GPT-2 (%s), %d tokens\n", o.gpt2_dir, tokenizer_vocab_size(tok));
     }
@@ -382,6 +387,10 @@ int prepare_main(int argc, char **argv) {
            p.val.shards == 1 ? "" : "s", n_val, o.out);
     printf("prepare: %.3f bytes per token; unigram entropy of train tokens %.4f bits = %.4f nats per token\n",
            (double)bytes / (double)(p.train.total + p.val.total), h / log(2), h);
+    /* the keys a training run needs (quoted: the run expands the glob itself); its vocab_size=0 and
+     * empty tokenizer find the vocabulary in the shards' header and in tokenizer.bin beside them */
+    printf("prepare: train on them with: build/train --train_data='%s/train_*.bin' --val_data=%s%s%s%s [--preset=tiny ...]\n",
+           o.out, n_val ? "'" : "", n_val ? o.out : "", n_val ? "/val_*.bin" : "", n_val ? "'" : "");
     for (size_t f = 0; f < files.n; f++) free(files.path[f]);
     free(files.path), free(is_val), free(p.counts), free(p.train.ids), free(p.val.ids), free(p.scratch);
     tokenizer_free(tok);

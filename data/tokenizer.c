@@ -161,6 +161,12 @@ void tokenizer_free(Tokenizer *t) {
 int tokenizer_vocab_size(const Tokenizer *t) { return t->vocab_size; }
 int tokenizer_eot(const Tokenizer *t) { return t->eot; }
 
+int tokenizer_n_merges(const Tokenizer *t) { return t->n_pairs; }
+
+void tokenizer_merge(const Tokenizer *t, int i, uint32_t *left, uint32_t *right, uint32_t *rank) {
+    *left = t->pairs[i][0], *right = t->pairs[i][1], *rank = t->pairs[i][3];
+}
+
 const uint8_t *tokenizer_token(const Tokenizer *t, uint32_t id, size_t *len) {
     if (id >= (uint32_t)t->vocab_size) { *len = 0; return NULL; }
     *len = t->offset[id + 1] - t->offset[id];
@@ -537,11 +543,11 @@ Tokenizer *tokenizer_load(const char *path) {
     int32_t h[256];
     if (n < sizeof h)
         die("'%s' is %zu bytes, too short for an llm3d tokenizer file (1024-byte header)\n  hint: make one with "
-            "`build/train prepare --train-vocab=N`, or use --tokenizer=gpt2", path, n);
+            "`build/train prepare --train_vocab=N`, or use --tokenizer=gpt2", path, n);
     memcpy(h, file, sizeof h);
     if (h[0] != TOKENIZER_MAGIC)
         die("'%s' is not an llm3d tokenizer file (magic 0x%08x, expected 0x%08x)\n  hint: make one with "
-            "`build/train prepare --train-vocab=N`, or use --tokenizer=gpt2", path, (unsigned)h[0], TOKENIZER_MAGIC);
+            "`build/train prepare --train_vocab=N`, or use --tokenizer=gpt2", path, (unsigned)h[0], TOKENIZER_MAGIC);
     if (h[1] != TOKENIZER_VERSION)
         die("tokenizer file '%s' has version %d; this build reads version %d", path, h[1], TOKENIZER_VERSION);
     int vocab = h[2], n_pairs = h[3], eot = h[4];

@@ -61,6 +61,12 @@ size_t tokenizer_decode(const Tokenizer *t, const uint32_t *ids, size_t n, uint8
  * *len = 0 for an id outside the vocabulary. */
 const uint8_t *tokenizer_token(const Tokenizer *t, uint32_t id, size_t *len);
 
+/* Merge i of tokenizer_n_merges (in stored order, not sorted): the ids of its
+ * left and right parts and its rank (lower merges first). For writing the
+ * vocabulary in other tools' formats (checkpoint/hf_tokenizer.c). */
+int tokenizer_n_merges(const Tokenizer *t);
+void tokenizer_merge(const Tokenizer *t, int i, uint32_t *left, uint32_t *right, uint32_t *rank);
+
 void tokenizer_free(Tokenizer *t);
 
 /* Length in bytes of the next pre-tokenization piece at text[0..n) (n > 0):

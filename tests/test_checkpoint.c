@@ -403,13 +403,13 @@ static void test_damaged_files(void) {
     free(dst);
     /* wrong magic, wrong version */
     int32_t h[256];
-    f = fopen(good, "rb"); fread(h, 4, 256, f); fclose(f);
+    f = fopenCheck(good, "rb"); freadCheck(h, 4, 256, f, good); fcloseCheck(f, good);
     copy_file(good, bad);
-    f = fopen(bad, "r+b"); h[0] = 0x12345678; fwrite(h, 4, 256, f); fclose(f);
+    f = fopenCheck(bad, "r+b"); h[0] = 0x12345678; fwriteCheck(h, 4, 256, f, bad); fcloseCheck(f, bad);
     CHECK(ckpt_open(&r, bad, err, sizeof err) != 0 && strstr(err, "not an llm3d checkpoint") && strstr(err, "bad.bin"), "wrong magic: %s", err);
     copy_file(good, bad);
-    f = fopen(good, "rb"); fread(h, 4, 256, f); fclose(f);
-    f = fopen(bad, "r+b"); h[1] = 99; fwrite(h, 4, 256, f); fclose(f);
+    f = fopenCheck(good, "rb"); freadCheck(h, 4, 256, f, good); fcloseCheck(f, good);
+    f = fopenCheck(bad, "r+b"); h[1] = 99; fwriteCheck(h, 4, 256, f, bad); fcloseCheck(f, bad);
     CHECK(ckpt_open(&r, bad, err, sizeof err) != 0 && strstr(err, "version 99"), "wrong version: %s", err);
     /* a missing tensor and a misshaped one */
     CHECK(ckpt_open(&r, good, err, sizeof err) == 0, "reopen");
@@ -443,10 +443,10 @@ static void write_safetensors(const char *dir, const char *json, size_t data_byt
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     FILE *f = fopenCheck(p, "wb");
     uint64_t n = strlen(json);
-    fwrite(&n, 8, 1, f);
-    fwrite(json, 1, n, f);
+    fwriteCheck(&n, 8, 1, f, p);
+    fwriteCheck(json, 1, n, f, p);
     for (size_t i = 0; i < data_bytes; i++) fputc(0, f);
-    fclose(f);
+    fcloseCheck(f, p);
 }
 
 static void test_hf(void) {
@@ -490,15 +490,17 @@ static void test_hf(void) {
             CHECK(bad == 0, "tie=%d %s: export -> import is exact (to the dtype): %zu differ", tie, dts[dt], bad);
             char st[1200];
             snprintf(st, sizeof st, "%s/model.safetensors", hf);
-            CHECK(hf_inspect(st, fopen("/dev/null", "w")) == 0, "inspect reads the export");
+            FILE *null = fopenCheck("/dev/null", "w");
+            CHECK(hf_inspect(st, null) == 0, "inspect reads the export");
+            fclose(null);
             if (dt == CKPT_F32) {   /* the folder must have lm_head.weight exactly when untied */
                 Json j;
-                FILE *f = fopen(st, "rb");
+                FILE *f = fopenCheck(st, "rb");
                 uint64_t n;
-                fread(&n, 8, 1, f);
+                freadCheck(&n, 8, 1, f, st);
                 char *hdr = mallocCheck(n + 1);
-                fread(hdr, 1, n, f);
-                fclose(f);
+                freadCheck(hdr, 1, n, f, st);
+                fcloseCheck(f, st);
                 json_parse(&j, hdr, n, err, sizeof err);
                 CHECK((json_get(&j, 0, "lm_head.weight") >= 0) == !tie, "tie=%d: lm_head.weight present iff untied", tie);
                 json_free(&j);
@@ -544,10 +546,10 @@ static void test_hf(void) {
     if (truncate(p, 5) != 0) die("truncate");
     CHECK(hf_load_weights(dir, &b.m, err, sizeof err) != 0 && strstr(err, "too short"), "5-byte file: %s", err);
     write_safetensors(dir, "{}", 0);
-    FILE *f = fopen(p, "r+b");
+    FILE *f = fopenCheck(p, "r+b");
     uint64_t huge = 1ull << 40;
-    fwrite(&huge, 8, 1, f);
-    fclose(f);
+    fwriteCheck(&huge, 8, 1, f, p);
+    fcloseCheck(f, p);
     CHECK(hf_load_weights(dir, &b.m, err, sizeof err) != 0 && strstr(err, "header length"), "absurd header length: %s", err);
     /* config.json problems */
     snprintf(p, sizeof p, "%s/config.json", dir);

@@ -4,6 +4,9 @@
 #include "test.h"
 #include "../common/util.h"
 #include "../data/shard.h"
+#include "../train/config.h"
+#include "../model/llama.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -13,6 +16,7 @@ static char train_bin[512], dir[256], out[1 << 16];
 
 /* build/train with args; what it printed lands in out. */
 static int run(const char *args) { return test_run(train_bin, args, out, sizeof out); }
+#define ARGS(...) (snprintf(args, sizeof args, __VA_ARGS__), args)
 
 static void expect_error(const char *args, const char *needle) {
     int rc = run(args);
@@ -23,6 +27,58 @@ static void write_bytes(const char *path, const void *data, size_t n) {
     FILE *f = fopenCheck(path, "wb");
     fwriteCheck(data, 1, n, f, path);
     fclose(f);
+}
+
+/* Bytes from "10.7 GiB" / "439.2 KiB" (format_bytes's units); -1 if unreadable. */
+static double parse_bytes(const char *text) {
+    double v;
+    char unit[8];
+    if (sscanf(text, "%lf %7s", &v, unit) != 2) return -1;
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    for (int i = 0; i < 5; i++, v *= 1024) if (!strcmp(unit, units[i])) return v;
+    return -1;
+}
+
+/* `build/train memory`: the plan at once, no training, nothing written; --memory_report=1: one step, a measured peak. */
+static void test_memory(const char *small, const char *good) {
+    char args[2048], want[512], b[32];
+    int rc = run(ARGS("memory --preset=l124m --device=cuda --precision=bf16 --run_dir=%s/memrun", dir));
+    Config c;
+    config_defaults(&c);
+    config_apply_preset(&c, "l124m");
+    ModelConfig mc = {.vocab_size = c.vocab_size, .dim = c.dim, .n_layers = c.n_layers, .n_heads = c.n_heads,
+                      .n_kv_heads = c.n_kv_heads, .ffn_dim = c.ffn_dim, .seq_len = c.seq_len};
+    size_t P = model_count_params(&mc);
+    snprintf(want, sizeof want, "master weights (fp32) %s | ", format_bytes(4.0 * P, b, sizeof b));
+    CHECK(rc == 0 && strstr(out, want) && strstr(out, "workspaces") && !strstr(out, "step "),
+          "memory l124m on cuda: the plan (want '%s'), no GPU needed, nothing trained (rc %d):\n%s", want, rc, out);
+    snprintf(want, sizeof want, "weights (compute copy) %s | ", format_bytes(2.0 * P, b, sizeof b));
+    CHECK(strstr(out, want) != NULL, "bf16: a 2-byte compute copy of the %zu parameters (want '%s')", P, want);
+    double total[3][2] = {{0}};
+    int rows = 0;
+    for (const char *l = strstr(out, "  --recompute="); l; l = strstr(l + 1, "  --recompute=")) {
+        char r[16], o[16], t[32];
+        if (sscanf(l, "  --recompute=%15s --optimizer=%15s total %31[^\n(]", r, o, t) != 3) continue;
+        int ri = !strcmp(r, "none") ? 0 : !strcmp(r, "selective") ? 1 : 2, oi = !strcmp(o, "adamw8bit");
+        total[ri][oi] = parse_bytes(t);
+        rows++;
+    }
+    CHECK(rows == 6 && total[0][0] > total[1][0] && total[1][0] > total[2][0] && total[0][1] < total[0][0] && total[2][1] < total[2][0],
+          "the other switches: recompute and adamw8bit each need less (%d rows)", rows);
+    snprintf(want, sizeof want, "%s/memrun", dir);
+    CHECK(access(want, F_OK) != 0, "memory writes nothing to run_dir");
+    expect_error(ARGS("memory --train_data=%s/nothing_*.bin", dir), "vocab_size=0 means the vocabulary of the train shards");
+    expect_error("memory --preset=l124m --dimm=3", "did you mean 'dim'");
+
+    rc = run(ARGS("%s --train_data=%s --memory_report=1", small, good));
+    const char *m = strstr(out, "prediction off by ");
+    double off = m ? atof(m + 18) : 99;
+    CHECK(rc == 0 && strstr(out, "measured: peak allocated") && fabs(off) < 5 && strstr(out, "peak resident set grew by"),
+          "--memory_report=1 on the CPU: the allocator's peak within 5%% of the prediction (%.1f%%) (rc %d):\n%s", off, rc, out);
+    const char *first = strstr(out, "predicted:");
+    CHECK(first && !strstr(first + 1, "predicted:") && !strstr(out, "step     1/"), "--memory_report=1: the prediction printed once, no step log");
+    snprintf(want, sizeof want, "%s/run/ckpt_00000001", dir);
+    CHECK(access(want, F_OK) != 0, "--memory_report=1 writes no checkpoint");
 }
 
 int main(void) {
@@ -63,8 +119,10 @@ int main(void) {
     char small[512];   /* every run writes its checkpoints under dir, never into the user's runs/ */
     snprintf(small, sizeof small, "--dim=32 --n_layers=1 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16 --batch_size=2 "
                                   "--val_data= --run_dir=%s/run", dir);
-#define ARGS(...) (snprintf(args, sizeof args, __VA_ARGS__), args)
     expect_error("--dimm=64", "unknown config key 'dimm' (did you mean 'dim'?)");
+    expect_error("--steps=5", "unknown config key 'steps' (did you mean 'max_steps'?)");       /* a key containing the word */
+    expect_error("--num_layers=2", "unknown config key 'num_layers' (did you mean 'n_layers'?)"); /* a key sharing a word */
+    expect_error("--learning-rate=2", "unknown config key 'learning_rate'");
     expect_error("--dim=abc", "'abc' is not a whole number");
     expect_error("--lr=fast", "config key 'lr': 'fast' is not a number");
     expect_error("--n_layers=0", "out of range");
@@ -99,10 +157,15 @@ int main(void) {
     CHECK(rc == 0 && strstr(out, "--n_kv_heads") && strstr(out, "--lr_schedule") && strstr(out, "l124m"), "--help lists the keys and presets (rc %d)", rc);
     char jsonl[300];
     snprintf(jsonl, sizeof jsonl, "%s/log.jsonl", dir);
-    rc = run(ARGS("%s --train_data=%s --val_data=%s --eval_every=2 --eval_batches=2 --max_steps=3 --warmup_steps=1 --log_jsonl=%s",
-                  small, good, good, jsonl));
+    rc = run(ARGS("%s --train_data=%s --val_data=%s --eval_every=2 --eval_batches=2 --max-steps=3 --warmup_steps=1 --log_jsonl=%s "
+                  "--lr=0.003 --beta2=0.99", small, good, good, jsonl));
     CHECK(rc == 0 && strstr(out, "step     3/3 | loss") && strstr(out, "tok/s") && strstr(out, "val_loss"), "a 3-step run logs steps and eval (rc %d):\n%s", rc, out);
     CHECK(strstr(out, "| dim                  | 32 ") != NULL, "the startup table shows the settings");
+    /* floats as --help writes them: the default's text, else the shortest that reads back; no float noise */
+    CHECK(strstr(out, "| lr                   | 0.003 ") && strstr(out, "| beta2                | 0.99 ") &&
+          strstr(out, "| norm_eps             | 1e-5 ") && strstr(out, "| adam_eps             | 1e-8 ") &&
+          strstr(out, "| rope_theta           | 10000 ") && !strstr(out, "0.0030000") && !strstr(out, "e-06"),
+          "the startup table prints floats without noise:\n%s", out);
     /* a config file: sections and comments ignored, its keys over the preset, --key=value over the file */
     snprintf(path, sizeof path, "%s/good.ini", dir);
     const char *ini = "# run settings\n[model]\npreset = l15m\ndim = 48   # narrower\nn_heads=4\nn_kv_heads = 2\n[training]\nlr = 0.002\n";
@@ -122,6 +185,7 @@ int main(void) {
     fclose(f);
     CHECK(steps == 3 && evals == 2, "jsonl has 3 step lines (%d) and 2 eval lines (%d)", steps, evals);
 
+    test_memory(small, good);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return test_summary();

@@ -8,6 +8,7 @@
  * bit-identical. Then the refusals: a full disk while saving, a resume whose
  * command line contradicts the checkpoint, a damaged newest checkpoint; and
  * export -> init_from -> the same weights, export -> logits -> the same logits.
+ * A finished run resumed, and max_steps=0, say so and leave the run's folder alone.
  * The binary is found beside this test: <BUILD>/tests/test_resume -> <BUILD>/train. */
 #define _XOPEN_SOURCE 700
 #include "test.h"
@@ -196,6 +197,21 @@ int main(int argc, char **argv) {
     CHECK(ok_exit(st) && output_has("const_leg", "out", "resume | step 10"), "second leg resumes at step 10");
     CHECK(same_logs("const_ref", "const_leg", 20), "normal end: 10 + 10 steps log the same as 20");
     CHECK(same_checkpoints("const_ref/ckpt_00000020", "const_leg/ckpt_00000020", 0), "normal end: final weights and optimizer bit-identical");
+    /* a finished run: --resume=1 says so and writes nothing; --max_steps=0 never writes a checkpoint */
+    char before[8192], after[8192], listing[600];
+    snprintf(listing, sizeof listing, "-l --time-style=full-iso %s/const_leg %s/const_leg/ckpt_00000020", root, root);
+    test_run("ls", listing, before, sizeof before);
+    st = RUN("finished", NULL, COMMON " --lr_schedule=constant --max_steps=20 --resume=1", ARGS("const_leg"));
+    CHECK(ok_exit(st) && output_has("finished", "out", "run already at step 20 of 20; raise max_steps to continue"),
+          "resume of a finished run: exit 0 and says so");
+    st = RUN("finished_past", NULL, COMMON " --lr_schedule=constant --max_steps=12 --resume=1", ARGS("const_leg"));
+    CHECK(ok_exit(st) && output_has("finished_past", "out", "run already at step 20, past max_steps=12; raise max_steps"),
+          "resume past max_steps: exit 0 and says so");
+    st = RUN("zero", NULL, COMMON " --lr_schedule=constant --max_steps=0", ARGS("const_leg"));
+    CHECK(ok_exit(st) && output_has("zero", "out", "max_steps=0: nothing to train; nothing written"), "max_steps=0: exit 0 and says so");
+    test_run("ls", listing, after, sizeof after);
+    CHECK(!strcmp(before, after) && !exists("%s/%s/ckpt_00000000", "const_leg"),
+          "neither wrote into the run's folder:\n%s\nthen:\n%s", before, after);
 
     /* 2. cosine schedule, checkpoints every 5 steps; killed while writing step 10's */
     st = RUN("ref", NULL, COMMON " --max_steps=20 --checkpoint_every=5 --keep_checkpoints=0", ARGS("ref"));
@@ -281,8 +297,9 @@ int main(int argc, char **argv) {
     /* 5. Hugging Face: export -> init_from gives the same weights; logits agree */
     st = RUN("export", NULL, "export --checkpoint=%s/ref --out=%s/hf", root, root);
     CHECK(ok_exit(st) && exists("%s/%s/model.safetensors", "hf") && exists("%s/%s/config.json", "hf"), "export writes the HF folder");
-    st = RUN("import", NULL, COMMON " --max_steps=0 --init_from=%s/hf", ARGS("import"), root);
-    CHECK(ok_exit(st) && same_checkpoints("ref/ckpt_00000020", "import/ckpt_00000000", 1), "export -> init_from: weights bit-identical");
+    /* one step at lr 0 leaves the weights as loaded (and max_steps=0 would write no checkpoint to compare) */
+    st = RUN("import", NULL, COMMON " --max_steps=1 --warmup_steps=0 --lr=0 --init_from=%s/hf", ARGS("import"), root);
+    CHECK(ok_exit(st) && same_checkpoints("ref/ckpt_00000020", "import/ckpt_00000001", 1), "export -> init_from: weights bit-identical");
     st = RUN("import_bad", NULL, COMMON " --max_steps=0 --init_from=%s/hf --ffn_dim=128", ARGS("import_bad"), root);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && output_has("import_bad", "err", "intermediate_size=64 but this run has ffn_dim=128"),
           "init_from a folder of another shape: refused naming the key");

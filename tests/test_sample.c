@@ -3,10 +3,12 @@
  * model a few steps with a sample at the end, then `build/train sample` from
  * its checkpoint: deterministic for a seed, and clear errors for a missing
  * model, a missing or wrong vocabulary, a prompt longer than the context and
- * bad options. Also sample_token's temperature-0 and top-k rules. */
+ * bad options. Also sample_token's temperature-0 and top-k rules, and that
+ * decode steps wake no OpenMP team. */
 #include "test.h"
 #include "../common/util.h"
 #include "../train/sample.h"
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -28,7 +30,51 @@ static void test_sample_token(void) {
     CHECK(seen[1] > 0 && seen[3] > 0 && seen[5] > 0, "top_k=3 draws each of the 3 largest");
 }
 
+/* Threads of this process, from /proc/self/status; 0 if unreadable. */
+static int process_threads(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %d", &n) == 1) break;
+    if (f) fclose(f);
+    return n;
+}
+
+/* Decode steps are small: they must run on the calling thread and wake no
+ * OpenMP team (kernels/cpu/parallel.h), or every token waits at barriers for
+ * threads a busy machine has not scheduled. OpenMP starts its team's threads
+ * at the first parallel region that uses them, so the process's thread count
+ * tells: one after 200 decode steps of the tiny preset's shape; two once a
+ * training-sized op has run. Must run before anything else in this process. */
+static void test_decode_threads(void) {
+    omp_set_num_threads(2);
+    ModelConfig mc = {.vocab_size = 4096, .dim = 128, .n_layers = 4, .n_heads = 4, .n_kv_heads = 2, .ffn_dim = 352,
+                      .seq_len = 256, .rope_theta = 10000, .norm_eps = 1e-5f};
+    Comm comm;
+    comm_init_one(&comm);
+    Model m;
+    model_create(&m, &mc, backend_cpu(), &comm, NULL, 1, mc.seq_len, RECOMPUTE_NONE);
+    model_init_weights(&m, 7, 0.02f);
+    int before = process_threads(), id = 1;
+    const float *logits = model_decode(&m, &id, 1, 0);
+    for (int pos = 1; pos < 200; pos++) {
+        id = sample_token(logits, mc.vocab_size, 0.0f, 0, NULL);
+        logits = model_decode(&m, &id, 1, pos);
+    }
+    int after = process_threads();
+    CHECK(before == 1 && after == 1, "200 decode steps woke no OpenMP team: threads %d before, %d after", before, after);
+    size_t n = (size_t)1 << 21;
+    float *a = callocCheck(n, sizeof(float));
+    backend_cpu()->add(a, a, a, n);
+    CHECK(process_threads() == 2, "a training-sized op (a 2M-element add) still runs on 2 threads: %d", process_threads());
+    free(a);
+    model_free(&m);
+    comm_free(&comm);
+}
+
 int main(void) {
+    test_decode_threads();
     test_sample_token();
     const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
     snprintf(train_bin, sizeof train_bin, "%s/train", build);
@@ -36,6 +82,21 @@ int main(void) {
     char args[2048], cmd[600];
     int rc = run(ARGS("prepare --input=tests/data/sotu_sample.txt --out=%s/data --train-vocab=300 --val-fraction=0", dir));
     CHECK(rc == 0, "prepare the sample text (rc %d):\n%s", rc, out);
+    CHECK(strstr(out, "train on them with: build/train --train_data='") && strstr(out, "/data/train_*.bin' --val_data= ["),
+          "prepare prints the keys to train on its shards, no val_data without a validation split:\n%s", out);
+    /* an unprompted sample starts at a document boundary: the end-of-text id prepare puts before every
+     * document (a learned vocabulary reserves its last id for it; GPT-2's is 50256) */
+    char tok_path[400];
+    snprintf(tok_path, sizeof tok_path, "%s/data/tokenizer.bin", dir);
+    Tokenizer *tok = tokenizer_load(tok_path);
+    int *ids, eot = tokenizer_eot(tok);
+    int n = sample_encode_prompt(tok, "", 32, &ids);
+    CHECK(n == 1 && ids[0] == eot && eot == tokenizer_vocab_size(tok) - 1, "empty prompt: just the end-of-text id %d (got %d ids, %d)", eot, n, ids[0]);
+    free(ids);
+    n = sample_encode_prompt(tok, "Congress", 32, &ids);
+    CHECK(n > 1 && ids[0] == eot, "a prompt follows the end-of-text id, as a document does in the shards");
+    free(ids);
+    tokenizer_free(tok);
     const char *model = "--dim=32 --n_layers=1 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=32 --batch_size=4 --val_data=";
     rc = run(ARGS("%s --train_data=%s/data/train_*.bin --max_steps=5 --warmup_steps=1 --run_dir=%s/run --sample_tokens=20 "
                   "--sample_prompt=Congress", model, dir, dir));
@@ -45,8 +106,8 @@ int main(void) {
     static char first[sizeof out];
     memcpy(first, out, sizeof out);
     CHECK(rc == 0 && !strncmp(out, "The", 3) && strlen(out) > 4, "sample from the checkpoint (rc %d):\n%s", rc, out);
-    rc = run(ARGS("sample --model=%s/run --tokenizer=%s/data/tokenizer.bin --prompt=The --tokens=15 --seed=3", dir, dir));
-    CHECK(rc == 0 && !strcmp(out, first), "the same seed gives the same text");
+    rc = run(ARGS("sample --model=%s/run --tokenizer=%s/data/tokenizer.bin --prompt=The --tokens=15 --seed=3 --top-k=40", dir, dir));
+    CHECK(rc == 0 && !strcmp(out, first), "the same seed gives the same text (--top-k=40 is --top_k=40, the default)");
 
     rc = run(ARGS("sample --model=%s/nothing --tokenizer=%s/data/tokenizer.bin", dir, dir));
     CHECK(rc == 1 && strstr(out, "error:"), "missing model: a clear error (rc %d):\n%s", rc, out);
@@ -64,6 +125,8 @@ int main(void) {
     CHECK(rc == 1 && strstr(out, "--tokens must be a positive whole number"), "bad --tokens (rc %d):\n%s", rc, out);
     rc = run(ARGS("sample --model=%s/run --colour=red", dir));
     CHECK(rc == 1 && strstr(out, "unknown option '--colour'"), "unknown option (rc %d):\n%s", rc, out);
+    rc = run(ARGS("sample --model=%s/run --k=5", dir));
+    CHECK(rc == 1 && strstr(out, "unknown option '--k' (did you mean --top_k?)"), "unknown option, suggestion (rc %d):\n%s", rc, out);
     rc = run(ARGS("%s --train_data=%s/data/train_*.bin --max_steps=2 --warmup_steps=1 --run_dir=%s/run2 --sample_tokens=5 "
                   "--tokenizer=%s/none.bin", model, dir, dir, dir));
     CHECK(rc == 1 && strstr(out, "cannot be read") && !strstr(out, "step "), "a missing vocabulary stops the run before training (rc %d):\n%s", rc, out);

@@ -243,6 +243,9 @@ static void test_prepare(int have_gpt2) {
     snprintf(args, sizeof args, "--input=tests/data --ext=.txt --out=%s --train-vocab=400 --val-fraction=0.2 --shard-tokens=20000", dir);
     int rc = run_prepare(args, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "unigram entropy") && strstr(out, "nats"), "prepare (trained) failed, rc %d: %s", rc, out);
+    char keys[1024];
+    snprintf(keys, sizeof keys, "build/train --train_data='%s/train_*.bin' --val_data='%s/val_*.bin'", dir, dir);
+    CHECK(strstr(out, keys) != NULL, "prepare prints the keys to train on its shards: want %s", keys);
     uint32_t *train = NULL, *val = NULL;
     size_t n_train = 0, n_val = 0;
     int shards = shard_tokens(dir, "train", &train, &n_train), val_shards = shard_tokens(dir, "val", &val, &n_val);
@@ -257,14 +260,15 @@ static void test_prepare(int have_gpt2) {
     CHECK(train[0] == (uint32_t)eot && val[0] == (uint32_t)eot, "prepare: each split starts with the eot id");
     size_t want = count_docs("tests/data/sotu_sample.txt") + count_docs("tests/data/tricky.txt") + count_docs("tests/data/random_unicode.txt");
     CHECK(docs == want && want > 20, "prepare: %zu documents (eot ids), want %zu", docs, want);
-    /* deterministic: a second run writes the same bytes; fewer shards remove stale ones */
+    /* deterministic: a second run, its keys spelt with underscores, writes the same bytes; fewer shards remove stale ones */
     char first[400], again[400];
     snprintf(first, sizeof first, "%s/train_000.bin", dir);
     size_t n1, n2;
     uint8_t *a = slurp(first, &n1);
+    snprintf(args, sizeof args, "--input=tests/data --ext=.txt --out=%s --train_vocab=400 --val_fraction=0.2 --shard_tokens=20000", dir);
     rc = run_prepare(args, out, sizeof out);
     uint8_t *b = slurp(first, &n2);
-    CHECK(rc == 0 && n1 == n2 && !memcmp(a, b, n1), "prepare: two runs differ");
+    CHECK(rc == 0 && n1 == n2 && !memcmp(a, b, n1), "prepare: --train_vocab and --train-vocab runs differ (rc %d): %s", rc, out);
     free(a), free(b);
     snprintf(args, sizeof args, "--input=tests/data --ext=.txt --out=%s --vocab=%s --val-fraction=0.2", dir, tok_path);
     rc = run_prepare(args, out, sizeof out);
@@ -326,13 +330,14 @@ static void test_prepare(int have_gpt2) {
     expect_refusal("truncated vocab", args, "truncated or corrupt");
     snprintf(args, sizeof args, "--input=tests/data/tricky.txt --out=%s/x --gpt2-dir=%s/nowhere", tmp_dir, tmp_dir);
     expect_refusal("no GPT-2 files", args, "run scripts/setup.sh");
-    expect_refusal("unknown option", "--inptu=sotu", "unknown option --inptu");
+    expect_refusal("unknown option", "--inptu=sotu", "unknown option --inptu (did you mean --input?)");
+    expect_refusal("unknown option, part of a known one", "--fraction=0.1", "unknown option --fraction (did you mean --val_fraction?)");
     expect_refusal("not key=value", "--input sotu", "not a --key=value option");
     expect_refusal("bad number", "--val-fraction=half", "--val-fraction=half is not a number");
     expect_refusal("two vocabularies", "--vocab=a.bin --train-vocab=512", "not both");
     expect_refusal("unknown tokenizer", "--tokenizer=llama", "--tokenizer=llama is not known");
     rc = run_prepare("--help", out, sizeof out);
-    CHECK(rc == 0 && strstr(out, "--train-vocab=N") && strstr(out, "--val-fraction"), "prepare --help, rc %d", rc);
+    CHECK(rc == 0 && strstr(out, "--train_vocab=N") && strstr(out, "--val_fraction"), "prepare --help, rc %d", rc);
 
     /* GPT-2 on the sample: the ids decode back to each document */
     if (!have_gpt2) return;

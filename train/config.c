@@ -2,6 +2,7 @@
  * startup table. Everything a user can set is one row of config_fields[]. */
 #include "config.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -26,7 +27,7 @@ const ConfigField config_fields[] = {
     F(init_std, FIELD_FLOAT, "0.02", 0, 10, NULL, "model", "std of the normal init; output projections are scaled by 1/sqrt(2*n_layers)"),
     F(batch_size, FIELD_INT, "16", 1, BIG, NULL, "training", "micro-batch: sequences per forward/backward (B)"),
     F(total_batch_tokens, FIELD_INT, "0", 0, BIG, NULL, "training", "tokens per optimizer step over all ranks; 0 = batch_size*seq_len*dp (no accumulation)"),
-    F(max_steps, FIELD_INT, "1000", 0, BIG, NULL, "training", "optimizer steps to train"),
+    F(max_steps, FIELD_INT, "1000", 0, BIG, NULL, "training", "optimizer steps to train; 0 = build the model and exit, writing nothing (`build/train memory` shows the memory plan alone)"),
     F(lr, FIELD_FLOAT, "1e-3", 0, 10, NULL, "training", "peak learning rate"),
     F(min_lr_ratio, FIELD_FLOAT, "0.1", 0, 1, NULL, "training", "learning-rate floor at the end of decay, as a fraction of lr"),
     F(warmup_steps, FIELD_INT, "50", 0, BIG, NULL, "training", "linear warm-up steps"),
@@ -65,14 +66,14 @@ const ConfigField config_fields[] = {
     F(temperature, FIELD_FLOAT, "0.8", 0, 100, NULL, "sampling", "softmax temperature; 0 = always the most likely token"),
     F(top_k, FIELD_INT, "40", 0, BIG, NULL, "sampling", "sample among the k most likely tokens; 0 = all"),
     F(tokenizer, FIELD_STRING, "", 0, 0, NULL, "sampling", "vocabulary file for decoding samples; empty = tokenizer.bin beside the first train shard"),
-    F(memory_report, FIELD_BOOL, "0", 0, 1, NULL, "logging", "print the predicted memory per category, run one step, print the measured peak beside it, and exit"),
+    F(memory_report, FIELD_BOOL, "0", 0, 1, NULL, "logging", "run one step, print the measured peak beside the predicted memory, and exit (`build/train memory` shows the plan without a step)"),
     F(log_every, FIELD_INT, "1", 1, BIG, NULL, "logging", "print a step line every N steps"),
     F(profile_out, FIELD_STRING, "", 0, 0, NULL, "logging", "one rank: write this run's step-time profile (median split after 2 warm-up steps) for `build/train plan --profile`"),
     F(log_jsonl, FIELD_STRING, "", 0, 0, NULL, "logging", "also write one JSON object per step/eval to this file"),
     F(run_dir, FIELD_STRING, "runs/default", 0, 0, NULL, "logging", "folder for this run's outputs"),
     F(checkpoint_every, FIELD_INT, "0", -1, BIG, NULL, "checkpoint", "save a checkpoint to run_dir every N steps and at the end (and on SIGTERM/SIGINT); 0 = only at the end; -1 = never"),
     F(keep_checkpoints, FIELD_INT, "3", 0, BIG, NULL, "checkpoint", "keep the newest N complete checkpoints in run_dir; 0 = keep all"),
-    F(resume, FIELD_BOOL, "0", 0, 1, NULL, "checkpoint", "continue from the newest complete checkpoint in run_dir (a fresh start when there is none)"),
+    F(resume, FIELD_BOOL, "0", 0, 1, NULL, "checkpoint", "continue from the newest complete checkpoint in run_dir (a fresh start when there is none); a run already at max_steps says so and exits 0"),
     F(init_from, FIELD_STRING, "", 0, 0, NULL, "checkpoint", "start from these weights (optimizer fresh): a Hugging Face folder (config.json + model.safetensors) or a checkpoint folder"),
 };
 const int config_n_fields = sizeof config_fields / sizeof config_fields[0];
@@ -94,28 +95,10 @@ const ConfigField *config_find(const char *key) {
     return NULL;
 }
 
-static int edit_distance(const char *a, const char *b) {
-    int la = strlen(a), lb = strlen(b), d[64][64];
-    if (la > 63 || lb > 63) return 99;
-    for (int i = 0; i <= la; i++) d[i][0] = i;
-    for (int j = 0; j <= lb; j++) d[0][j] = j;
-    for (int i = 1; i <= la; i++)
-        for (int j = 1; j <= lb; j++) {
-            int sub = d[i - 1][j - 1] + (tolower(a[i - 1]) != tolower(b[j - 1]));
-            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
-            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-    return d[la][lb];
-}
-
 static const char *nearest_key(const char *key) {
-    const char *best = NULL;
-    int best_d = 1 << 30;
-    for (int i = 0; i < config_n_fields; i++) {
-        int d = edit_distance(key, config_fields[i].name);
-        if (d < best_d) { best_d = d; best = config_fields[i].name; }
-    }
-    return best;
+    const char *names[sizeof config_fields / sizeof config_fields[0]];
+    for (int i = 0; i < config_n_fields; i++) names[i] = config_fields[i].name;
+    return option_suggest(key, names, config_n_fields);
 }
 
 static int choice_index(const char *choices, const char *value) {
@@ -286,11 +269,9 @@ void config_parse_args(Config *c, int argc, char **argv) {
             continue;
         }
         char key[128];
-        const char *arg = argv[i] + 2, *eq = strchr(arg, '=');
-        if (!eq) die("'%s' has no value: write --%s=VALUE", argv[i], arg);
-        snprintf(key, sizeof key, "%.*s", (int)(eq - arg), arg);
-        for (char *p = key; *p; p++) if (*p == '-') *p = '_';
-        if (config_set(c, key, eq + 1, err, sizeof err) != 0) die("%s", err);
+        const char *value = option_split(argv[i], key, sizeof key);
+        if (!value) die("'%s' has no value: write %s=VALUE", argv[i], argv[i]);
+        if (config_set(c, key, value, err, sizeof err) != 0) die("%s", err);
     }
     config_validate(c);
 }
@@ -335,6 +316,7 @@ void config_print_help(FILE *out) {
     fprintf(out, "usage: build/train [--config=FILE.ini] [--preset=NAME] [--key=value ...]\n"
                  "       build/train prepare --help    (text -> token shards)\n"
                  "       build/train sample --help     (text from a checkpoint or a Hugging Face folder)\n"
+                 "       build/train memory [--preset=NAME] [--key=value ...]   (the memory plan alone; nothing trained)\n"
                  "       build/train export | inspect | logits   (checkpoints; run without arguments for usage)\n\n"
                  "Settings are applied in order: defaults, preset, config file, --key=value.\n");
     const char *section = "";
@@ -351,6 +333,30 @@ void config_print_help(FILE *out) {
         fprintf(out, "  %-6s %s\n         %s\n", presets[i].name, presets[i].about, presets[i].settings);
 }
 
+/* A float as a person writes it: the shortest text that reads back as the same
+ * float, the exponent without padding (1e-05 -> 1e-5); never 0.00300000003. */
+static void format_float_short(float v, char *out, size_t size) {
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(out, size, "%.*g", digits, v);
+        if (strtof(out, NULL) == v) break;
+    }
+    char *e = strchr(out, 'e');
+    if (!e) return;
+    char *sign = e + 1, *first = sign + (*sign == '+' || *sign == '-');
+    while (*first == '0' && first[1]) first++;
+    char *to = *sign == '-' ? sign + 1 : sign;
+    memmove(to, first, strlen(first) + 1);
+}
+
+/* One value of the startup table: as config_format, but floats as --help shows
+ * them (the default's own text where the value is the default). */
+static void format_for_table(const Config *c, const Config *defaults, const ConfigField *f, char *out, size_t size) {
+    if (f->type != FIELD_FLOAT) { config_format(c, f, out, size); return; }
+    float v = *(const float *)((const char *)c + f->offset);
+    if (v == *(const float *)((const char *)defaults + f->offset)) snprintf(out, size, "%s", f->default_value);
+    else format_float_short(v, out, size);
+}
+
 void config_print_table(const Config *c, FILE *out) {
     Config d;
     config_defaults(&d);
@@ -359,8 +365,8 @@ void config_print_table(const Config *c, FILE *out) {
     fprintf(out, "+----------------------+------------------------------------------+\n");
     for (int i = 0; i < config_n_fields; i++) {
         char v[1024], dv[1024];
-        config_format(c, &config_fields[i], v, sizeof v);
-        config_format(&d, &config_fields[i], dv, sizeof dv);
+        format_for_table(c, &d, &config_fields[i], v, sizeof v);
+        format_for_table(&d, &d, &config_fields[i], dv, sizeof dv);
         fprintf(out, "| %-20s | %-38.38s %s |\n", config_fields[i].name, v, strcmp(v, dv) ? "*" : " ");
     }
     fprintf(out, "+----------------------+------------------------------------------+\n");

@@ -1,10 +1,13 @@
 /* train/main.c — the `train` program: `build/train [--config=F] [--key=value ...]`
- * trains; `build/train prepare ...` turns text into token shards.
+ * trains; `build/train prepare ...` turns text into token shards; `build/train
+ * memory ...` prints the memory plan without training; sample, export, inspect
+ * and logits work on checkpoints.
  * Everything a run does is decided by the Config (train/config.h). */
 #include "config.h"
 #include "trainer.h"
 #include "sample.h"
 #include "memory.h"
+#include "memory_report.h"
 #include "../common/util.h"
 #include "../data/prepare.h"
 #include "../checkpoint/cli.h"
@@ -60,10 +63,12 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "plan")) return plan_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "scale")) return scale_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "memory")) return memory_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
     launch_nproc(argc, argv);          /* --nproc=N: re-run under mpirun with N ranks */
     launch_init(&argc, &argv);
+    long rss_before_kib = memory_rss_peak_kib();
     Config cfg;
     launch_errors_rank0_only(1);       /* a bad config is the same on every rank: say it once */
     config_parse_args(&cfg, argc, argv);
@@ -80,13 +85,20 @@ int main(int argc, char **argv) {
         print_banner(&tr);
         memory_print(&tr.memory, 0, stdout);
     }
-    if (cfg.memory_report) {   /* one step, then the prediction next to what the allocator measured */
-        trainer_step(&tr);
-        if (lead) memory_print(&tr.memory, tr.be->memory_peak(), stdout);
+    if (cfg.memory_report) {   /* one step, then what the allocator measured next to the prediction above */
+        memory_report_step(&tr, rss_before_kib);
         trainer_free(&tr);
         return 0;
     }
     trainer_restore(&tr);
+    if (tr.step >= cfg.max_steps) {   /* nothing to train: say so, and leave run_dir as it is */
+        if (!lead) {}
+        else if (tr.step == 0) printf("done  | max_steps=0: nothing to train; nothing written to %s\n", cfg.run_dir);
+        else if (tr.step == cfg.max_steps) printf("run already at step %d of %d; raise max_steps to continue\n", tr.step, cfg.max_steps);
+        else if (lead) printf("run already at step %d, past max_steps=%d; raise max_steps to continue\n", tr.step, cfg.max_steps);
+        trainer_free(&tr);
+        return 0;
+    }
     struct sigaction sa = {0};
     sa.sa_handler = on_stop_signal;
     sa.sa_flags = SA_RESETHAND;

@@ -38,6 +38,18 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     return p;
 }
 
+Backend memory_plan_backend(const Config *c) {
+    DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
+    if (c->device == DEVICE_CPU) return *backend_cpu_emulated(act);
+    Backend b = *backend_cpu();
+    b.name = "cuda";
+    b.act = act;
+    b.emulated = 0;
+    b.workspace_bytes = BACKEND_CUDA_WORKSPACE_BYTES;
+    b.memory_free = NULL;
+    return b;
+}
+
 void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out) {
     char b[32];
     struct { const char *name; size_t bytes; } rows[] = {

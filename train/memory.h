@@ -27,6 +27,10 @@ typedef struct {
  * one rank) for config c with the given recompute mode, optimizer and micro-batch. */
 MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, const ModelPart *part,
                        int recompute, int optimizer, int batch_size);
+/* The backend a plan describes, without opening the device: what memory_plan
+ * reads of it is the name, the activation dtype and the fixed workspace, so a
+ * GPU's plan is made on any machine. */
+Backend memory_plan_backend(const Config *c);
 /* The table; measured_peak 0 = not measured (yet). */
 void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out);
 /* Dies with the list of switches that would fit when plan p (this config's)

@@ -125,14 +125,11 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
     grid.world_size = L->dp * L->tp * L->pp; grid.dp = L->dp; grid.tp = L->tp; grid.pp = L->pp;
     Schedule s;
     trainer_schedule(&s, &c, mc, &grid, be);
-    PartitionSpec layout = trainer_layout(&c);
     double most = 0, layer_f, head_f, heaviest = 0;
     int heaviest_layers = 0;
     flops_split(mc, &layer_f, &head_f);
     for (int st = 0; st < L->pp; st++) {
-        ModelPart part = partition_part(mc, &layout, st, 0);
-        part.n_slots = s.slots[st];
-        part.master_in_shard = L->zero && L->dp > 1 && be->act != DTYPE_FP32;
+        ModelPart part = trainer_part(&c, mc, &s, st, 0, be->act);
         grid.pp_rank = st;
         MemoryPlan p = memory_plan(&c, mc, be, &grid, &part, c.recompute, c.optimizer, c.batch_size);
         if (p.total > most) most = p.total;
@@ -221,10 +218,7 @@ int plan_main(int argc, char **argv) {
     Profile prof = read_profile(profile);
     ModelConfig mc;
     model_config_from(&mc, &c, c.vocab_size);
-    /* the GPU's sizes, planned on any machine: the activation dtype and cuBLASLt's workspace */
-    Backend planned = *backend_cpu();
-    planned.act = c.precision == PRECISION_BF16 ? DTYPE_BF16 : c.precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
-    if (c.device == DEVICE_CUDA) planned.workspace_bytes = (size_t)64 << 20;   /* as kernels/cuda/backend_cuda.cu allocates */
+    Backend planned = memory_plan_backend(&c);   /* the GPU's sizes, planned on any machine */
     long global = c.total_batch_tokens ? c.total_batch_tokens : (long)c.batch_size * c.seq_len * gpus;
     Layout *all = callocCheck(4096, sizeof(Layout));
     int count = 0;

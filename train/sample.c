@@ -1,6 +1,7 @@
 /* train/sample.c — temperature / top-k sampling over the KV-cache decode. */
 #include "sample.h"
 #include "../checkpoint/cli.h"
+#include "../common/options.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,31 +82,39 @@ int sample_generate(Model *m, const Tokenizer *tok, const char *prompt, const Sa
 
 static const char *sample_usage =
     "usage: build/train sample --model=DIR [--prompt=TEXT] [--tokens=200] [--temperature=0.8] [--top_k=40]\n"
-    "                          [--seed=1] [--tokenizer=data/corpus/tokenizer.bin]\n"
+    "                          [--seed=1] [--tokenizer=FILE]\n"
     "  DIR: a checkpoint folder, a run_dir (its newest checkpoint) or a Hugging Face folder\n"
+    "  FILE: the vocabulary; by default DIR/tokenizer.bin (export writes it there), else data/corpus/tokenizer.bin\n"
     "  generates text on the CPU through the KV cache; stops at --tokens, end-of-text or a full context\n";
 
 int sample_main(int argc, char **argv) {
-    const char *model = NULL, *prompt = "", *tok_path = "data/corpus/tokenizer.bin";
+    const char *model = NULL, *prompt = "", *tok_path = NULL;
     SampleOptions o = {.temperature = 0.8f, .top_k = 40, .max_tokens = 200};
     long seed = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *eq = strchr(a, '=');
+        const char *a = argv[i];
         if (!strcmp(a, "--help")) { printf("%s", sample_usage); return 0; }
-        if (strncmp(a, "--", 2) || !eq) die("sample: '%s' is not --key=value\n%s", a, sample_usage);
-        const char *v = eq + 1;
-        char *end = NULL;
-        size_t k = (size_t)(eq - a);
-        if (k == 7 && !strncmp(a, "--model", k)) model = v;
-        else if (k == 8 && !strncmp(a, "--prompt", k)) prompt = v;
-        else if (k == 11 && !strncmp(a, "--tokenizer", k)) tok_path = v;
-        else if (k == 8 && !strncmp(a, "--tokens", k)) { o.max_tokens = (int)strtol(v, &end, 10); if (*end || o.max_tokens < 1) die("sample: --tokens must be a positive whole number, got '%s'", v); }
-        else if (k == 13 && !strncmp(a, "--temperature", k)) { o.temperature = strtof(v, &end); if (*end || o.temperature < 0) die("sample: --temperature must be a number >= 0, got '%s'", v); }
-        else if (k == 7 && !strncmp(a, "--top_k", k)) { o.top_k = (int)strtol(v, &end, 10); if (*end || o.top_k < 0) die("sample: --top_k must be a whole number >= 0, got '%s'", v); }
-        else if (k == 6 && !strncmp(a, "--seed", k)) { seed = strtol(v, &end, 10); if (*end) die("sample: --seed must be a whole number, got '%s'", v); }
-        else die("sample: unknown option '%.*s'\n%s", (int)k, a, sample_usage);
+        char key[64], *end = NULL;
+        const char *v = option_split(a, key, sizeof key);
+        if (!v) die("sample: '%s' is not --key=value\n%s", a, sample_usage);
+        if (!strcmp(key, "model")) model = v;
+        else if (!strcmp(key, "prompt")) prompt = v;
+        else if (!strcmp(key, "tokenizer")) tok_path = v;
+        else if (!strcmp(key, "tokens")) { o.max_tokens = (int)strtol(v, &end, 10); if (*end || o.max_tokens < 1) die("sample: --tokens must be a positive whole number, got '%s'", v); }
+        else if (!strcmp(key, "temperature")) { o.temperature = strtof(v, &end); if (*end || o.temperature < 0) die("sample: --temperature must be a number >= 0, got '%s'", v); }
+        else if (!strcmp(key, "top_k")) { o.top_k = (int)strtol(v, &end, 10); if (*end || o.top_k < 0) die("sample: --top_k must be a whole number >= 0, got '%s'", v); }
+        else if (!strcmp(key, "seed")) { seed = strtol(v, &end, 10); if (*end) die("sample: --seed must be a whole number, got '%s'", v); }
+        else {
+            static const char *const known[] = {"model", "prompt", "tokenizer", "tokens", "temperature", "top_k", "seed"};
+            die("sample: unknown option '--%s' (did you mean --%s?)\n%s", key, option_suggest(key, known, 7), sample_usage);
+        }
     }
     if (!model) die("sample: --model=DIR is required\n%s", sample_usage);
+    char beside[1100];
+    snprintf(beside, sizeof beside, "%s/tokenizer.bin", model);
+    FILE *probe = tok_path ? NULL : fopen(beside, "rb");
+    if (probe) { fclose(probe); tok_path = beside; }   /* an exported folder carries its vocabulary */
+    if (!tok_path) tok_path = "data/corpus/tokenizer.bin";
     FILE *f = fopen(tok_path, "rb");
     if (!f) die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
     fclose(f);

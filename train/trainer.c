@@ -64,6 +64,15 @@ void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const
     schedule_assign_slots(s);
 }
 
+ModelPart trainer_part(const Config *c, const ModelConfig *mc, const Schedule *s, int stage, int tp_rank, DType act) {
+    PartitionSpec layout = trainer_layout(c);
+    ModelPart part = partition_part(mc, &layout, stage, tp_rank);
+    part.n_slots = s->slots[stage];
+    if (c->pp > 1 && part.n_slots < 2) part.n_slots = 2;   /* evaluation receives the next micro-batch while sending the last */
+    part.master_in_shard = c->zero && c->dp > 1 && act != DTYPE_FP32;
+    return part;
+}
+
 /* The step's schedule for every stage, checked as `build/train schedule` checks it. */
 static void build_schedule(Trainer *tr) {
     trainer_schedule(&tr->schedule, &tr->cfg, &tr->model_cfg, &tr->comm, tr->be);
@@ -138,12 +147,9 @@ void trainer_init(Trainer *tr, const Config *cfg) {
 
     model_config_from(&tr->model_cfg, c, vocab);
     tr->layout = trainer_layout(&tr->cfg);
-    ModelPart part = partition_part(&tr->model_cfg, &tr->layout, tr->comm.pp_rank, tr->comm.tp_rank);
     build_schedule(tr);
-    part.n_slots = tr->schedule.slots[tr->comm.pp_rank];
-    if (c->pp > 1 && part.n_slots < 2) part.n_slots = 2;   /* evaluation receives the next micro-batch while sending the last */
+    ModelPart part = trainer_part(c, &tr->model_cfg, &tr->schedule, tr->comm.pp_rank, tr->comm.tp_rank, act);
     int zero = c->zero && tr->comm.dp > 1;
-    part.master_in_shard = zero && act != DTYPE_FP32;
     tr->memory = memory_plan(c, &tr->model_cfg, tr->be, &tr->comm, &part, c->recompute, c->optimizer, c->batch_size);
     memory_check_fits(&tr->memory, c, &tr->model_cfg, tr->be, &tr->comm, &part);   /* before allocating: say what would fit */
     model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, &part, c->batch_size, c->seq_len, c->recompute);

@@ -2,6 +2,7 @@
  * p *= 1 - lr*wd;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
 #include "../adamw.h"
+#include "parallel.h"
 #include <math.h>
 
 void adamw_update_cpu(float *params, void *params_compute, const float *grads, float *m, float *v,
@@ -11,7 +12,7 @@ void adamw_update_cpu(float *params, void *params_compute, const float *grads, f
     for (int s = 0; s < n_slices; s++) {
         float decay = 1.0f - h.lr * slices[s].weight_decay;
         size_t lo = slices[s].offset, hi = lo + slices[s].count;
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel(hi - lo))
         for (size_t i = lo; i < hi; i++) {
             float p = adamw_element(params[i], grads[i], &m[i], &v[i], decay, step_size, bc2_sqrt, &h);
             params[i] = p;

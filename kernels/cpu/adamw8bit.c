@@ -4,6 +4,7 @@
  * Blocks are independent: every slice is cut into 256-element pieces and one
  * OpenMP loop runs over all pieces of all slices. */
 #include "../adamw8bit.h"
+#include "parallel.h"
 #include "../../common/util.h"
 #include <math.h>
 #include <stdlib.h>
@@ -99,7 +100,7 @@ void adamw8bit_update_cpu(float *params, void *params_compute, const float *grad
     first[0] = 0;
     for (int s = 0; s < n_slices; s++) first[s + 1] = first[s] + (slices[s].count + ADAMW8BIT_BLOCK - 1) / ADAMW8BIT_BLOCK;
     long total = (long)first[n_slices];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (cpu_parallel((size_t)total * ADAMW8BIT_BLOCK))
     for (long b = 0; b < total; b++) {
         int lo = 0, hi = n_slices - 1;   /* the last slice whose first piece is <= b */
         while (lo < hi) {

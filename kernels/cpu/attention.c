@@ -8,6 +8,7 @@
  * Threads split over (b, kv head); the query heads that share a KV head run in
  * the same thread, so dk and dv need no atomics. */
 #include "../attention.h"
+#include "parallel.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@ void attention_forward_cpu(void *out_, float *lse, const void *qkv_, int B, int 
     const float *qkv = qkv_;
     int QKV = (NH + 2 * NKV) * HD, G = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
-#pragma omp parallel
+#pragma omp parallel if (cpu_parallel((size_t)B * NH * T * (T + 1) / 2 * HD / 32))
     {
         float *s = malloc(sizeof(float) * T);
 #pragma omp for collapse(2)
@@ -58,7 +59,7 @@ void attention_backward_cpu(void *dqkv_, const void *dout_, const void *qkv_, co
     const float *dout = dout_, *qkv = qkv_, *out = out_;
     int QKV = (NH + 2 * NKV) * HD, G = NH / NKV;
     float scale = 1.0f / sqrtf((float)HD);
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if (cpu_parallel((size_t)B * NH * T * (T + 1) / 2 * HD / 16))
     for (int b = 0; b < B; b++)
         for (int kvh = 0; kvh < NKV; kvh++) {
             const float *base = qkv + (size_t)b * T * QKV;
@@ -108,7 +109,7 @@ void attention_cached_cpu(void *out_, void *kcache_, void *vcache_, const void *
             memcpy(kc + ((size_t)b * Tmax + pos0 + t) * KV, row + NH * HD, KV * sizeof(float));
             memcpy(vc + ((size_t)b * Tmax + pos0 + t) * KV, row + (NH + NKV) * HD, KV * sizeof(float));
         }
-#pragma omp parallel
+#pragma omp parallel if (cpu_parallel((size_t)B * NH * T * (pos0 + T) * HD / 32))
     {
         float *s = malloc(sizeof(float) * (pos0 + T));
 #pragma omp for collapse(3)

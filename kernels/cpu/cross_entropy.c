@@ -1,12 +1,13 @@
 /* kernels/cpu/cross_entropy.c — fp32 reference fused softmax + cross-entropy,
  * the gradient written over the logits in place. */
 #include "../cross_entropy.h"
+#include "parallel.h"
 #include <math.h>
 #include <stddef.h>
 
 void cross_entropy_cpu(float *losses, void *logits_, const int *targets, int N, int V, float dloss, int ignore_index) {
     float *logits = logits_;
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel((size_t)N * V))
     for (int n = 0; n < N; n++) {
         float *z = logits + (size_t)n * V;
         int y = targets[n];

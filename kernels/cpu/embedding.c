@@ -2,18 +2,19 @@
  * The backward loops over tokens in order inside each thread's slice of
  * channels, so it is deterministic and needs no atomics. */
 #include "../embedding.h"
+#include "parallel.h"
 #include <string.h>
 
 void embedding_forward_cpu(void *out_, const int *ids, const void *wte_, int N, int C) {
     float *out = out_;
     const float *wte = wte_;
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel((size_t)N * C))
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, wte + (size_t)ids[n] * C, C * sizeof(float));
 }
 
 void embedding_backward_cpu(float *dwte, const void *dout_, const int *ids, int N, int C) {
     const float *dout = dout_;
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel((size_t)N * C))
     for (int c = 0; c < C; c++)
         for (int n = 0; n < N; n++) dwte[(size_t)ids[n] * C + c] += dout[(size_t)n * C + c];
 }

@@ -2,6 +2,7 @@
  * naive OpenMP loops where no BLAS was found at build time. Row-major:
  * out(N,OC) = inp(N,IC) @ w(OC,IC)^T. */
 #include "../matmul.h"
+#include "parallel.h"
 #include <stddef.h>
 #ifdef LLM3D_BLAS
 #include <cblas.h>
@@ -11,9 +12,11 @@ void matmul_forward_cpu(void *out_, const void *inp_, const void *w_, int N, int
     float *out = out_;
     const float *inp = inp_, *w = w_;
 #ifdef LLM3D_BLAS
+    int threads = cpu_blas_threads_begin((size_t)N * IC * OC);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
+    cpu_blas_threads_end(threads);
 #else
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if (cpu_parallel((size_t)N * IC * OC / 64))
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             const float *x = inp + (size_t)n * IC, *wr = w + (size_t)o * IC;
@@ -28,11 +31,13 @@ void matmul_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *
     float *dinp = dinp_;
     const float *dout = dout_, *inp = inp_, *w = w_;
 #ifdef LLM3D_BLAS
+    int threads = cpu_blas_threads_begin((size_t)N * IC * OC);
     if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    cpu_blas_threads_end(threads);
 #else
     if (dinp) {
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel((size_t)N * IC * OC / 64))
         for (int n = 0; n < N; n++)
             for (int i = 0; i < IC; i++) {
                 float s = 0;
@@ -40,7 +45,7 @@ void matmul_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *
                 dinp[(size_t)n * IC + i] = s;
             }
     }
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel((size_t)N * IC * OC / 64))
     for (int o = 0; o < OC; o++)
         for (int n = 0; n < N; n++) {
             float d = dout[(size_t)n * OC + o];

@@ -3,12 +3,13 @@
  * The frequencies are computed as Hugging Face does, in fp32:
  * inv_freq[i] = 1 / theta^(2i/HD), angle = pos * inv_freq[i]. */
 #include "../rope.h"
+#include "parallel.h"
 #include <math.h>
 #include <stddef.h>
 
 static void rope_cpu(float *qkv, int B, int T, int NH, int NKV, int HD, float theta, int pos0, float sign) {
     int QKV = (NH + 2 * NKV) * HD, half = HD / 2;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if (cpu_parallel((size_t)B * T * (NH + NKV) * HD))
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *row = qkv + ((size_t)b * T + t) * QKV;

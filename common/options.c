@@ -1,0 +1,61 @@
+/* common/options.c — command-line keys: one spelling for dash and underscore,
+ * and the suggestion for an unknown key (see options.h). */
+#include "options.h"
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+const char *option_split(const char *arg, char *key, size_t key_size) {
+    const char *eq = strchr(arg, '=');
+    if (strncmp(arg, "--", 2) != 0 || !eq || eq == arg + 2) return NULL;
+    snprintf(key, key_size, "%.*s", (int)(eq - arg - 2), arg + 2);
+    for (char *p = key; *p; p++) if (*p == '-') *p = '_';
+    return eq + 1;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b), d[64][64];
+    if (la > 63 || lb > 63) return 99;
+    for (int i = 0; i <= la; i++) d[i][0] = i;
+    for (int j = 0; j <= lb; j++) d[0][j] = j;
+    for (int i = 1; i <= la; i++)
+        for (int j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]));
+            int del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            d[i][j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+    return d[la][lb];
+}
+
+/* 1 if the '_'-separated words of a and b have one in common (words of 2+ letters). */
+static int share_word(const char *a, const char *b) {
+    char wa[64];
+    for (const char *p = a; *p;) {
+        size_t n = strcspn(p, "_");
+        if (n >= 2 && n < sizeof wa) {
+            snprintf(wa, sizeof wa, "%.*s", (int)n, p);
+            for (const char *q = b; *q;) {
+                size_t m = strcspn(q, "_");
+                if (m == n && !strncasecmp(q, wa, n)) return 1;
+                q += m + (q[m] == '_');
+            }
+        }
+        p += n + (p[n] == '_');
+    }
+    return 0;
+}
+
+const char *option_suggest(const char *typed, const char *const *names, int n) {
+    char key[64];
+    snprintf(key, sizeof key, "%s", typed);
+    for (char *p = key; *p; p++) if (*p == '-') *p = '_';
+    const char *best = NULL;
+    int best_rank = 3, best_d = 1 << 30;
+    for (int i = 0; i < n; i++) {
+        int rank = *key && strcasestr(names[i], key) ? 0 : share_word(key, names[i]) ? 1 : 2;
+        int d = edit_distance(key, names[i]);
+        if (rank < best_rank || (rank == best_rank && d < best_d)) { best = names[i]; best_rank = rank; best_d = d; }
+    }
+    return best;
+}
