@@ -82,7 +82,7 @@ void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops);
 
 /* ---- what the transport did since the last call (the step-time split) */
 typedef struct {
-    double busy_s;          /* seconds device collectives were in flight, summed over operations (all of them) */
+    double busy_s;          /* seconds any device collective was in flight (operations at once counted once) */
     double blocking_s;      /* seconds in blocking device collectives (the tensor-parallel sums inside the model) */
     int ops;                /* operations started */
 } CommStats;

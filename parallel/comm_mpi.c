@@ -51,6 +51,8 @@ struct MpiState {
     Staging staging[MAX_STAGING];
     int n_staging;
     CommStats stats;       /* since the last mpi_stats */
+    double span[1024][2];  /* when each operation since then was in flight: their union is the time busy */
+    int n_span;
 };
 
 static MPI_Datatype t16 = MPI_DATATYPE_NULL;
@@ -176,7 +178,7 @@ static void mpi_wait(const Comm *c, CommHandle h) {
     struct MpiState *s = c->impl->mpi;
     MpiOp *op = &s->ops[h];
     wait_request(c, &op->req, 1, op->what, op->group);
-    s->stats.busy_s += (op->done > 0 ? op->done : now_seconds()) - op->started;
+    if (s->n_span < 1024) { s->span[s->n_span][0] = op->started; s->span[s->n_span++][1] = op->done > 0 ? op->done : now_seconds(); }
     if (op->up_dev) c->be->upload(op->up_dev, op->up_host, op->up_bytes);
     staging_put(s, op->staging[0]);
     staging_put(s, op->staging[1]);
@@ -213,10 +215,21 @@ static void mpi_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType
     c->impl->mpi->stats.blocking_s += now_seconds() - t0;
 }
 
+static int by_start(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+
+/* Operations in flight at once count once: the busy time is the union of their spans. */
 static void mpi_stats(const Comm *c, CommStats *add) {
     struct MpiState *s = c->impl->mpi;
-    add->busy_s += s->stats.busy_s; add->blocking_s += s->stats.blocking_s; add->ops += s->stats.ops;
+    qsort(s->span, s->n_span, sizeof s->span[0], by_start);
+    double busy = 0, lo = 0, hi = -1;
+    for (int i = 0; i < s->n_span; i++) {
+        if (s->span[i][0] > hi) { if (hi > lo) busy += hi - lo; lo = s->span[i][0]; hi = s->span[i][1]; }
+        else if (s->span[i][1] > hi) hi = s->span[i][1];
+    }
+    if (hi > lo) busy += hi - lo;
+    add->busy_s += busy; add->blocking_s += s->stats.blocking_s; add->ops += s->stats.ops;
     memset(&s->stats, 0, sizeof s->stats);
+    s->n_span = 0;
 }
 
 static void pieces(MpiOp *op, const size_t *counts, int size, size_t *total) {

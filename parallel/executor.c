@@ -86,7 +86,8 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
         switch (a->kind) {
         case ACT_FORWARD: case ACT_BACKWARD: s->compute_s += d; break;
         case ACT_SEND_ACT: case ACT_RECV_ACT: case ACT_SEND_GRAD: case ACT_RECV_GRAD: s->bubble_s += d; break;
-        case ACT_REDUCE_WAIT: case ACT_GATHER_WAIT: s->exposed_s += d; break;
+        /* starting a reduction costs the compute too (MPI's staging copies the gradients down first) */
+        case ACT_REDUCE: case ACT_GATHER: case ACT_REDUCE_WAIT: case ACT_GATHER_WAIT: s->exposed_s += d; break;
         case ACT_OPTIMIZER: s->optimizer_s += d; break;
         default: s->other_s += d;
         }

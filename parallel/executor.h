@@ -23,10 +23,10 @@ typedef struct {
 typedef struct {
     double span_s;              /* from the first action's start to the last's end */
     double compute_s;           /* forwards and backwards, less the blocking collectives inside them */
-    double exposed_s;           /* communication the compute waited for: bucket and gather waits, the tp sums */
+    double exposed_s;           /* communication the compute waited for: starting and waiting for buckets and gathers, the tp sums */
     double bubble_s;            /* sends and receives between pipeline stages: mostly waiting for a neighbour */
     double optimizer_s;
-    double other_s;             /* starting reductions and gathers */
+    double other_s;             /* anything else (none today) */
     double comm_busy_s;         /* the transport's account: every collective in flight, hidden or not */
 } ExecSplit;
 
