@@ -4,20 +4,10 @@
 #     the same losses as `mpirun -np 2` itself;
 #   - SIGTERM to ONE rank of a running job: every rank finishes the step, the
 #     job saves one checkpoint and every rank exits 0; --resume continues it.
-set -u
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-passed=0; failed=0
-check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $2"; fi; }
-if ! command -v mpirun >/dev/null || ! ldd "$BUILD/train" | grep -q libmpi; then
-    echo "skipped: no mpirun, or this build has no Open MPI"; echo "0 passed, 0 failed"; exit 0
-fi
-dir=$(mktemp -d /tmp/llm3d_test_launch.XXXXXX)
-trap '[ -z "${KEEP:-}" ] && rm -rf "$dir"' EXIT
+source "$(dirname "$0")/ranks.sh"
 "$BUILD"/train prepare --input=tests/data/sotu_sample.txt --out="$dir/data" --train-vocab=300 >/dev/null 2>&1
 common="--train_data=$dir/data/train_*.bin --val_data= --dim=32 --n_layers=2 --n_heads=4 --n_kv_heads=2 --ffn_dim=64
         --seq_len=16 --batch_size=2 --total_batch_tokens=128 --warmup_steps=0 --log_every=1 --sample_tokens=0"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 
 # --nproc=2 equals mpirun -np 2
 timeout 120 "$BUILD"/train $common --dp=2 --max_steps=3 --run_dir="$dir/a" --nproc=2 > "$dir/a.log" 2>&1; rc=$?

@@ -9,17 +9,7 @@
 #   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture;
 #     more ranks than GPUs under NCCL is refused;
 #   - `plot` draws a run's log and refuses a file that is not one.
-set -u
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-passed=0; failed=0
-check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $2"; fi; }
-if ! command -v mpirun >/dev/null || ! ldd "$BUILD/train" | grep -q libmpi; then
-    echo "skipped: no mpirun, or this build has no Open MPI"; echo "0 passed, 0 failed"; exit 0
-fi
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-dir=$(mktemp -d /tmp/llm3d_test_report.XXXXXX)
-trap '[ -z "${KEEP:-}" ] && rm -rf "$dir"' EXIT
+source "$(dirname "$0")/ranks.sh"
 "$BUILD"/train prepare --input=tests/data/sotu_sample.txt --out="$dir/data" --train-vocab=300 >/dev/null 2>&1
 tiny="--train_data=$dir/data/train_*.bin --val_data= --dim=32 --n_layers=4 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16
       --batch_size=2 --warmup_steps=0 --log_every=1 --sample_tokens=0 --checkpoint_every=-1"
