@@ -119,6 +119,22 @@ void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     c->impl->device->allreduce(c, g, buf, n, dt);
 }
 
+void comm_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    if (comm_group_size(c, g) == 1) {   /* my piece is the whole sum */
+        if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
+        return;
+    }
+    if (!c->ablate) c->impl->device->reduce_scatter(c, g, send, recv, counts, dt);
+}
+
+void comm_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    if (comm_group_size(c, g) == 1) {
+        if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
+        return;
+    }
+    if (!c->ablate) c->impl->device->allgather(c, g, send, recv, counts, dt);
+}
+
 CommHandle comm_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     if (skip(c, g) || n == 0) return -1;
     return c->impl->device->allreduce_start(c, g, buf, n, dt);
