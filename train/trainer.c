@@ -105,7 +105,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     }
 
     model_config_from(&tr->model_cfg, c, vocab);
-    tr->layout = (PartitionSpec){c->tp, c->pp, c->pp_schedule, c->pp_virtual, tr->cfg.pp_layers};
+    tr->layout = (PartitionSpec){c->tp, c->pp, c->pp_schedule, c->pp_virtual, tr->cfg.pp_layers, c->sequence_parallel};
     ModelPart part = partition_part(&tr->model_cfg, &tr->layout, tr->comm.pp_rank, tr->comm.tp_rank);
     build_schedule(tr);
     part.n_slots = tr->schedule.slots[tr->comm.pp_rank];
