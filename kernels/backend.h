@@ -31,7 +31,7 @@ typedef struct Backend {
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*synchronize)(void);
     size_t (*memory_in_use)(void); /* bytes the device reports in use, CUDA context included (0 on cpu) */
-    size_t (*memory_peak)(void);   /* most bytes ever allocated through alloc at once (0 on cpu) */
+    size_t (*memory_peak)(void);   /* most bytes ever allocated through alloc at once */
     size_t (*memory_free)(void);   /* bytes the device can still allocate (0 on cpu: unknown) */
     double peak_flops;             /* dense peak of the act dtype, for MFU; 0 if unknown */
     size_t workspace_bytes;        /* the libraries' fixed workspace the backend allocates once (cuBLASLt's); 0 on cpu */

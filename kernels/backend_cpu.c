@@ -5,20 +5,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every allocation carries its size in a header before it, so the backend
+ * can count the bytes allocated through it, as the CUDA backend does: the
+ * memory plan's prediction is checked against it on the CPU too. */
+#define CPU_HEADER 64   /* keeps calloc's alignment */
+static size_t cpu_bytes_now, cpu_bytes_peak;
 static void *cpu_alloc(size_t bytes, const char *what) {
-    void *p = calloc(1, bytes ? bytes : 1);
+    char *p = calloc(1, bytes + CPU_HEADER);
     if (!p) {
         char b[32];
         die("out of host memory allocating %s for %s\n  hint: use a smaller batch_size or model", format_bytes(bytes, b, sizeof b), what);
     }
-    return p;
+    memcpy(p, &bytes, sizeof bytes);
+    cpu_bytes_now += bytes;
+    if (cpu_bytes_now > cpu_bytes_peak) cpu_bytes_peak = cpu_bytes_now;
+    return p + CPU_HEADER;
 }
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p) {
+    if (!p) return;
+    size_t bytes;
+    memcpy(&bytes, (char *)p - CPU_HEADER, sizeof bytes);
+    cpu_bytes_now -= bytes;
+    free((char *)p - CPU_HEADER);
+}
 static void cpu_memcpy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_synchronize(void) {}
 static size_t cpu_memory_in_use(void) { return 0; }
-static size_t cpu_memory_peak(void) { return 0; }
+static size_t cpu_memory_peak(void) { return cpu_bytes_peak; }
 
 static const Backend cpu = {
     .name = "cpu", .act = DTYPE_FP32,

@@ -79,6 +79,7 @@ int main(int argc, char **argv) {
     if (cfg.memory_report) {   /* one step, then the prediction next to what the allocator measured */
         trainer_step(&tr);
         if (lead) memory_print(&tr.memory, tr.be->memory_peak(), stdout);
+        memory_print_ranks(&tr.memory, tr.be->memory_peak(), &tr.comm, stdout);
         trainer_free(&tr);
         return 0;
     }
