@@ -136,6 +136,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # programs that run under mpirun (tests/test_mpi.sh): only with Open MPI
 ifneq ($(MPICC),)
   TEST_BIN += $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/*.c))
+  TEST_OBJ += $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%.o,$(wildcard tests/mpi/*.c))
 endif
 BENCH_SRC := $(wildcard bench/*.c)
 BENCH_OBJ := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%.o)

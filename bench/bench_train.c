@@ -5,6 +5,8 @@
  *   build/bench/bench_train --preset=l124m --device=cuda --precision=bf16 [--steps=20] [--key=value ...]
  *
  * With settings it prints one JSON line (for scripts) after the table row.
+ * Under mpirun (e.g. --tp=2) every rank prints its own row and line: the
+ * memory of each rank, measured and predicted.
  * A benchmark, not a test: the shard is random tokens, so the loss means nothing. */
 #include "../common/util.h"
 #include "../train/trainer.h"
@@ -42,10 +44,11 @@ static void bench(Config *c, int steps, int json) {
     if (json)
         printf("{\"preset\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recompute\": %d, \"params\": %zu, "
                "\"batch\": %d, \"seq_len\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
-               "\"device_bytes_in_use\": %zu, \"peak_allocated_bytes\": %zu, \"activation_bytes\": %zu, "
-               "\"optimizer\": %d}\n",
+               "\"device_bytes_in_use\": %zu, \"peak_allocated_bytes\": %zu, \"predicted_bytes\": %zu, \"activation_bytes\": %zu, "
+               "\"optimizer\": %d, \"rank\": %d, \"tp\": %d, \"sequence_parallel\": %d}\n",
                c->preset, tr.be->name, dtype_name(tr.be->act), c->recompute, tr.model.n_params, c->batch_size,
-               c->seq_len, dt * 1e3, tok / dt, mfu, used, peak, tr.model.act_bytes, c->optimizer);
+               c->seq_len, dt * 1e3, tok / dt, mfu, used, peak, tr.memory.total, tr.model.act_bytes, c->optimizer, tr.comm.rank,
+               c->tp, c->sequence_parallel);
     fflush(stdout);
     trainer_free(&tr);
 }

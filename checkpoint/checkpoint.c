@@ -320,8 +320,10 @@ static void open_or_die(CkptReader *r, const char *dir) {
         die("%s\n  hint: the checkpoint is damaged; move its folder aside to fall back to an earlier one", err);
 }
 
+/* Every tensor's slice into host (n_params, laid out like m's buffer); what lies in no tensor (vocabulary padding) is 0. */
 static void read_tensors(CkptReader *r, const Model *m, const char *prefix, float *host) {
     char err[1600];
+    memset(host, 0, m->n_params * sizeof(float));
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
         char name[CKPT_NAME_BYTES];

@@ -336,6 +336,7 @@ int hf_read_weights(const char *dir, const Model *m, float *host, char *err, siz
     if (st_open(&s, path, err, err_size) != 0) return -1;
     Json *j = &s.j;
     int used = 0;
+    memset(host, 0, m->n_params * sizeof(float));   /* what lies in no tensor (vocabulary padding) is 0 */
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
         int node = json_get(j, 0, t->name);

@@ -55,7 +55,8 @@ typedef struct Backend {
     AttentionCached *attention_cached;
     SwigluForward *swiglu_forward;
     SwigluBackward *swiglu_backward;
-    CrossEntropy *cross_entropy;
+    CrossEntropyStats *cross_entropy_stats;
+    CrossEntropyLoss *cross_entropy_loss;
     AdamWUpdate *adamw_update;
     AdamW8bitUpdate *adamw8bit_update;
     Add *add;

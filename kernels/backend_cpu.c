@@ -12,7 +12,7 @@
  * rounding included): the CPU's counterpart of the CUDA table's accounting. */
 static size_t host_bytes_now, host_bytes_peak;
 static void *cpu_alloc(size_t bytes, const char *what) {
-    void *p = calloc(1, bytes ? bytes : 1);
+    char *p = calloc(1, bytes);
     if (!p) {
         char b[32];
         die("out of host memory allocating %s for %s\n  hint: use a smaller batch_size or model", format_bytes(bytes, b, sizeof b), what);
@@ -48,7 +48,8 @@ static const Backend cpu = {
     .attention_forward = attention_forward_cpu, .attention_backward = attention_backward_cpu,
     .attention_cached = attention_cached_cpu,
     .swiglu_forward = swiglu_forward_cpu, .swiglu_backward = swiglu_backward_cpu,
-    .cross_entropy = cross_entropy_cpu, .adamw_update = adamw_update_cpu, .adamw8bit_update = adamw8bit_update_cpu,
+    .cross_entropy_stats = cross_entropy_stats_cpu, .cross_entropy_loss = cross_entropy_loss_cpu,
+    .adamw_update = adamw_update_cpu, .adamw8bit_update = adamw8bit_update_cpu,
     .add = add_cpu, .sum_squares = sum_squares_cpu, .cast_from_fp32 = cast_from_fp32_cpu,
     .cast_to_fp32 = cast_to_fp32_cpu,
 };
@@ -69,7 +70,8 @@ void backend_cuda_use_device(int ordinal) { (void)ordinal; }
  * bf16 / fp16 emulation: each op runs in fp32, then what it wrote in the
  * activation dtype is rounded to that dtype (round to nearest even; fp16
  * saturates to inf past 65504, as the hardware does). fp32 outputs (rstd, lse,
- * losses, gradients of weights) are left as they are, as on the GPU. */
+ * losses, cross-entropy statistics, gradients of weights) are left as they are,
+ * as on the GPU. */
 
 static DType emu;   /* the dtype being emulated by the wrappers below */
 
@@ -90,9 +92,6 @@ static void round_to(void *p, size_t n) {
     }
 }
 
-static void emu_embedding_forward(void *out, const int *ids, const void *wte, int N, int C) {
-    embedding_forward_cpu(out, ids, wte, N, C);
-}
 static void emu_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps) {
     rmsnorm_forward_cpu(out, rstd, inp, w, N, C, eps);
     round_to(out, (size_t)N * C);
@@ -138,8 +137,9 @@ static void emu_swiglu_backward(void *dh13, const void *dout, const void *h13, i
     swiglu_backward_cpu(dh13, dout, h13, N, F);
     round_to(dh13, (size_t)N * 2 * F);
 }
-static void emu_cross_entropy(float *losses, void *logits, const int *targets, int N, int V, float dloss, int ignore_index) {
-    cross_entropy_cpu(losses, logits, targets, N, V, dloss, ignore_index);
+static void emu_cross_entropy_loss(float *losses, void *logits, const float *stats, int n_parts, const int *targets, int N, int V,
+                                   int v0, int v_valid, float dloss, int ignore_index) {
+    cross_entropy_loss_cpu(losses, logits, stats, n_parts, targets, N, V, v0, v_valid, dloss, ignore_index);
     if (dloss != 0) round_to(logits, (size_t)N * V);
 }
 static void emu_adamw_update(float *params, void *params_compute, const float *grads, float *m, float *v,
@@ -171,7 +171,6 @@ const Backend *backend_cpu_emulated(DType act) {
     cpu_emulated.name = "cpu";
     cpu_emulated.act = act;
     cpu_emulated.emulated = 1;
-    cpu_emulated.embedding_forward = emu_embedding_forward;
     cpu_emulated.rmsnorm_forward = emu_rmsnorm_forward;
     cpu_emulated.rmsnorm_backward = emu_rmsnorm_backward;
     cpu_emulated.matmul_forward = emu_matmul_forward;
@@ -183,7 +182,7 @@ const Backend *backend_cpu_emulated(DType act) {
     cpu_emulated.attention_cached = emu_attention_cached;
     cpu_emulated.swiglu_forward = emu_swiglu_forward;
     cpu_emulated.swiglu_backward = emu_swiglu_backward;
-    cpu_emulated.cross_entropy = emu_cross_entropy;
+    cpu_emulated.cross_entropy_loss = emu_cross_entropy_loss;
     cpu_emulated.adamw_update = emu_adamw_update;
     cpu_emulated.add = emu_add;
     cpu_emulated.cast_from_fp32 = emu_cast_from_fp32;

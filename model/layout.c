@@ -5,7 +5,10 @@
  * The parameter buffer holds, in forward order: the embedding (first chunk of
  * the model), each chunk's layers, the final norm and LM head (last chunk).
  * Data parallelism reduces it in buckets of whole units from the end backwards,
- * the order in which the backward completes them. */
+ * the order in which the backward completes them. Tensor parallelism slices
+ * every matrix (ParamTensor says which rectangle of the whole this rank holds)
+ * and pads the vocabulary to tp equal blocks: the padding rows follow the real
+ * ones in the buffer but belong to no tensor, so no file ever sees them. */
 #include "llama.h"
 #include "../common/util.h"
 #include <math.h>
@@ -34,6 +37,17 @@ static void add_tensor(Model *m, size_t *cursor, const char *name, int rows, int
     *cursor += (size_t)rows * cols;
 }
 
+/* A tensor of vocabulary rows (the embedding, the LM head): this rank's block
+ * of V rows, of which the tensor is the v_valid real ones; the padding rows of
+ * a vocabulary tp does not divide follow it in the buffer but lie in no
+ * tensor, so they are never saved, exported or updated (and stay 0). */
+static void add_vocab_tensor(Model *m, size_t *cursor, const char *name) {
+    size_t start = *cursor;
+    int vocab = m->cfg.vocab_size, row0 = m->v0 < vocab ? m->v0 : vocab;
+    add_tensor(m, cursor, name, m->v_valid, m->C, vocab, m->C, row0, 0, 0);
+    *cursor = start + (size_t)m->V * m->C;
+}
+
 static void add_unit(Model *m, size_t offset, size_t end, int chunk, int step) {
     m->units[m->n_units++] = (ModelUnit){offset, end - offset, chunk, step};
 }
@@ -50,7 +64,7 @@ static void build_layout(Model *m) {
     char name[96];
     if (p->has_embedding) {
         m->off_embedding = at;
-        add_tensor(m, &at, "model.embed_tokens.weight", c->vocab_size, C, c->vocab_size, C, 0, 0, 0);
+        add_vocab_tensor(m, &at, "model.embed_tokens.weight");
         add_unit(m, 0, at, 0, p->chunks[0].n_layers);
     }
     for (int k = 0; k < p->n_chunks; k++) {
@@ -89,7 +103,7 @@ static void build_layout(Model *m) {
             m->off_lm_head = m->off_embedding;
         } else {
             m->off_lm_head = at;
-            add_tensor(m, &at, "lm_head.weight", c->vocab_size, C, c->vocab_size, C, 0, 0, 0);
+            add_vocab_tensor(m, &at, "lm_head.weight");
         }
         add_unit(m, start, at, p->n_chunks - 1, -1);
     }
@@ -104,6 +118,7 @@ static void build_layout(Model *m) {
  * the attention output and the SwiGLU activation. */
 static size_t layout_activations(Model *m, char *base) {
     size_t B = m->B, T = m->T, N = B * T, a = act_size(m), at = 0;
+    size_t Ns = m->sp ? N / m->part.tp : N;   /* the stream tokens: sequence parallelism keeps N/tp */
     /* backward scratch: s1 holds dlnf, dhs, datt and dln (widths C, F, NH*HD, C), s2 holds dqkv */
     size_t S1 = (size_t)m->C;
     if ((size_t)m->F > S1) S1 = m->F;
@@ -113,48 +128,50 @@ static size_t layout_activations(Model *m, char *base) {
     LayerActs *sh = &m->shared;
     memset(sh, 0, sizeof *sh);
     if (sel || full) {
-        sh->ln1 = TAKE(N * m->C * a);
-        sh->ln1_rstd = TAKE(N * 4);
+        sh->ln1 = TAKE(Ns * m->C * a);
+        sh->ln1_rstd = TAKE(Ns * 4);
         sh->att = TAKE(N * m->NH * m->HD * a);
-        sh->ln2 = TAKE(N * m->C * a);
-        sh->ln2_rstd = TAKE(N * 4);
+        sh->ln2 = TAKE(Ns * m->C * a);
+        sh->ln2_rstd = TAKE(Ns * 4);
         sh->hs = TAKE(N * m->F * a);
     }
     if (full) {
         sh->qkv = TAKE(N * m->QKV * a);
         sh->lse = TAKE(B * m->NH * T * 4);
-        sh->res_mid = TAKE(N * m->C * a);
+        sh->res_mid = TAKE(Ns * m->C * a);
         sh->h13 = TAKE(N * 2 * m->F * a);
     }
     for (int s = 0; s < m->part.n_slots; s++) {
         ActSlot *S = &m->slots[s];
-        for (int j = 0; j <= m->chunk_layers; j++) S->res[j] = TAKE(N * m->C * a);
+        for (int j = 0; j <= m->chunk_layers; j++) S->res[j] = TAKE(Ns * m->C * a);
         for (int j = 0; j < m->chunk_layers; j++) {
             LayerActs *L = &S->acts[j];
-            L->ln1 = sel || full ? sh->ln1 : TAKE(N * m->C * a);
-            L->ln1_rstd = sel || full ? sh->ln1_rstd : TAKE(N * 4);
+            L->ln1 = sel || full ? sh->ln1 : TAKE(Ns * m->C * a);
+            L->ln1_rstd = sel || full ? sh->ln1_rstd : TAKE(Ns * 4);
             L->qkv = full ? sh->qkv : TAKE(N * m->QKV * a);
             L->att = sel || full ? sh->att : TAKE(N * m->NH * m->HD * a);
             L->lse = full ? sh->lse : TAKE(B * m->NH * T * 4);
-            L->res_mid = full ? sh->res_mid : TAKE(N * m->C * a);
-            L->ln2 = sel || full ? sh->ln2 : TAKE(N * m->C * a);
-            L->ln2_rstd = sel || full ? sh->ln2_rstd : TAKE(N * 4);
+            L->res_mid = full ? sh->res_mid : TAKE(Ns * m->C * a);
+            L->ln2 = sel || full ? sh->ln2 : TAKE(Ns * m->C * a);
+            L->ln2_rstd = sel || full ? sh->ln2_rstd : TAKE(Ns * 4);
             L->h13 = full ? sh->h13 : TAKE(N * 2 * m->F * a);
             L->hs = sel || full ? sh->hs : TAKE(N * m->F * a);
         }
         if (m->part.has_head) {
-            S->lnf = TAKE(N * m->C * a);
-            S->lnf_rstd = TAKE(N * 4);
+            S->lnf = TAKE(Ns * m->C * a);
+            S->lnf_rstd = TAKE(Ns * 4);
             S->losses = TAKE(N * 4);
             S->targets = TAKE(N * 4);
         }
         if (m->part.has_embedding) S->ids = TAKE(N * 4);
-        S->dres = TAKE(N * m->C * a);
+        S->dres = TAKE(Ns * m->C * a);
     }
     m->logits = m->part.has_head ? TAKE((size_t)m->head_chunk * m->V * a) : NULL;
+    m->ce_stats = m->part.has_head ? TAKE((size_t)m->part.tp * 3 * m->head_chunk * 4) : NULL;
     m->scratch1 = TAKE(N * S1 * a);
     m->tmp = m->scratch1;   /* the forward's tmp is dead whenever the backward's scratch1 is live, and vice versa */
     m->scratch2 = TAKE(N * m->QKV * a);
+    m->gathered = m->sp ? TAKE(N * m->C * a) : NULL;
 #undef TAKE
     return at;
 }
@@ -169,9 +186,9 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->be = be;
     m->comm = comm;
     int tp = p->tp;
-    if (cfg->n_heads % tp || cfg->n_kv_heads % tp)
-        die("tp=%d must divide n_heads=%d and n_kv_heads=%d: each tensor-parallel rank holds whole heads", tp, cfg->n_heads, cfg->n_kv_heads);
-    if (cfg->ffn_dim % tp) die("tp=%d must divide ffn_dim=%d: each tensor-parallel rank holds ffn_dim/tp columns", tp, cfg->ffn_dim);
+    char err[512];
+    if (model_check_tp(cfg, tp, err, sizeof err) != 0) die("%s", err);
+    if (p->tp_rank < 0 || p->tp_rank >= tp) die("internal: tp rank %d of %d", p->tp_rank, tp);
     if (p->n_chunks < 1 || p->n_chunks > MODEL_MAX_CHUNKS) die("internal: a model part of %d chunks", p->n_chunks);
     if (p->n_slots < 1) die("internal: a model part with %d activation slots", p->n_slots);
     m->C = cfg->dim;
@@ -180,7 +197,10 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->NKV = cfg->n_kv_heads / tp;
     m->F = cfg->ffn_dim / tp;
     m->QKV = (m->NH + 2 * m->NKV) * m->HD;
-    m->V = cfg->vocab_size;
+    m->V = (cfg->vocab_size + tp - 1) / tp;   /* vocab-parallel: equal blocks, the last one padded */
+    m->v0 = p->tp_rank * m->V;
+    m->v_valid = cfg->vocab_size - m->v0 < 0 ? 0 : cfg->vocab_size - m->v0 < m->V ? cfg->vocab_size - m->v0 : m->V;
+    m->sp = p->sequence_parallel && tp > 1;
     m->chunk_first = callocCheck((size_t)p->n_chunks + 1, sizeof(int));
     for (int k = 0; k < p->n_chunks; k++) {
         if (p->chunks[k].n_layers < 0) die("internal: a chunk of %d layers", p->chunks[k].n_layers);
@@ -244,7 +264,7 @@ const ParamTensor *model_find_tensor(const Model *m, const char *name) {
 
 void *model_chunk_input(Model *m, int chunk, int slot) { (void)chunk; return m->slots[slot].res[0]; }
 void *model_chunk_output(Model *m, int chunk, int slot) { return m->slots[slot].res[m->part.chunks[chunk].n_layers]; }
-size_t model_boundary_elements(const Model *m, int B, int T) { return (size_t)B * T * m->C; }
+size_t model_boundary_elements(const Model *m, int B, int T) { return (size_t)B * T / (m->sp ? m->part.tp : 1) * m->C; }
 int model_backward_steps(const Model *m, int chunk) {
     return m->part.chunks[chunk].n_layers + (chunk == 0 && m->part.has_embedding);
 }
@@ -257,6 +277,7 @@ static uint64_t name_hash(const char *s) {
 
 void model_init_values(const Model *m, uint64_t seed, float init_std, float *host) {
     float out_std = init_std / sqrtf(2.0f * m->cfg.n_layers);
+    memset(host, 0, m->n_params * sizeof(float));   /* the vocabulary padding, in no tensor, is 0 */
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
         float *dst = host + t->offset;
@@ -305,4 +326,33 @@ double model_flops_per_token(const ModelConfig *c) {
     double n_matmul = (double)model_count_params(c) - (double)c->vocab_size * c->dim;  /* embedding lookup is no matmul */
     if (c->tie_embeddings) n_matmul += (double)c->vocab_size * c->dim;                   /* the tied head still is */
     return 6.0 * n_matmul + 6.0 * c->n_layers * c->dim * (double)c->seq_len;
+}
+
+/* Common divisors of the three sizes tp splits, as "1, 2, 4". */
+static void valid_tp_values(const ModelConfig *c, char *out, size_t size) {
+    int o = 0;
+    out[0] = 0;
+    for (int t = 1; t <= c->n_kv_heads && o < (int)size; t++)
+        if (c->n_heads % t == 0 && c->n_kv_heads % t == 0 && c->ffn_dim % t == 0) o += snprintf(out + o, size - o, o ? ", %d" : "%d", t);
+}
+
+int model_check_tp(const ModelConfig *c, int tp, char *err, size_t size) {
+    const char *what[3] = {"n_heads", "n_kv_heads", "ffn_dim"};
+    const char *why[3] = {"whole query heads", "whole KV heads (and the query heads that read them)", "ffn_dim/tp FFN columns"};
+    int value[3] = {c->n_heads, c->n_kv_heads, c->ffn_dim}, bad[3], n_bad = 0;
+    for (int k = 0; k < 3; k++)
+        if (value[k] % tp) bad[n_bad++] = k;
+    if (!n_bad) return 0;
+    char names[128] = "", reasons[256] = "", valid[256];
+    int on = 0, orr = 0;
+    for (int i = 0; i < n_bad; i++) {
+        const char *sep = i == 0 ? "" : i == n_bad - 1 ? " and " : ", ";
+        on += snprintf(names + on, sizeof names - on, "%s%s=%d", sep, what[bad[i]], value[bad[i]]);
+        orr += snprintf(reasons + orr, sizeof reasons - orr, "%s%s", sep, why[bad[i]]);
+    }
+    valid_tp_values(c, valid, sizeof valid);
+    snprintf(err, size, "tp=%d must divide %s: each tensor-parallel rank holds %s\n"
+             "  hint: the tp values this model takes are %s (the common divisors of n_heads=%d, n_kv_heads=%d and ffn_dim=%d)",
+             tp, names, reasons, valid, c->n_heads, c->n_kv_heads, c->ffn_dim);
+    return -1;
 }

@@ -5,9 +5,17 @@
  * +residual] -> RMSNorm -> LM head -> cross-entropy; backward in reverse.
  * Everything runs on one chunk of layers for the micro-batch of one slot
  * (model/llama.h), so a pipeline schedule can interleave micro-batches.
- * Tensor parallel: wqkv and w13 are column-parallel, wo and w2 row-parallel,
- * so the forward sums their outputs over the tp group (Megatron's g) and the
- * backward sums the gradient of each column-parallel input (Megatron's f). */
+ *
+ * Tensor parallel (Megatron; docs/tensor-parallel.md walks through one block):
+ * wqkv, w13 and the LM head are column-parallel (each rank computes its own
+ * heads, FFN columns or block of the vocabulary), wo and w2 row-parallel (each
+ * rank's output is a partial sum), and the embedding is split over the
+ * vocabulary (each rank looks up the ids of its block). Two operators connect
+ * them to the residual stream, tp_all_tokens and tp_sum_tokens below; with
+ * sequence parallelism the stream holds N/tp tokens and they become an
+ * all-gather and a reduce-scatter. The cross-entropy over the split vocabulary
+ * gathers three numbers per token, never the logits. With tp = 1 every
+ * collective returns at once: one code for every layout. */
 #include "llama.h"
 #include "../common/util.h"
 #include <math.h>
@@ -17,8 +25,55 @@
 static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
 static void *act_at(const Model *m, void *base, size_t elements) { return (char *)base + elements * act_size(m); }
 
-/* Megatron's g (forward) and f (backward) operators: the sum over the tp group. */
-static void tp_sum(const Model *m, void *x, size_t n) { comm_allreduce(m->comm, GROUP_TP, x, n, backend_storage(m->be)); }
+/* The tokens of the residual stream on this rank: all N, or N/tp with sequence parallelism. */
+static int stream_tokens(const Model *m, int N) { return m->sp ? N / m->part.tp : N; }
+
+/* Each tp rank's piece of an (N,C) tensor split by tokens: N/tp rows. */
+static void token_pieces(const Model *m, int N, size_t *counts) {
+    for (int r = 0; r < m->part.tp; r++) counts[r] = (size_t)(N / m->part.tp) * m->C;
+}
+
+/* Megatron's two operators, where the residual stream meets a tensor-parallel
+ * region. A column-parallel matmul reads every token of its input whole; a
+ * row-parallel matmul leaves each rank a partial sum of its output.
+ *
+ * tp_all_tokens: x (Ns,C) -> every token (N,C). The forward of f (before a
+ * column-parallel matmul) and the backward of g (d of a row-parallel output).
+ * Without sequence parallelism the stream already holds every token: the
+ * identity. With it, an all-gather over tp into m->gathered. */
+static void *tp_all_tokens(Model *m, void *x, int N) {
+    if (!m->sp) return x;
+    size_t counts[m->part.tp];
+    token_pieces(m, N, counts);
+    comm_allgather(m->comm, GROUP_TP, x, m->gathered, counts, backend_storage(m->be));
+    return m->gathered;
+}
+
+/* tp_sum_tokens: partial (N,C) on each rank -> the sum over tp, for the
+ * stream's tokens (Ns,C). The forward of g (after a row-parallel matmul) and
+ * the backward of f (d of a column-parallel input). Without sequence
+ * parallelism an all-reduce, in place; with it, a reduce-scatter that leaves
+ * this rank the sum of its own tokens, in m->gathered. */
+static void *tp_sum_tokens(Model *m, void *partial, int N) {
+    if (!m->sp) {
+        comm_allreduce(m->comm, GROUP_TP, partial, (size_t)N * m->C, backend_storage(m->be));
+        return partial;
+    }
+    size_t counts[m->part.tp];
+    token_pieces(m, N, counts);
+    comm_reduce_scatter(m->comm, GROUP_TP, partial, m->gathered, counts, backend_storage(m->be));
+    return m->gathered;
+}
+
+/* The vocab-parallel embedding: ids (N) -> res0 (Ns,C). Each rank looks up
+ * the ids of its block of the vocabulary (zero rows for the others); the sum
+ * over tp (g) completes every row. */
+static void embed(Model *m, const int *ids, void *res0, int N) {
+    const Backend *be = m->be;
+    be->embedding_forward(m->tmp, ids, act_at(m, m->params_compute, m->off_embedding), N, m->C, m->v0, m->v_valid);
+    void *x = tp_sum_tokens(m, m->tmp, N);
+    be->copy(res0, x, (size_t)stream_tokens(m, N) * m->C * act_size(m));
+}
 
 /* ------------------------------------------------------------------ forward */
 
@@ -30,62 +85,75 @@ static void tp_sum(const Model *m, void *x, size_t n) { comm_allreduce(m->comm, 
 static void block_forward(Model *m, ActSlot *S, int i, int j, int B, int T, int pos0, int cached, int for_backward) {
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
-    int N = B * T, C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
-    void *W = m->params_compute;
+    int N = B * T, Ns = stream_tokens(m, N), C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
+    void *W = m->params_compute, *x, *y;
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
-    be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), N, C, c->norm_eps);
-    be->matmul_forward(L->qkv, L->ln1, act_at(m, W, o->wqkv), N, C, QKV);
+    be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
+    x = tp_all_tokens(m, L->ln1, N);                                   /* f: q|k|v are column-parallel */
+    be->matmul_forward(L->qkv, x, act_at(m, W, o->wqkv), N, C, QKV);
     be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, pos0);
     if (cached) be->attention_cached(L->att, m->kcache[i], m->vcache[i], L->qkv, B, T, pos0, m->T, NH, NKV, HD);
     else be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
-    be->matmul_forward(m->tmp, L->att, act_at(m, W, o->wo), N, NH * HD, C);
-    tp_sum(m, m->tmp, (size_t)N * C);      /* row-parallel: sum partial outputs */
-    be->add(L->res_mid, S->res[j], m->tmp, (size_t)N * C);
-    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), N, C, c->norm_eps);
-    be->matmul_forward(L->h13, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);
+    be->matmul_forward(m->tmp, L->att, act_at(m, W, o->wo), N, NH * HD, C);   /* row-parallel: a partial sum */
+    y = tp_sum_tokens(m, m->tmp, N);                                   /* g */
+    be->add(L->res_mid, S->res[j], y, (size_t)Ns * C);
+    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), Ns, C, c->norm_eps);
+    x = tp_all_tokens(m, L->ln2, N);                                   /* f: gate|up are column-parallel */
+    be->matmul_forward(L->h13, x, act_at(m, W, o->w13), N, C, 2 * F);
     be->swiglu_forward(L->hs, L->h13, N, F);
     if (for_backward) return;   /* full recompute: the block's output res[j+1] is not needed again */
-    be->matmul_forward(m->tmp, L->hs, act_at(m, W, o->w2), N, F, C);
-    tp_sum(m, m->tmp, (size_t)N * C);
-    be->add(S->res[j + 1], L->res_mid, m->tmp, (size_t)N * C);
+    be->matmul_forward(m->tmp, L->hs, act_at(m, W, o->w2), N, F, C);   /* row-parallel */
+    y = tp_sum_tokens(m, m->tmp, N);                                   /* g */
+    be->add(S->res[j + 1], L->res_mid, y, (size_t)Ns * C);
 }
 
 /* [embedding] and the chunk's blocks: ids or res[0] -> res[n_layers] of the slot. */
 static void chunk_trunk(Model *m, int k, int s, const int *ids, int B, int T) {
-    const Backend *be = m->be;
     if (B > m->B || T > m->T) die("internal: micro-batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
+    if (m->sp && (B * T) % m->part.tp) die("internal: sequence parallel splits %d tokens over tp=%d", B * T, m->part.tp);
     ActSlot *S = &m->slots[s];
     m->slot_B[s] = B; m->slot_T[s] = T;
     if (k == 0 && m->part.has_embedding) {
-        be->upload(S->ids, ids, (size_t)B * T * sizeof(int));
-        be->embedding_forward(S->res[0], S->ids, act_at(m, m->params_compute, m->off_embedding), B * T, m->C);
+        m->be->upload(S->ids, ids, (size_t)B * T * sizeof(int));
+        embed(m, S->ids, S->res[0], B * T);
     }
     for (int j = 0; j < m->part.chunks[k].n_layers; j++) block_forward(m, S, m->chunk_first[k] + j, j, B, T, 0, 0, 0);
 }
 
-/* The head, chunk by chunk of head_chunk tokens: logits -> cross-entropy (the
- * gradient written over the logits) -> at once the head's backward for the
- * chunk: dlnf rows (into scratch1) and dW_head; then the final norm's
- * backward into the slot's dres. So only one chunk of logits ever exists. */
+/* The head, chunk by chunk of head_chunk tokens, the LM head column-parallel
+ * over the vocabulary: logits of this rank's block -> its cross-entropy
+ * statistics, gathered over tp -> loss and dlogits (written over the logits)
+ * -> at once the head's backward for the chunk: this rank's share of dlnf
+ * (into scratch1) and dW_head; then the sum of the shares (f's backward) and
+ * the final norm's backward into the slot's dres. So only one chunk of one
+ * block of logits ever exists. */
 static double head_forward(Model *m, int s, const int *targets, float dloss) {
     const Backend *be = m->be;
     ActSlot *S = &m->slots[s];
-    int N = m->slot_B[s] * m->slot_T[s], C = m->C, V = m->V, nl = m->part.chunks[m->part.n_chunks - 1].n_layers;
+    int N = m->slot_B[s] * m->slot_T[s], Ns = stream_tokens(m, N), C = m->C, V = m->V, tp = m->part.tp;
+    int nl = m->part.chunks[m->part.n_chunks - 1].n_layers;
     void *W = m->params_compute, *Wh = act_at(m, W, m->off_lm_head);
-    be->rmsnorm_forward(S->lnf, S->lnf_rstd, S->res[nl], act_at(m, W, m->off_final_norm), N, C, m->cfg.norm_eps);
+    be->rmsnorm_forward(S->lnf, S->lnf_rstd, S->res[nl], act_at(m, W, m->off_final_norm), Ns, C, m->cfg.norm_eps);
+    void *x = tp_all_tokens(m, S->lnf, N);   /* f: the head is column-parallel */
     be->upload(S->targets, targets, (size_t)N * sizeof(int));
     for (int c0 = 0; c0 < N; c0 += m->head_chunk) {
         int n = N - c0 < m->head_chunk ? N - c0 : m->head_chunk;
-        void *x = act_at(m, S->lnf, (size_t)c0 * C);
-        be->matmul_forward(m->logits, x, Wh, n, C, V);
-        be->cross_entropy(S->losses + c0, m->logits, S->targets + c0, n, V, dloss, IGNORE_INDEX);
-        if (dloss != 0) be->matmul_backward(act_at(m, m->scratch1, (size_t)c0 * C), m->grads + m->off_lm_head, m->logits, x, Wh, n, C, V);
+        void *xc = act_at(m, x, (size_t)c0 * C);
+        size_t counts[tp];
+        for (int r = 0; r < tp; r++) counts[r] = 3 * (size_t)n;
+        float *mine = m->ce_stats + (size_t)m->part.tp_rank * 3 * n;                        /* my (3,n) of the (tp,3,n) */
+        be->matmul_forward(m->logits, xc, Wh, n, C, V);                                     /* (n,V) this rank's block */
+        be->cross_entropy_stats(mine, m->logits, S->targets + c0, n, V, m->v0, m->v_valid);
+        comm_allgather(m->comm, GROUP_TP, mine, m->ce_stats, counts, DTYPE_FP32);           /* in place: every rank's */
+        be->cross_entropy_loss(S->losses + c0, m->logits, m->ce_stats, tp, S->targets + c0, n, V, m->v0, m->v_valid, dloss, IGNORE_INDEX);
+        if (dloss != 0) be->matmul_backward(act_at(m, m->scratch1, (size_t)c0 * C), m->grads + m->off_lm_head, m->logits, xc, Wh, n, C, V);
     }
-    if (dloss != 0) {   /* scratch1 holds dlnf: the final norm's backward starts the residual stream's gradient */
-        be->zero(S->dres, (size_t)N * C * act_size(m));
-        be->rmsnorm_backward(S->dres, m->grads + m->off_final_norm, m->scratch1, S->res[nl], act_at(m, W, m->off_final_norm),
-                             S->lnf_rstd, N, C);
+    if (dloss != 0) {   /* scratch1 holds this rank's share of dlnf: summed, it starts the residual stream's gradient */
+        void *dx = tp_sum_tokens(m, m->scratch1, N);
+        be->zero(S->dres, (size_t)Ns * C * act_size(m));
+        be->rmsnorm_backward(S->dres, m->grads + m->off_final_norm, dx, S->res[nl], act_at(m, W, m->off_final_norm),
+                             S->lnf_rstd, Ns, C);
     }
     be->download(m->host_losses, S->losses, (size_t)N * sizeof(float));
     double sum = 0;
@@ -107,6 +175,7 @@ double model_forward(Model *m, const int *ids, const int *targets, int B, int T,
 
 void model_logits(Model *m, const int *ids, int B, int T, float *out) {
     const Backend *be = m->be;
+    if (m->part.tp != 1) die("internal: model_logits needs the whole model on one rank (tp=1)");
     chunk_trunk(m, 0, 0, ids, B, T);
     ActSlot *S = &m->slots[0];
     int N = B * T, C = m->C, V = m->V;
@@ -127,6 +196,7 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
     const Backend *be = m->be;
     int C = m->C, KV = m->NKV * m->HD;
     if (pos0 + T > m->T) die("internal: decode to position %d past the context of %d", pos0 + T, m->T);
+    if (m->part.tp != 1) die("internal: model_decode needs the whole model on one rank (tp=1)");
     if (!m->kcache) {
         m->kcache = callocCheck(m->n_local_layers, sizeof(void *));
         m->vcache = callocCheck(m->n_local_layers, sizeof(void *));
@@ -140,7 +210,7 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
     ActSlot *S = &m->slots[0];
     void *W = m->params_compute;
     be->upload(S->ids, ids, (size_t)T * sizeof(int));
-    be->embedding_forward(S->res[0], S->ids, act_at(m, W, m->off_embedding), T, C);
+    embed(m, S->ids, S->res[0], T);
     for (int i = 0; i < m->n_local_layers; i++) block_forward(m, S, i, i, 1, T, pos0, 1, 0);
     /* only the last position's logits are needed */
     void *last = act_at(m, S->res[m->n_local_layers], (size_t)(T - 1) * C);
@@ -156,41 +226,48 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
 /* Bring back what the backward of layer j of the slot reads and the recompute mode dropped. */
 static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     const Backend *be = m->be;
-    int N = B * T, C = m->C;
+    int N = B * T, Ns = stream_tokens(m, N), C = m->C;
     void *W = m->params_compute;
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
     if (m->recompute == RECOMPUTE_FULL) block_forward(m, S, i, j, B, T, 0, 0, 1);
     if (m->recompute != RECOMPUTE_SELECTIVE) return;
-    be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), N, C, m->cfg.norm_eps);
+    be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), Ns, C, m->cfg.norm_eps);
     be->attention_forward(L->att, L->lse, L->qkv, B, T, m->NH, m->NKV, m->HD);
-    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), N, C, m->cfg.norm_eps);
+    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), Ns, C, m->cfg.norm_eps);
     be->swiglu_forward(L->hs, L->h13, N, m->F);
 }
 
-/* Backward of one block: S->dres holds d(res[j+1]) and becomes d(res[j]). */
+/* Backward of one block: S->dres holds d(res[j+1]) and becomes d(res[j]).
+ * Each operator's backward is the other operator: g's is tp_all_tokens, f's
+ * tp_sum_tokens. With sequence parallelism the norm outputs were kept for the
+ * stream's tokens only and are gathered again for the weight gradients. */
 static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
-    int N = B * T, C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
-    void *W = m->params_compute, *s1 = m->scratch1, *s2 = m->scratch2, *dres = S->dres;
+    int N = B * T, Ns = stream_tokens(m, N), C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
+    void *W = m->params_compute, *s1 = m->scratch1, *s2 = m->scratch2, *dres = S->dres, *dy, *x, *dx;
     float *G = m->grads;
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
     recompute_block(m, S, i, j, B, T);
     /* MLP: dres is d(res[j+1]) */
-    be->matmul_backward(s1, G + o->w2, dres, L->hs, act_at(m, W, o->w2), N, F, C);                /* s1 = dhs (N,F) */
-    be->swiglu_backward(L->h13, s1, L->h13, N, F);                  /* dh13 (N,2F) over h13: its last use */
-    be->matmul_backward(s1, G + o->w13, L->h13, L->ln2, act_at(m, W, o->w13), N, C, 2 * F);       /* s1 = dln2 (N,C) */
-    tp_sum(m, s1, (size_t)N * C);                                                                   /* column-parallel input */
-    be->rmsnorm_backward(dres, G + o->ffn_norm, s1, L->res_mid, act_at(m, W, o->ffn_norm), L->ln2_rstd, N, C);
+    dy = tp_all_tokens(m, dres, N);                                                                  /* g's backward */
+    be->matmul_backward(s1, G + o->w2, dy, L->hs, act_at(m, W, o->w2), N, F, C);                    /* s1 = dhs (N,F) */
+    be->swiglu_backward(L->h13, s1, L->h13, N, F);                   /* dh13 (N,2F) over h13: its last use */
+    x = tp_all_tokens(m, L->ln2, N);
+    be->matmul_backward(s1, G + o->w13, L->h13, x, act_at(m, W, o->w13), N, C, 2 * F);            /* s1 = dln2, this rank's share (N,C) */
+    dx = tp_sum_tokens(m, s1, N);                                                                    /* f's backward */
+    be->rmsnorm_backward(dres, G + o->ffn_norm, dx, L->res_mid, act_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C);
     /* attention: dres is now d(res_mid) */
-    be->matmul_backward(s1, G + o->wo, dres, L->att, act_at(m, W, o->wo), N, NH * HD, C);        /* s1 = datt (N,NH*HD) */
-    be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD);                  /* s2 = dqkv (N,QKV) */
+    dy = tp_all_tokens(m, dres, N);
+    be->matmul_backward(s1, G + o->wo, dy, L->att, act_at(m, W, o->wo), N, NH * HD, C);            /* s1 = datt (N,NH*HD) */
+    be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD);                     /* s2 = dqkv (N,QKV) */
     be->rope_backward(s2, B, T, NH, NKV, HD, c->rope_theta, 0);
-    be->matmul_backward(s1, G + o->wqkv, s2, L->ln1, act_at(m, W, o->wqkv), N, C, QKV);          /* s1 = dln1 (N,C) */
-    tp_sum(m, s1, (size_t)N * C);
-    be->rmsnorm_backward(dres, G + o->attn_norm, s1, S->res[j], act_at(m, W, o->attn_norm), L->ln1_rstd, N, C);
+    x = tp_all_tokens(m, L->ln1, N);
+    be->matmul_backward(s1, G + o->wqkv, s2, x, act_at(m, W, o->wqkv), N, C, QKV);                 /* s1 = dln1, this rank's share (N,C) */
+    dx = tp_sum_tokens(m, s1, N);
+    be->rmsnorm_backward(dres, G + o->attn_norm, dx, S->res[j], act_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C);
 }
 
 void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {
@@ -200,8 +277,9 @@ void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {
         if (step < nl) {
             int j = nl - 1 - step;
             block_backward(m, S, m->chunk_first[chunk] + j, j, B, T);
-        } else {   /* the embedding: its rows gather the gradient of the first residual */
-            m->be->embedding_backward(m->grads + m->off_embedding, S->dres, S->ids, B * T, m->C);
+        } else {   /* the embedding: the rows of this rank's block gather the gradient of the first residual, every token's */
+            void *dy = tp_all_tokens(m, S->dres, B * T);
+            m->be->embedding_backward(m->grads + m->off_embedding, dy, S->ids, B * T, m->C, m->v0, m->v_valid);
         }
     }
 }

@@ -14,7 +14,15 @@
  * chunk and the final norm + LM head with its last. The activations one
  * micro-batch keeps from its forward to its backward live in a SLOT; a
  * pipeline schedule keeps several micro-batches in flight, so a rank has as
- * many slots as its schedule needs (one without a pipeline). */
+ * many slots as its schedule needs (one without a pipeline).
+ *
+ * Tensor parallel (docs/tensor-parallel.md): a rank holds NH/tp query heads,
+ * NKV/tp KV heads, F/tp FFN columns and a block of ceil(V/tp) rows of the
+ * vocabulary (embedding and LM head; the padding of a vocabulary tp does not
+ * divide lies in the buffer but in no tensor). With sequence parallelism the
+ * residual stream, the norms and the adds hold only N/tp of the micro-batch's
+ * N = B*T tokens (rows [tp_rank*N/tp, (tp_rank+1)*N/tp) of the flattened
+ * batch): the "stream tokens" below. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -35,7 +43,8 @@ typedef struct {            /* the whole model's shape, as in config.json */
 typedef struct { int first_layer, n_layers; } ModelChunk;   /* global layers [first, first + n) */
 
 typedef struct {            /* which part of the model this rank holds, and how many micro-batches it keeps */
-    int tp, tp_rank;        /* heads, KV heads and FFN columns are split tp ways */
+    int tp, tp_rank;        /* heads, KV heads, FFN columns and the vocabulary are split tp ways */
+    int sequence_parallel;  /* 1 (with tp > 1): the residual stream holds N/tp tokens (Korthikanti et al. 2022) */
     int n_chunks;           /* chunks of consecutive layers, in forward order */
     ModelChunk chunks[MODEL_MAX_CHUNKS];
     int has_embedding;      /* the embedding runs at the start of chunk 0 */
@@ -66,27 +75,28 @@ typedef struct {
     int step;               /* the backward step that completes it (model_backward_chunk); -1: the forward */
 } ModelUnit;
 
+/* Shapes below: N = B*T tokens; Ns = the stream tokens (N, or N/tp with sequence parallelism). */
 typedef struct {            /* the activations one layer keeps for its backward */
-    void *ln1;              /* (B,T,C)   attention-norm output */
-    float *ln1_rstd;        /* (B,T) */
-    void *qkv;              /* (B,T,QKV) q|k|v after RoPE */
-    void *att;              /* (B,T,NH*HD) attention output before wo */
-    float *lse;             /* (B,NH,T) softmax log-sum-exp */
-    void *res_mid;          /* (B,T,C)   residual after attention */
-    void *ln2;              /* (B,T,C)   ffn-norm output */
-    float *ln2_rstd;        /* (B,T) */
-    void *h13;              /* (B,T,2F)  gate|up */
-    void *hs;               /* (B,T,F)   silu(gate)*up */
+    void *ln1;              /* (Ns,C)    attention-norm output */
+    float *ln1_rstd;        /* (Ns) */
+    void *qkv;              /* (N,QKV)   q|k|v after RoPE */
+    void *att;              /* (N,NH*HD) attention output before wo */
+    float *lse;             /* (B,NH,T)  softmax log-sum-exp */
+    void *res_mid;          /* (Ns,C)    residual after attention */
+    void *ln2;              /* (Ns,C)    ffn-norm output */
+    float *ln2_rstd;        /* (Ns) */
+    void *h13;              /* (N,2F)    gate|up */
+    void *hs;               /* (N,F)     silu(gate)*up */
 } LayerActs;
 
 typedef struct {            /* one micro-batch in flight through one chunk */
-    void **res;             /* (chunk_layers+1) x (B,T,C) residual stream at each layer boundary: res[0] is the chunk's input */
+    void **res;             /* (chunk_layers+1) x (Ns,C) residual stream at each layer boundary: res[0] is the chunk's input */
     LayerActs *acts;        /* (chunk_layers) */
-    void *lnf;              /* (B,T,C)   final-norm output (head chunk) */
-    float *lnf_rstd;        /* (B,T) */
-    float *losses;          /* (B,T)     per-token loss (head chunk) */
-    void *dres;             /* (B,T,C)   gradient of the residual stream: d(output) in, d(input) out */
-    int *ids, *targets;     /* (B,T) on the device */
+    void *lnf;              /* (Ns,C)    final-norm output (head chunk) */
+    float *lnf_rstd;        /* (Ns) */
+    float *losses;          /* (N)       per-token loss (head chunk) */
+    void *dres;             /* (Ns,C)    gradient of the residual stream: d(output) in, d(input) out */
+    int *ids, *targets;     /* (N) on the device */
 } ActSlot;
 
 typedef struct {
@@ -95,7 +105,10 @@ typedef struct {
     const Comm *comm;
     ModelPart part;
     /* local shape */
-    int C, NH, NKV, HD, F, QKV, V;      /* QKV = (NH + 2*NKV) * HD */
+    int C, NH, NKV, HD, F, QKV;         /* QKV = (NH + 2*NKV) * HD */
+    int V;                              /* vocabulary rows of this rank's block: ceil(vocab_size/tp), padding included */
+    int v0, v_valid;                    /* the block is rows v0 .. v0+V-1 of the vocabulary; the first v_valid are real */
+    int sp;                             /* sequence parallelism is on (part.sequence_parallel and tp > 1) */
     int n_local_layers;                 /* sum of the chunks' layers */
     int chunk_layers;                   /* the most layers in one chunk: what a slot holds */
     int *chunk_first;                   /* (n_chunks+1) local index of each chunk's first layer */
@@ -119,9 +132,11 @@ typedef struct {
     LayerActs shared;                   /* what recompute brings back, once for all layers (recompute != none) */
     void *logits;                       /* (head_chunk,V) one chunk of logits, then their gradient */
     int head_chunk;                     /* tokens per LM-head chunk */
-    void *scratch1;                     /* (B,T,max(C,F,NH*HD)) backward: dlnf, dhs, datt, dln */
-    void *scratch2;                     /* (B,T,QKV) backward: dqkv */
-    void *tmp;                          /* (B,T,C) forward: a row-parallel matmul's output before the residual add (aliases scratch1) */
+    float *ce_stats;                    /* (tp,3,n) every tp rank's cross-entropy statistics of a chunk of n <= head_chunk tokens */
+    void *scratch1;                     /* (N,max(C,F,NH*HD)) backward: dlnf, dhs, datt, dln (partial sums over tp) */
+    void *scratch2;                     /* (N,QKV) backward: dqkv */
+    void *tmp;                          /* (N,C) forward: a row-parallel matmul's or the embedding's partial output (aliases scratch1) */
+    void *gathered;                     /* (N,C) sequence parallel: a norm output or gradient gathered over tp, or a reduce-scatter's result */
     /* generation */
     void **kcache, **vcache;            /* (n_local_layers) x (1,T,NKV*HD), made by the first model_decode */
     float *host_logits;                 /* (V) */
@@ -148,7 +163,10 @@ void model_free(Model *m);
 /* LLaMA init: N(0, init_std), output projections (wo, w2) scaled by 1/sqrt(2*n_layers), norms 1.
  * Every tensor is drawn whole from its own seeded stream, then sliced, so the
  * same seed gives the same model under any parallel layout. Writes the host
- * values (n_params) when host is not NULL instead of setting the model's. */
+ * values (n_params) when host is not NULL instead of setting the model's.
+ * Host arrays laid out like the buffer hold 0 in the vocabulary padding, which
+ * belongs to no tensor: init and the checkpoint and HF readers write it so, and
+ * since its gradient is always 0 and no optimizer slice covers it, it stays 0. */
 void model_init_weights(Model *m, uint64_t seed, float init_std);
 void model_init_values(const Model *m, uint64_t seed, float init_std, float *host /* (n_params) */);
 /* Copy fp32 host values of all local parameters in (n_params) / out. Without
@@ -177,7 +195,7 @@ double model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const 
  * it); after the last layer's step it holds d(chunk input). ADDS into grads. */
 void model_backward_chunk(Model *m, int chunk, int slot, int from, int to);
 int model_backward_steps(const Model *m, int chunk);
-/* Where a pipeline stage receives a chunk's input / sends its output: (B,T,C) act dtype,
+/* Where a pipeline stage receives a chunk's input / sends its output: (Ns,C) act dtype,
  * model_boundary_elements of them (also the size of the slot's dres). */
 void *model_chunk_input(Model *m, int chunk, int slot);
 void *model_chunk_output(Model *m, int chunk, int slot);
@@ -187,13 +205,18 @@ size_t model_boundary_elements(const Model *m, int B, int T);
  * model_forward_chunk) and the backward of that forward (dloss != 0). */
 double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss);
 void model_backward(Model *m);
-/* The logits of every position, as fp32 on the host: out (B*T, V). */
+/* The logits of every position, as fp32 on the host: out (B*T, V). One rank holding the whole model (tp = 1). */
 void model_logits(Model *m, const int *ids, int B, int T, float *out);
 /* Generation, batch 1: run T new tokens at positions pos0 .. pos0+T-1 through
  * the model, reading and filling the KV cache; returns the next-token logits
  * after the last of them (V floats, host memory, valid until the next call).
- * pos0 + T must not exceed the model's T. */
+ * pos0 + T must not exceed the model's T. One rank holding the whole model (tp = 1). */
 const float *model_decode(Model *m, const int *ids, int T, int pos0);
+
+/* Whether tp ranks can split this model: 0, or -1 with one message in err
+ * naming what tp does not divide (n_heads, n_kv_heads, ffn_dim) and listing
+ * the tp values that work. */
+int model_check_tp(const ModelConfig *cfg, int tp, char *err, size_t err_size);
 
 /* Matmul FLOPs per token for MFU, counted as the PyTorch peer does:
  * 6 * (matmul parameters) + 6 * n_layers * dim * seq_len. */

@@ -6,6 +6,7 @@
 #include "launch.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +73,12 @@ void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cud
         if (gpus > 0) backend_cuda_use_device(c->local_rank % gpus);
         if (c->world_size > 1) {
             int own_gpu = gpus > 0 && c->local_size <= gpus;
+            int nccl = comm_backend == COMM_NCCL || (comm_backend == COMM_AUTO && own_gpu && nccl_built_in());
+            if (nccl && tp > gpus && c->rank == 0)   /* tp ranks are neighbours: a group wider than a host's GPUs spans hosts */
+                fprintf(stderr, "warning: tp=%d, but this host has %d GPU(s): tensor parallelism across hosts is slow. Its collectives "
+                        "(two per layer forward, two backward) wait on the critical path, and across hosts they cross the network, an "
+                        "order of magnitude slower than NVLink inside one\n  hint: keep tp within the GPUs of one host and scale across "
+                        "hosts with dp or pp\n", tp, gpus);
             if (comm_backend == COMM_NCCL && !nccl_built_in()) {
                 launch_errors_rank0_only(1);
                 die("comm_backend=nccl, but this build of llm3d has no NCCL\n"
@@ -129,6 +136,22 @@ static int skip(const Comm *c, CommGroup g) { return (comm_group_size(c, g) == 1
 void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     if (skip(c, g) || n == 0) return;
     c->impl->device->allreduce(c, g, buf, n, dt);
+}
+
+void comm_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    if (comm_group_size(c, g) == 1) {   /* my piece is the whole sum */
+        if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
+        return;
+    }
+    if (!c->ablate) c->impl->device->reduce_scatter(c, g, send, recv, counts, dt);
+}
+
+void comm_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    if (comm_group_size(c, g) == 1) {
+        if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
+        return;
+    }
+    if (!c->ablate) c->impl->device->allgather(c, g, send, recv, counts, dt);
 }
 
 CommHandle comm_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {

@@ -60,6 +60,12 @@ const char *comm_transport_name(const Comm *c);
 /* ---- device buffers, blocking: done when they return (on a GPU: ordered before later work on the compute stream) */
 /* In-place sum of n values of dtype dt over the group. */
 void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt);
+/* The blocking forms of comm_reduce_scatter_start and comm_allgather_start
+ * below: tensor parallelism's sequence-parallel operators, and the
+ * cross-entropy's statistics. The reduce-scatter's send and recv are
+ * distinct; the all-gather may run in place, with send my own piece of recv. */
+void comm_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
+void comm_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
 
 /* ---- device buffers, started now and finished by comm_wait: reductions that overlap the backward */
 typedef int CommHandle;

@@ -11,6 +11,8 @@
 typedef struct {
     const char *name;
     void (*allreduce)(const Comm *c, CommGroup g, void *buf, size_t n, DType dt);
+    void (*reduce_scatter)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
+    void (*allgather)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
     CommHandle (*allreduce_start)(const Comm *c, CommGroup g, void *buf, size_t n, DType dt);
     CommHandle (*reduce_scatter_start)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
     CommHandle (*allgather_start)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);

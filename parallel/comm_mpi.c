@@ -263,8 +263,16 @@ static CommHandle mpi_allgather_start(const Comm *c, CommGroup g, const void *se
     pieces(op, counts, comm_group_size(c, g), &total);
     void *sx = readable(c, send, counts[me] * es, &op->staging[0]);
     void *rx = writable(c, recv, total * es, op, 1);
+    if (sx == (char *)rx + (size_t)op->displs[me] * es) sx = MPI_IN_PLACE;   /* in place, and not staged apart: MPI's in-place form */
     MPI_Iallgatherv(sx, op->counts[me], mpi_type(dt), rx, op->counts, op->displs, mpi_type(dt), c->impl->mpi->group[g], &op->req);
     return h;
+}
+
+static void mpi_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    mpi_wait(c, mpi_reduce_scatter_start(c, g, send, recv, counts, dt));
+}
+static void mpi_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    mpi_wait(c, mpi_allgather_start(c, g, send, recv, counts, dt));
 }
 
 static void mpi_p2p(const Comm *c, const CommP2P *ops, int n) {
@@ -294,7 +302,8 @@ static void mpi_p2p(const Comm *c, const CommP2P *ops, int n) {
 }
 
 const CommTransport comm_mpi_transport = {
-    .name = "mpi", .allreduce = mpi_allreduce, .allreduce_start = mpi_allreduce_start,
+    .name = "mpi", .allreduce = mpi_allreduce, .reduce_scatter = mpi_reduce_scatter, .allgather = mpi_allgather,
+    .allreduce_start = mpi_allreduce_start,
     .reduce_scatter_start = mpi_reduce_scatter_start, .allgather_start = mpi_allgather_start,
     .wait = mpi_wait, .progress = mpi_progress, .p2p = mpi_p2p, .stats = mpi_stats,
 };

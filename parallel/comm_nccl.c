@@ -146,41 +146,57 @@ static int all_equal(const size_t *counts, int n) {
     return 1;
 }
 
-/* Pieces of unequal size: one reduce (or broadcast) per root, in one NCCL group. */
-static CommHandle nccl_reduce_scatter_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+/* Pieces of unequal size: one reduce (or broadcast) per root, in one NCCL group. On the given stream. */
+static void reduce_scatter_on(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt, cudaStream_t st) {
     struct NcclState *s = c->impl->nccl;
     int size = comm_group_size(c, g);
     size_t es = dtype_size(dt), at = 0;
-    CommHandle h = begin(c);
     if (all_equal(counts, size)) {
-        ncclCheck(ncclReduceScatter(send, recv, counts[0], nccl_type(dt), ncclSum, s->group[g], s->comm));
-    } else {
-        ncclCheck(ncclGroupStart());
-        for (int r = 0; r < size; r++) {
-            ncclCheck(ncclReduce((const char *)send + at * es, recv, counts[r], nccl_type(dt), ncclSum, r, s->group[g], s->comm));
-            at += counts[r];
-        }
-        ncclCheck(ncclGroupEnd());
+        ncclCheck(ncclReduceScatter(send, recv, counts[0], nccl_type(dt), ncclSum, s->group[g], st));
+        return;
     }
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < size; r++) {
+        ncclCheck(ncclReduce((const char *)send + at * es, recv, counts[r], nccl_type(dt), ncclSum, r, s->group[g], st));
+        at += counts[r];
+    }
+    ncclCheck(ncclGroupEnd());
+}
+
+static void allgather_on(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt, cudaStream_t st) {
+    struct NcclState *s = c->impl->nccl;
+    int size = comm_group_size(c, g), me = comm_group_rank(c, g);
+    size_t es = dtype_size(dt), at = 0;
+    if (all_equal(counts, size)) {
+        ncclCheck(ncclAllGather(send, recv, counts[0], nccl_type(dt), s->group[g], st));
+        return;
+    }
+    ncclCheck(ncclGroupStart());
+    for (int r = 0; r < size; r++) {
+        ncclCheck(ncclBroadcast(r == me ? send : NULL, (char *)recv + at * es, counts[r], nccl_type(dt), r, s->group[g], st));
+        at += counts[r];
+    }
+    ncclCheck(ncclGroupEnd());
+}
+
+/* blocking: on the compute stream, like nccl_allreduce (never queued behind a bucket on the comm stream) */
+static void nccl_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    reduce_scatter_on(c, g, send, recv, counts, dt, c->impl->nccl->compute);
+}
+static void nccl_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    allgather_on(c, g, send, recv, counts, dt, c->impl->nccl->compute);
+}
+
+static CommHandle nccl_reduce_scatter_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    CommHandle h = begin(c);
+    reduce_scatter_on(c, g, send, recv, counts, dt, c->impl->nccl->comm);
     end(c, h);
     return h;
 }
 
 static CommHandle nccl_allgather_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
-    struct NcclState *s = c->impl->nccl;
-    int size = comm_group_size(c, g), me = comm_group_rank(c, g);
-    size_t es = dtype_size(dt), at = 0;
     CommHandle h = begin(c);
-    if (all_equal(counts, size)) {
-        ncclCheck(ncclAllGather(send, recv, counts[0], nccl_type(dt), s->group[g], s->comm));
-    } else {
-        ncclCheck(ncclGroupStart());
-        for (int r = 0; r < size; r++) {
-            ncclCheck(ncclBroadcast(r == me ? send : NULL, (char *)recv + at * es, counts[r], nccl_type(dt), r, s->group[g], s->comm));
-            at += counts[r];
-        }
-        ncclCheck(ncclGroupEnd());
-    }
+    allgather_on(c, g, send, recv, counts, dt, c->impl->nccl->comm);
     end(c, h);
     return h;
 }
@@ -199,7 +215,8 @@ static void nccl_p2p(const Comm *c, const CommP2P *ops, int n) {
 }
 
 const CommTransport comm_nccl_transport = {
-    .name = "nccl", .allreduce = nccl_allreduce, .allreduce_start = nccl_allreduce_start,
+    .name = "nccl", .allreduce = nccl_allreduce, .reduce_scatter = nccl_reduce_scatter, .allgather = nccl_allgather,
+    .allreduce_start = nccl_allreduce_start,
     .reduce_scatter_start = nccl_reduce_scatter_start, .allgather_start = nccl_allgather_start,
     .wait = nccl_wait, .progress = nccl_progress, .p2p = nccl_p2p, .stats = nccl_stats,
 };

@@ -33,7 +33,7 @@ static void stage_layers(const ModelConfig *cfg, const PartitionSpec *spec, int 
 }
 
 ModelPart partition_part(const ModelConfig *cfg, const PartitionSpec *spec, int stage, int tp_rank) {
-    ModelPart part = {.tp = spec->tp, .tp_rank = tp_rank, .n_slots = 1};
+    ModelPart part = {.tp = spec->tp, .tp_rank = tp_rank, .sequence_parallel = spec->sequence_parallel, .n_slots = 1};
     int p = spec->pp, L = cfg->n_layers;
     if (spec->pp_schedule == PP_INTERLEAVED && p > 1) {
         int v = spec->pp_virtual, chunks = p * v;

@@ -7,7 +7,8 @@
  * stage the embedding, the last the final norm and LM head. The interleaved
  * schedule gives each stage pp_virtual chunks of equal size: chunk c of stage
  * s is the model's virtual stage c*pp + s. Tensor-parallel ranks hold
- * 1/tp of every layer's heads and FFN columns. */
+ * 1/tp of every layer's heads and FFN columns and of the vocabulary, and with
+ * sequence parallelism 1/tp of the residual stream's tokens. */
 #pragma once
 #include "../model/llama.h"
 
@@ -16,6 +17,7 @@ typedef struct {
     int pp_schedule;        /* PP_* (parallel/schedule.h) */
     int pp_virtual;         /* chunks per stage with the interleaved schedule */
     const char *pp_layers;  /* "" or a comma list of layers per stage */
+    int sequence_parallel;  /* tp ranks keep 1/tp of the residual stream's tokens */
 } PartitionSpec;
 
 /* The part of the rank at (stage, tp_rank), with one activation slot. Dies in

@@ -242,22 +242,42 @@ static void test_swiglu(void) {
     free(c.h13); free(c.out); free(c.gw); free(ref); free(d);
 }
 
-/* ----------------------------------------------------------- cross-entropy */
-typedef struct { int N, V; float *logits, *work, *losses; int *targets; } CeCtx;
+/* ------------------------------------------- cross-entropy, vocab-parallel */
+/* The vocabulary of V split into P blocks of Vb = ceil(V/P) columns, as tp
+ * ranks hold it (the last block padded; a block may be padding only): pass 1
+ * on every block, the statistics gathered (P,3,N), pass 2 on every block. The
+ * padding holds large logits that must count for nothing. */
+typedef struct { int N, V, P, Vb; float *logits /* (N,V) */, *block /* (P,N,Vb) */, *stats /* (P,3,N) */, *losses /* (P,N) */; int *targets; } CeCtx;
+static int ce_valid(const CeCtx *c, int p) { int v = c->V - p * c->Vb; return v < 0 ? 0 : v < c->Vb ? v : c->Vb; }
+static void ce_run(CeCtx *c, float dloss) {
+    size_t NB = (size_t)c->N * c->Vb;
+    for (int p = 0; p < c->P; p++)
+        for (int n = 0; n < c->N; n++)
+            for (int i = 0; i < c->Vb; i++) {
+                int v = p * c->Vb + i;
+                c->block[p * NB + (size_t)n * c->Vb + i] = v < c->V ? c->logits[(size_t)n * c->V + v] : 50.0f;
+            }
+    for (int p = 0; p < c->P; p++)
+        be->cross_entropy_stats(c->stats + (size_t)p * 3 * c->N, c->block + p * NB, c->targets, c->N, c->Vb, p * c->Vb, ce_valid(c, p));
+    for (int p = 0; p < c->P; p++)
+        be->cross_entropy_loss(c->losses + (size_t)p * c->N, c->block + p * NB, c->stats, c->P, c->targets, c->N, c->Vb, p * c->Vb,
+                               ce_valid(c, p), dloss, -1);
+}
 static double ce_obj(void *p) {
     CeCtx *c = p;
-    memcpy(c->work, c->logits, sizeof(float) * c->N * c->V);
-    be->cross_entropy(c->losses, c->work, c->targets, c->N, c->V, 0.0f, -1);
+    ce_run(c, 0.0f);
     double s = 0;
     for (int n = 0; n < c->N; n++) s += c->losses[n];
     return s;
 }
 static void test_cross_entropy(void) {
-    CeCtx c = {rand_int(2, 23), rand_int(2, 301), 0, 0, 0, 0};
-    size_t nv = (size_t)c.N * c.V;
-    c.logits = randn(nv, 3); c.work = mallocCheck(nv * 4); c.losses = mallocCheck(c.N * 4);
-    c.targets = mallocCheck(c.N * sizeof(int));
+    CeCtx c = {rand_int(2, 23), rand_int(2, 301), rand_int(1, 4), 0, 0, 0, 0, 0, 0};
+    c.Vb = (c.V + c.P - 1) / c.P;
+    size_t nv = (size_t)c.N * c.V, nb = (size_t)c.P * c.N * c.Vb;
+    c.logits = randn(nv, 3); c.block = mallocCheck(nb * 4); c.stats = mallocCheck((size_t)c.P * 3 * c.N * 4);
+    c.losses = mallocCheck((size_t)c.P * c.N * 4); c.targets = mallocCheck(c.N * sizeof(int));
     for (int n = 0; n < c.N; n++) c.targets[n] = n == 1 ? -1 : rand_int(0, c.V - 1);
+    c.targets[0] = c.V - 1;   /* the last real column, next to the padding */
     double *ref = mallocCheck(c.N * sizeof(double));
     for (int n = 0; n < c.N; n++) {
         double mx = -1e300, s = 0;
@@ -267,37 +287,51 @@ static void test_cross_entropy(void) {
     }
     ce_obj(&c);
     double e = max_rel(c.losses, ref, c.N);
-    CHECK(e < 1e-5, "cross-entropy losses N=%d V=%d rel err %.3g", c.N, c.V, e);
+    CHECK(e < 1e-5, "cross-entropy losses N=%d V=%d in %d blocks of %d: rel err %.3g", c.N, c.V, c.P, c.Vb, e);
+    CHECK(!memcmp(c.losses, c.losses + (size_t)(c.P - 1) * c.N, c.N * 4), "every block computes the same losses");
     CHECK(c.losses[1] == 0.0f, "ignored target adds no loss (%g)", c.losses[1]);
+    ce_run(&c, 1.0f);   /* the gradient, block by block, back into (N,V) */
     float *d = mallocCheck(nv * 4);
-    memcpy(d, c.logits, nv * 4);
-    be->cross_entropy(c.losses, d, c.targets, c.N, c.V, 1.0f, -1);
-    int ignored_zero = 1;
-    for (int i = 0; i < c.V; i++) ignored_zero &= d[c.V + i] == 0.0f;
+    int padding_zero = 1, ignored_zero = 1;
+    for (int p = 0; p < c.P; p++)
+        for (int n = 0; n < c.N; n++)
+            for (int i = 0; i < c.Vb; i++) {
+                int v = p * c.Vb + i;
+                float g = c.block[((size_t)p * c.N + n) * c.Vb + i];
+                if (v < c.V) d[(size_t)n * c.V + v] = g;
+                else padding_zero &= g == 0.0f;
+                if (n == 1) ignored_zero &= g == 0.0f;
+            }
+    CHECK(padding_zero, "the padding's logit gradient is zero");
     CHECK(ignored_zero, "ignored target's logit gradient is zero");
     e = fd_check(ce_obj, &c, c.logits, d, nv, 1e-2f);
-    CHECK(e < FD_TOL, "cross-entropy dlogits vs finite differences: %.3g", e);
-    free(c.logits); free(c.work); free(c.losses); free(c.targets); free(ref); free(d);
+    CHECK(e < FD_TOL, "cross-entropy dlogits vs finite differences (%d blocks): %.3g", c.P, e);
+    free(c.logits); free(c.block); free(c.stats); free(c.losses); free(c.targets); free(ref); free(d);
 }
 
-/* ---------------------------------------------------------------- embedding */
+/* ------------------------------------------------ embedding, vocab-parallel */
+/* P blocks of the table: the blocks' lookups sum to the whole lookup; each block's gradient lands in its own rows. */
 static void test_embedding(void) {
-    int V = rand_int(1, 50), C = rand_int(1, 33), N = rand_int(1, 40);
-    float *wte = randn((size_t)V * C, 1), *out = randn((size_t)N * C, 1), *dout = randn((size_t)N * C, 1);
+    int V = rand_int(1, 50), C = rand_int(1, 33), N = rand_int(1, 40), P = rand_int(1, 4), Vb = (V + P - 1) / P;
+    float *wte = randn((size_t)P * Vb * C, 1), *out = randn((size_t)N * C, 1), *sum = calloc((size_t)N * C, 4);
+    float *dout = randn((size_t)N * C, 1), *dw = calloc((size_t)P * Vb * C, 4);
     int *ids = mallocCheck(N * sizeof(int));
     for (int n = 0; n < N; n++) ids[n] = rand_int(0, V - 1);
-    be->embedding_forward(out, ids, wte, N, C);
+    for (int p = 0; p < P; p++) {
+        int valid = V - p * Vb < 0 ? 0 : V - p * Vb < Vb ? V - p * Vb : Vb;
+        be->embedding_forward(out, ids, wte + (size_t)p * Vb * C, N, C, p * Vb, valid);
+        for (size_t i = 0; i < (size_t)N * C; i++) sum[i] += out[i];
+        be->embedding_backward(dw + (size_t)p * Vb * C, dout, ids, N, C, p * Vb, valid);
+    }
     int same = 1;
-    for (int n = 0; n < N; n++) same &= !memcmp(out + (size_t)n * C, wte + (size_t)ids[n] * C, C * 4);
-    CHECK(same, "embedding forward copies the rows");
-    float *dw = calloc((size_t)V * C, 4);
-    double *ref = calloc((size_t)V * C, sizeof(double));
-    be->embedding_backward(dw, dout, ids, N, C);
+    for (int n = 0; n < N; n++) same &= !memcmp(sum + (size_t)n * C, wte + (size_t)ids[n] * C, C * 4);
+    CHECK(same, "embedding forward: the %d blocks' rows (zeros for other blocks' ids) sum to the lookup", P);
+    double *ref = calloc((size_t)P * Vb * C, sizeof(double));
     for (int n = 0; n < N; n++)
         for (int i = 0; i < C; i++) ref[(size_t)ids[n] * C + i] += dout[(size_t)n * C + i];
-    double e = max_rel(dw, ref, (size_t)V * C);
-    CHECK(e < 1e-5, "embedding backward (repeated ids accumulate) rel err %.3g", e);
-    free(wte); free(out); free(dout); free(ids); free(dw); free(ref);
+    double e = max_rel(dw, ref, (size_t)P * Vb * C);
+    CHECK(e < 1e-5, "embedding backward in %d blocks (repeated ids accumulate, each block its own rows) rel err %.3g", P, e);
+    free(wte); free(out); free(sum); free(dout); free(ids); free(dw); free(ref);
 }
 
 /* ------------------------------------------------------- adamw, add, norms */

@@ -1,6 +1,7 @@
 /* train/config.c — the config table, presets, parser, validation, help and
  * startup table. Everything a user can set is one row of config_fields[]. */
 #include "config.h"
+#include "../model/llama.h"
 #include "../common/util.h"
 #include "../common/options.h"
 #include <ctype.h>
@@ -48,7 +49,8 @@ const ConfigField config_fields[] = {
     F(recompute, FIELD_CHOICE, "none", 0, 0, "none|selective|full", "system", "activations the backward recomputes instead of keeping: selective = norms, attention output, SwiGLU; full = everything but each block's input"),
     F(loss_scale_init, FIELD_FLOAT, "65536", 1, 1e30, NULL, "system", "fp16 only: starting dynamic loss scale (x2 after 2000 clean steps, x0.5 and the step skipped on overflow)"),
     F(dp, FIELD_INT, "1", 1, 65536, NULL, "parallel", "data-parallel ranks: each trains on its own part of every step's batch (world = dp * pp * tp)"),
-    F(tp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "tensor-parallel ranks: every layer's heads and FFN columns split tp ways (Megatron); tp must divide n_heads, n_kv_heads and ffn_dim"),
+    F(tp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "tensor-parallel ranks: every layer's heads and FFN columns and the vocabulary split tp ways (Megatron); tp must divide n_heads, n_kv_heads and ffn_dim; keep it within the GPUs of one host"),
+    F(sequence_parallel, FIELD_BOOL, "0", 0, 1, NULL, "parallel", "with tp > 1: norms, residual stream and adds on batch_size*seq_len/tp tokens per rank, the tp all-reduces become reduce-scatter + all-gather (less activation memory, same bytes sent)"),
     F(pp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "pipeline stages: each holds consecutive layers (embedding on the first, head on the last)"),
     F(pp_schedule, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|gpipe|interleaved", "parallel", "pipeline schedule; interleaved runs pp_virtual chunks of layers per stage"),
     F(pp_virtual, FIELD_INT, "2", 1, 64, NULL, "parallel", "pp_schedule=interleaved: model chunks per stage (n_layers must divide by pp*pp_virtual)"),
@@ -290,6 +292,14 @@ void config_validate(const Config *c) {
         die("n_heads=%d does not divide by n_kv_heads=%d: each KV head serves a whole group of query heads", c->n_heads, c->n_kv_heads);
     if (config_head_dim(c) % 2)
         die("head dim dim/n_heads = %d is odd: rotary embeddings rotate pairs of channels, so it must be even", config_head_dim(c));
+    ModelConfig mc = {.n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .ffn_dim = c->ffn_dim};
+    char err[512];
+    if (model_check_tp(&mc, c->tp, err, sizeof err) != 0) die("%s", err);
+    long tokens = (long)c->batch_size * c->seq_len;
+    if (c->sequence_parallel && c->tp > 1 && tokens % c->tp)
+        die("sequence_parallel=1 splits the batch_size*seq_len = %d*%d = %ld tokens of a micro-batch over tp=%d ranks, and %ld does not "
+            "divide by %d\n  hint: choose batch_size and seq_len whose product divides by tp, or --sequence_parallel=0",
+            c->batch_size, c->seq_len, tokens, c->tp, tokens, c->tp);
     long per_micro = (long)c->batch_size * c->seq_len * c->dp;
     if (c->total_batch_tokens && c->total_batch_tokens % per_micro)
         die("total_batch_tokens=%d is not a multiple of batch_size*seq_len*dp = %d*%d*%d = %ld: every data-parallel rank "

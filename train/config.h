@@ -30,7 +30,7 @@ typedef struct {
     int device, precision, recompute;
     float loss_scale_init;
     /* parallel (parallel/) */
-    int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate;
+    int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate, sequence_parallel;
     char pp_layers[256], fault[256], profile_out[1024];
     float bucket_mb;
     /* sampling */

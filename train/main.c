@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
     }
     if (cfg.memory_report) {   /* one step, then what the allocator measured next to the prediction above */
         memory_report_step(&tr, rss_before_kib);
+        memory_print_ranks(&tr.memory, tr.be->memory_peak(), &tr.comm, stdout);   /* every rank's, under mpirun */
         trainer_free(&tr);
         return 0;
     }

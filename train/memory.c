@@ -69,6 +69,21 @@ void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out) {
     fflush(out);
 }
 
+void memory_print_ranks(const MemoryPlan *p, size_t measured_peak, const Comm *comm, FILE *out) {
+    if (comm->world_size == 1) return;
+    size_t mine[2] = {p->total, measured_peak}, *all = mallocCheck((size_t)comm->world_size * sizeof mine);
+    comm_allgather_host(comm, GROUP_WORLD, mine, all, sizeof mine);
+    for (int r = 0; comm->rank == 0 && r < comm->world_size; r++) {
+        size_t pred = all[2 * r], got = all[2 * r + 1];
+        char b1[32], b2[32];
+        fprintf(out, "memory | rank %d (dp %d, pp %d, tp %d): predicted %zu bytes (%s), measured peak %zu bytes (%s): prediction %+.1f%%\n", r,
+                r / (comm->tp * comm->pp), r / comm->tp % comm->pp, r % comm->tp, pred, format_bytes((double)pred, b1, sizeof b1), got,
+                format_bytes((double)got, b2, sizeof b2), got ? 100.0 * ((double)pred - (double)got) / (double)got : 0.0);
+    }
+    fflush(out);
+    free(all);
+}
+
 void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm,
                        const ModelPart *part) {
     size_t avail = be->memory_free ? be->memory_free() : 0;

@@ -33,6 +33,10 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
 Backend memory_plan_backend(const Config *c);
 /* The table; measured_peak 0 = not measured (yet). */
 void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out);
+/* Every rank calls it with its own plan and measured peak; with several
+ * ranks, rank 0 prints one line per rank (its grid coordinates, predicted and
+ * measured bytes, exact): ranks of a split model hold different parts. */
+void memory_print_ranks(const MemoryPlan *p, size_t measured_peak, const Comm *comm, FILE *out);
 /* Dies with the list of switches that would fit when plan p (this config's)
  * exceeds the device's free memory; does nothing on the CPU. */
 void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm,

@@ -117,6 +117,7 @@ static void build_slices(Optimizer *o, const Model *m, const Config *c) {
     }
     o->n_quantized = Q;
     o->n_fp32 = S;
+    for (int r = 0; m->sp && r < o->n_replicated; r++) o->n_tp_pack += o->replicated[r].count;
     free(runs);
 }
 
@@ -151,12 +152,14 @@ void optimizer_init(Optimizer *o, const Model *m, const Config *c, const Optimiz
         o->m = be->alloc(o->view.n * sizeof(float), "AdamW first moment");
         o->v = be->alloc(o->view.n * sizeof(float), "AdamW second moment");
     }
+    if (o->n_tp_pack) o->tp_pack = be->alloc(o->n_tp_pack * sizeof(float), "norm gradients packed for the sum over tensor-parallel ranks");
 }
 
 void optimizer_free(Optimizer *o, const Backend *be) {
     if (o->m) be->free(o->m);
     if (o->v) be->free(o->v);
     if (o->state) be->free(o->state);
+    if (o->tp_pack) be->free(o->tp_pack);
     free(o->slices);
     free(o->slices8);
     free(o->replicated);
@@ -164,11 +167,33 @@ void optimizer_free(Optimizer *o, const Backend *be) {
     memset(o, 0, sizeof *o);
 }
 
-size_t optimizer_state_bytes(const Optimizer *o) { return o->state_bytes; }
+size_t optimizer_state_bytes(const Optimizer *o) { return o->state_bytes + o->n_tp_pack * sizeof(float); }
+
+/* Sequence parallelism: every tp rank holds the norm weights whole, but its
+ * gradient of them covers only its own N/tp tokens; the gradient is their sum
+ * over tp. Done once a step, all of them packed into one all-reduce (after the
+ * data-parallel reduction, with which it commutes). */
+static void sum_replicated_over_tp(Optimizer *o, const Model *m) {
+    const Backend *be = m->be;
+    size_t at = 0;
+    for (int r = 0; r < o->n_replicated; r++) {
+        const OptPiece *p = &o->replicated[r];
+        be->copy(o->tp_pack + at, o->view.grads + p->at, p->count * sizeof(float));
+        at += p->count;
+    }
+    comm_allreduce(m->comm, GROUP_TP, o->tp_pack, o->n_tp_pack, DTYPE_FP32);
+    at = 0;
+    for (int r = 0; r < o->n_replicated; r++) {
+        const OptPiece *p = &o->replicated[r];
+        be->copy(o->view.grads + p->at, o->tp_pack + at, p->count * sizeof(float));
+        at += p->count;
+    }
+}
 
 double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale) {
     const Backend *be = m->be;
     const OptimizerView *v = &o->view;
+    if (o->tp_pack) sum_replicated_over_tp(o, m);
     /* tp ranks hold disjoint slices of the matrices but the same norm weights (counted
      * on tp rank 0 only); pp stages hold disjoint layers; zero=1 dp ranks disjoint pieces */
     double ss = be->sum_squares(v->grads, v->n);

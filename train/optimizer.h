@@ -34,6 +34,8 @@ typedef struct {
     OptimizerView view;     /* slices below are in view elements */
     OptPiece *replicated;   /* view ranges of tensors every tensor-parallel rank holds whole (norms): counted once in the norm */
     int n_replicated;
+    float *tp_pack;         /* sequence parallelism: (n_tp_pack) the replicated tensors' gradients, packed for one sum over tp */
+    size_t n_tp_pack;
     /* adamw */
     float *m, *v;           /* (n_params) first and second moments, on the backend; NULL for adamw8bit */
     AdamWSlice *slices;     /* runs of adjacent tensors with the same weight decay */
@@ -67,12 +69,15 @@ size_t optimizer_cut_rule(const void *ctx, size_t offset);
  * here; optimizer_init copies what it needs, so free it after. */
 OptimizerView optimizer_zero_view(const Ddp *d, OptPiece **pieces);
 /* The gradients hold loss_scale x the true gradients (1 unless fp16 loss
- * scaling). Unscale, clip to grad_clip by the global norm over every rank
- * holding a part of the model, then update. Returns that (true) norm; a
- * non-finite norm — an overflow somewhere — skips the update, for both
- * optimizers before either touches anything (the step count stays). */
+ * scaling). With sequence parallelism, first sum the replicated tensors'
+ * gradients over tp (each rank's covers its own tokens only). Unscale, clip
+ * to grad_clip by the global norm over every rank holding a part of the
+ * model, then update. Returns that (true) norm; a non-finite norm — an
+ * overflow somewhere — skips the update, for both optimizers before either
+ * touches anything (the step count stays). */
 double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale);
-/* Bytes of optimizer state on the backend (8 * n_params for adamw). */
+/* Bytes the optimizer allocates on the backend: its state (8 * n_params for
+ * adamw) and, with sequence parallelism, the norm gradients' pack. */
 size_t optimizer_state_bytes(const Optimizer *o);
 /* The moments as two fp32 host arrays laid out like the view (n), the form
  * checkpoints store (optimizer.adamw.m/..., optimizer.adamw.v/...): adamw

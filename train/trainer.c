@@ -34,7 +34,7 @@ void model_config_from(ModelConfig *mc, const Config *c, int vocab_size) {
 }
 
 PartitionSpec trainer_layout(const Config *c) {
-    return (PartitionSpec){c->tp, c->pp, c->pp > 1 ? c->pp_schedule : PP_1F1B, c->pp_virtual, c->pp_layers};
+    return (PartitionSpec){c->tp, c->pp, c->pp > 1 ? c->pp_schedule : PP_1F1B, c->pp_virtual, c->pp_layers, c->sequence_parallel};
 }
 
 void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const Comm *comm, const Backend *be) {

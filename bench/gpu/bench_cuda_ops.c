@@ -69,6 +69,7 @@ int main(int argc, char **argv) {
     void *logits = rand_dev((size_t)N * V, 0, 2, "logits (N,V)");
     float *rstd = rand_dev(N, 1, 1, "rstd (N)"), *lse = g->alloc((size_t)B * NH * T * 4, "lse (B,NH,T)");
     float *losses = g->alloc((size_t)N * 4, "losses (N)");
+    float *ce_stats = g->alloc(3 * (size_t)N * 4, "cross-entropy statistics (3,N)");
     /* weights */
     void *wqkv = rand_dev((size_t)QKV * C, 0, 0.02f, "wqkv"), *wo = rand_dev((size_t)C * C, 0, 0.02f, "wo");
     void *w13 = rand_dev((size_t)2 * F * C, 0, 0.02f, "w13"), *w2 = rand_dev((size_t)C * F, 0, 0.02f, "w2");
@@ -107,10 +108,11 @@ int main(int argc, char **argv) {
     BENCH("matmul_fwd down", mm * F * C, 0, L, g->matmul_forward(y, hf, w2, N, F, C));
     BENCH("matmul_bwd down", 2 * mm * F * C, 0, L, g->matmul_backward(dhf, dw, dx, hf, w2, N, F, C));
     printf("-- once per step\n");
-    BENCH("embedding_forward", 0, 2.0 * N * C * es, 1, g->embedding_forward(x, ids, wte, N, C));
-    BENCH("embedding_backward", 0, (double)N * C * es + 8.0 * N * C, 1, g->embedding_backward(dw, x, ids, N, C));
+    BENCH("embedding_forward", 0, 2.0 * N * C * es, 1, g->embedding_forward(x, ids, wte, N, C, 0, V));
+    BENCH("embedding_backward", 0, (double)N * C * es + 8.0 * N * C, 1, g->embedding_backward(dw, x, ids, N, C, 0, V));
     BENCH("matmul_fwd lm head", mm * C * V, 0, 1, g->matmul_forward(logits, x, wte, N, C, V));
-    BENCH("cross_entropy", 0, 2.0 * N * V * es, 1, g->cross_entropy(losses, logits, ids, N, V, 1.0f / N, -100));
+    BENCH("cross_entropy_stats", 0, 1.0 * N * V * es, 1, g->cross_entropy_stats(ce_stats, logits, ids, N, V, 0, V));
+    BENCH("cross_entropy_loss", 0, 2.0 * N * V * es, 1, g->cross_entropy_loss(losses, logits, ce_stats, 1, ids, N, V, 0, V, 1.0f / N, -100));
     BENCH("matmul_bwd lm head", 2 * mm * C * V, 0, 1, g->matmul_backward(x, dw, logits, x, wte, N, C, V));
     g->free(logits); g->free(h13); g->free(dh13);
     size_t P = (size_t)2 * V * C + (size_t)L * ((size_t)QKV * C + C * C + 2 * F * C + F * C + 2 * C) + C;

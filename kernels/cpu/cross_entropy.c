@@ -1,30 +1,54 @@
-/* kernels/cpu/cross_entropy.c — fp32 reference fused softmax + cross-entropy,
- * the gradient written over the logits in place. */
+/* kernels/cpu/cross_entropy.c — fp32 reference of the (vocab-parallel)
+ * cross-entropy: pass 1 sums up this rank's block of logits per token, pass 2
+ * combines every block's sums and writes the loss and the gradient in place
+ * (kernels/cross_entropy.h). */
 #include "../cross_entropy.h"
 #include "parallel.h"
 #include <math.h>
 #include <stddef.h>
 
-void cross_entropy_cpu(float *losses, void *logits_, const int *targets, int N, int V, float dloss, int ignore_index) {
+void cross_entropy_stats_cpu(float *stats, const void *logits_, const int *targets, int N, int V, int v0, int v_valid) {
+    const float *logits = logits_;
+#pragma omp parallel for if (cpu_parallel((size_t)N * V))
+    for (int n = 0; n < N; n++) {
+        const float *z = logits + (size_t)n * V;
+        float mx = -INFINITY;
+        for (int i = 0; i < v_valid; i++) mx = z[i] > mx ? z[i] : mx;
+        double sum = 0;
+        for (int i = 0; i < v_valid; i++) sum += exp((double)(z[i] - mx));
+        int y = targets[n] - v0;
+        stats[n] = mx;
+        stats[(size_t)N + n] = (float)sum;
+        stats[2 * (size_t)N + n] = y >= 0 && y < v_valid ? z[y] : 0.0f;
+    }
+}
+
+void cross_entropy_loss_cpu(float *losses, void *logits_, const float *stats, int n_parts, const int *targets, int N, int V, int v0,
+                            int v_valid, float dloss, int ignore_index) {
     float *logits = logits_;
+    size_t part = 3 * (size_t)N;   /* one part's stats */
 #pragma omp parallel for if (cpu_parallel((size_t)N * V))
     for (int n = 0; n < N; n++) {
         float *z = logits + (size_t)n * V;
-        int y = targets[n];
-        if (y == ignore_index) {
+        if (targets[n] == ignore_index) {
             losses[n] = 0;
             if (dloss != 0) for (int i = 0; i < V; i++) z[i] = 0;
             continue;
         }
-        float mx = -INFINITY;
-        for (int i = 0; i < V; i++) mx = z[i] > mx ? z[i] : mx;
-        double sum = 0;
-        for (int i = 0; i < V; i++) sum += exp((double)(z[i] - mx));
-        float lse = mx + (float)log(sum);
-        losses[n] = lse - z[y];
+        float M = -INFINITY;
+        for (int p = 0; p < n_parts; p++) M = fmaxf(M, stats[p * part + n]);
+        double sum = 0, zt = 0;
+        for (int p = 0; p < n_parts; p++) {
+            float s = stats[p * part + N + n];
+            if (s > 0) sum += s * exp((double)(stats[p * part + n] - M));
+            zt += stats[p * part + 2 * (size_t)N + n];
+        }
+        float lse = M + (float)log(sum);
+        losses[n] = lse - (float)zt;
         if (dloss != 0) {
-            for (int i = 0; i < V; i++) z[i] = expf(z[i] - lse) * dloss;
-            z[y] -= dloss;
+            int y = targets[n] - v0;
+            for (int i = 0; i < V; i++) z[i] = i < v_valid ? expf(z[i] - lse) * dloss : 0.0f;
+            if (y >= 0 && y < v_valid) z[y] -= dloss;
         }
     }
 }

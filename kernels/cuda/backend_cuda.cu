@@ -156,7 +156,8 @@ void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what)
     .attention_forward = attention_forward_cuda, .attention_backward = attention_backward_cuda, \
     .attention_cached = attention_cached_cuda, \
     .swiglu_forward = swiglu_forward_cuda, .swiglu_backward = swiglu_backward_cuda, \
-    .cross_entropy = cross_entropy_cuda, .adamw_update = adamw_update_cuda, .adamw8bit_update = adamw8bit_update_cuda, \
+    .cross_entropy_stats = cross_entropy_stats_cuda, .cross_entropy_loss = cross_entropy_loss_cuda, \
+    .adamw_update = adamw_update_cuda, .adamw8bit_update = adamw8bit_update_cuda, \
     .add = add_cuda, .sum_squares = sum_squares_cuda, .cast_from_fp32 = cast_from_fp32_cuda, \
     .cast_to_fp32 = cast_to_fp32_cuda
 static Backend tables[3] = {

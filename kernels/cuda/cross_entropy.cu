@@ -1,10 +1,13 @@
-/* kernels/cuda/cross_entropy.cu — fused softmax + cross-entropy + gradient,
- * the gradient written over the logits in place.
+/* kernels/cuda/cross_entropy.cu — the (vocab-parallel) cross-entropy in two
+ * passes over this rank's block of logits (kernels/cross_entropy.h).
  *
- * The idea: one block per row of V logits, two passes. Pass one keeps a running
- * (max, sum of exp) per thread and merges them across the block, giving lse;
- * pass two rereads the row (from L2: a 32k-vocabulary row of bf16 is 64 KB) and
- * writes (softmax - onehot) * dloss over it. No probability tensor exists. */
+ * The idea: one block per row of V logits. Pass 1 keeps a running (max, sum
+ * of exp) per thread over the block's real columns and merges them across the
+ * thread block: the row's three statistics. Pass 2 combines every part's
+ * statistics into the log-sum-exp over the whole vocabulary, then rereads the
+ * row and writes (softmax - onehot) * dloss over it. With one rank this is
+ * the fused kernel's traffic: two reads and one write of the logits; no
+ * probability tensor exists. */
 #include "common.cuh"
 extern "C" {
 #include "../cross_entropy.h"
@@ -12,9 +15,36 @@ extern "C" {
 
 #define CE_THREADS 1024
 
-/* losses (N); logits (N,V) become dlogits when dloss != 0 */
+/* stats (3,N): the block's max, sum of exp(z - max) and target logit per row */
 template <typename T, int P> __global__ void __launch_bounds__(CE_THREADS)
-cross_entropy_kernel(float *losses, T *logits, const int *targets, int V, float dloss, int ignore_index) {
+cross_entropy_stats_kernel(float *stats, const T *logits, const int *targets, int N, int V, int v0, int v_valid) {
+    int n = blockIdx.x;
+    const T *z = logits + (size_t)n * V;
+    float mx = -INFINITY, sum = 0;
+    for (int i = threadIdx.x * P; i < v_valid; i += blockDim.x * P) {   /* i < v_valid: element i is real, so m2 > -inf */
+        Vec<T, P> v = vload<T, P>(z + i);
+        float m2 = mx;
+#pragma unroll
+        for (int k = 0; k < P; k++) if (i + k < v_valid) m2 = fmaxf(m2, v.v[k]);
+        sum *= expf(mx - m2);   /* mx == -inf only while sum == 0; expf(-inf) = 0 */
+#pragma unroll
+        for (int k = 0; k < P; k++) if (i + k < v_valid) sum += expf(v.v[k] - m2);
+        mx = m2;
+    }
+    float bmx = block_max(mx);
+    float bsum = block_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - bmx));
+    if (threadIdx.x == 0) {
+        int y = targets[n] - v0;
+        stats[n] = bmx;
+        stats[(size_t)N + n] = bsum;
+        stats[2 * (size_t)N + n] = y >= 0 && y < v_valid ? to_f(z[y]) : 0.0f;
+    }
+}
+
+/* losses (N); logits (N,V) become dlogits when dloss != 0; stats (n_parts,3,N) */
+template <typename T, int P> __global__ void __launch_bounds__(CE_THREADS)
+cross_entropy_loss_kernel(float *losses, T *logits, const float *stats, int n_parts, const int *targets, int N, int V, int v0,
+                          int v_valid, float dloss, int ignore_index) {
     int n = blockIdx.x;
     T *z = logits + (size_t)n * V;
     int y = targets[n];
@@ -24,45 +54,51 @@ cross_entropy_kernel(float *losses, T *logits, const int *targets, int V, float 
             for (int i = threadIdx.x; i < V; i += blockDim.x) z[i] = from_f<T>(0.0f);
         return;
     }
-    /* pass 1: online max and sum of exp per thread */
-    float mx = -INFINITY, sum = 0;
-    for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {
-        Vec<T, P> v = vload<T, P>(z + i);
-        float m2 = mx;
-#pragma unroll
-        for (int k = 0; k < P; k++) m2 = fmaxf(m2, v.v[k]);
-        sum *= expf(mx - m2);   /* mx == -inf only while sum == 0; expf(-inf) = 0 */
-#pragma unroll
-        for (int k = 0; k < P; k++) sum += expf(v.v[k] - m2);
-        mx = m2;
+    /* every thread combines the parts' statistics itself: n_parts (= tp) is small */
+    size_t part = 3 * (size_t)N;
+    float M = -INFINITY, sum = 0, zt = 0;
+    for (int p = 0; p < n_parts; p++) M = fmaxf(M, stats[p * part + n]);
+    for (int p = 0; p < n_parts; p++) {
+        float s = stats[p * part + N + n];
+        if (s > 0) sum += s * expf(stats[p * part + n] - M);
+        zt += stats[p * part + 2 * (size_t)N + n];
     }
-    float bmx = block_max(mx);
-    float bsum = block_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - bmx));
-    float lse = bmx + logf(bsum);
-    float zy = to_f(z[y]);
-    __syncthreads();   /* every thread has read z[y] before pass 2 overwrites it */
-    if (threadIdx.x == 0) losses[n] = lse - zy;
+    float lse = M + logf(sum);
+    if (threadIdx.x == 0) losses[n] = lse - zt;
     if (dloss == 0) return;
-    /* pass 2: dlogits = (softmax - onehot) * dloss */
+    int yl = y - v0;
     for (int i = threadIdx.x * P; i < V; i += blockDim.x * P) {
         Vec<T, P> v = vload<T, P>(z + i);
 #pragma unroll
-        for (int k = 0; k < P; k++) v.v[k] = expf(v.v[k] - lse) * dloss - (i + k == y ? dloss : 0.0f);
+        for (int k = 0; k < P; k++)
+            v.v[k] = i + k < v_valid ? expf(v.v[k] - lse) * dloss - (i + k == yl ? dloss : 0.0f) : 0.0f;
         vstore<T, P>(z + i, v);
     }
 }
 
-extern "C" void cross_entropy_cuda(float *losses, void *logits, const int *targets, int N, int V, float dloss,
-                                   int ignore_index) {
+extern "C" void cross_entropy_stats_cuda(float *stats, const void *logits, const int *targets, int N, int V, int v0, int v_valid) {
     if (N == 0) return;
     ACT_SWITCH(T, {
         constexpr int P = Pack16<T>::n;
         if (packable(V, sizeof(T), logits))
-            cross_entropy_kernel<T, P><<<N, CE_THREADS, 0, cuda_stream>>>(losses, (T *)logits, targets, V, dloss,
-                                                                       ignore_index);
+            cross_entropy_stats_kernel<T, P><<<N, CE_THREADS, 0, cuda_stream>>>(stats, (const T *)logits, targets, N, V, v0, v_valid);
         else
-            cross_entropy_kernel<T, 1><<<N, CE_THREADS, 0, cuda_stream>>>(losses, (T *)logits, targets, V, dloss,
-                                                                       ignore_index);
+            cross_entropy_stats_kernel<T, 1><<<N, CE_THREADS, 0, cuda_stream>>>(stats, (const T *)logits, targets, N, V, v0, v_valid);
+    });
+    launchCheck();
+}
+
+extern "C" void cross_entropy_loss_cuda(float *losses, void *logits, const float *stats, int n_parts, const int *targets, int N, int V,
+                                        int v0, int v_valid, float dloss, int ignore_index) {
+    if (N == 0) return;
+    ACT_SWITCH(T, {
+        constexpr int P = Pack16<T>::n;
+        if (packable(V, sizeof(T), logits))
+            cross_entropy_loss_kernel<T, P><<<N, CE_THREADS, 0, cuda_stream>>>(losses, (T *)logits, stats, n_parts, targets, N, V,
+                                                                            v0, v_valid, dloss, ignore_index);
+        else
+            cross_entropy_loss_kernel<T, 1><<<N, CE_THREADS, 0, cuda_stream>>>(losses, (T *)logits, stats, n_parts, targets, N, V,
+                                                                            v0, v_valid, dloss, ignore_index);
     });
     launchCheck();
 }

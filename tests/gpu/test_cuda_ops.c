@@ -127,33 +127,35 @@ static void test_matmul(int N, int IC, int OC) {
     free(x); free(w); free(dy); free(dw0); free(out); free(dx); free(dw); free(h);
 }
 
-static void test_embedding(int N, int C, int V) {
+/* The table holds block `part` of `parts` blocks of a V-row vocabulary (vocab-parallel): ids outside it give zero rows, no gradient. */
+static void test_embedding(int N, int C, int V, int parts, int part) {
     char shape[64];
-    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
+    int Vb = (V + parts - 1) / parts, v0 = part * Vb, valid = V - v0 < 0 ? 0 : V - v0 < Vb ? V - v0 : Vb;
+    snprintf(shape, sizeof shape, "N=%d C=%d V=%d block %d/%d", N, C, V, part, parts);
     int *ids = mallocCheck(N * sizeof(int));
     for (int n = 0; n < N; n++) ids[n] = (int)(rng_u64(&rng) % (uint64_t)(n % 3 ? V : 3));   /* many repeats */
-    float *wte = rand_act((size_t)V * C, 1), *dy = rand_act((size_t)N * C, 1), *dw0 = rand_act((size_t)V * C, 1);
-    float *out = mallocCheck((size_t)N * C * 4), *dw = copy_f(dw0, (size_t)V * C);
-    cpu->embedding_forward(out, ids, wte, N, C);
-    cpu->embedding_backward(dw, dy, ids, N, C);
+    float *wte = rand_act((size_t)Vb * C, 1), *dy = rand_act((size_t)N * C, 1), *dw0 = rand_act((size_t)Vb * C, 1);
+    float *out = mallocCheck((size_t)N * C * 4), *dw = copy_f(dw0, (size_t)Vb * C);
+    cpu->embedding_forward(out, ids, wte, N, C, v0, valid);
+    cpu->embedding_backward(dw, dy, ids, N, C, v0, valid);
     int *gids = gpu->alloc(N * sizeof(int), "t");
     gpu->upload(gids, ids, N * sizeof(int));
-    void *gwte = up_act(wte, (size_t)V * C), *gdy = up_act(dy, (size_t)N * C), *gout = gpu->alloc((size_t)N * C * dtype_size(act), "t");
-    float *gdw = up_f32(dw0, (size_t)V * C);
+    void *gwte = up_act(wte, (size_t)Vb * C), *gdy = up_act(dy, (size_t)N * C), *gout = gpu->alloc((size_t)N * C * dtype_size(act), "t");
+    float *gdw = up_f32(dw0, (size_t)Vb * C);
     poison(gout, (size_t)N * C * dtype_size(act));
-    gpu->embedding_forward(gout, gids, gwte, N, C);
-    gpu->embedding_backward(gdw, gdy, gids, N, C);
-    float *h = mallocCheck(((size_t)N + V) * C * 4);
+    gpu->embedding_forward(gout, gids, gwte, N, C, v0, valid);
+    gpu->embedding_backward(gdw, gdy, gids, N, C, v0, valid);
+    float *h = mallocCheck(((size_t)N + Vb) * C * 4);
     down_act(h, gout, (size_t)N * C);
     compare("embedding_forward", h, out, (size_t)N * C, 0, shape);
-    gpu->download(h, gdw, (size_t)V * C * 4);
-    compare("embedding_backward", h, dw, (size_t)V * C, act == DTYPE_FP32 ? 1e-6 : tol_act, shape);
+    gpu->download(h, gdw, (size_t)Vb * C * 4);
+    compare("embedding_backward", h, dw, (size_t)Vb * C, act == DTYPE_FP32 ? 1e-6 : tol_act, shape);
     /* determinism: the same backward twice gives the same bits */
-    float *h2 = mallocCheck((size_t)V * C * 4);
-    gpu->upload(gdw, dw0, (size_t)V * C * 4);
-    gpu->embedding_backward(gdw, gdy, gids, N, C);
-    gpu->download(h2, gdw, (size_t)V * C * 4);
-    CHECK(memcmp(h, h2, (size_t)V * C * 4) == 0, "embedding_backward is not deterministic (%s)", shape);
+    float *h2 = mallocCheck((size_t)Vb * C * 4);
+    gpu->upload(gdw, dw0, (size_t)Vb * C * 4);
+    gpu->embedding_backward(gdw, gdy, gids, N, C, v0, valid);
+    gpu->download(h2, gdw, (size_t)Vb * C * 4);
+    CHECK(memcmp(h, h2, (size_t)Vb * C * 4) == 0, "embedding_backward is not deterministic (%s)", shape);
     gpu->free(gids); gpu->free(gwte); gpu->free(gdy); gpu->free(gout); gpu->free(gdw);
     free(ids); free(wte); free(dy); free(dw0); free(out); free(dw); free(h); free(h2);
 }
@@ -261,34 +263,67 @@ static void test_swiglu(int N, int F) {
     free(h13); free(dy); free(out); free(d); free(h);
 }
 
-static void test_cross_entropy(int N, int V) {
+/* The vocabulary of V split into `parts` blocks of Vb = ceil(V/parts) columns
+ * (the last padded; its padding holds large logits that must count for
+ * nothing). Pass 1 on every block on both backends; the CPU's statistics
+ * gathered (parts,3,N) feed pass 2 of every block on both. */
+static void test_cross_entropy(int N, int V, int parts) {
     char shape[64];
-    snprintf(shape, sizeof shape, "N=%d V=%d", N, V);
-    float *z = rand_act((size_t)N * V, 3), *zc = copy_f(z, (size_t)N * V), *loss = mallocCheck(N * 4);
+    int Vb = (V + parts - 1) / parts;
+    snprintf(shape, sizeof shape, "N=%d V=%d in %d blocks", N, V, parts);
+    size_t nb = (size_t)N * Vb, ns = 3 * (size_t)N;
+    float *z = mallocCheck(parts * nb * 4 + 4), *stats = mallocCheck(parts * ns * 4), *loss = mallocCheck(N * 4);
+    float *h = mallocCheck(nb * 4 + ns * 4 + 4), *gs = mallocCheck(ns * 4);
     int *y = mallocCheck(N * sizeof(int));
     for (int n = 0; n < N; n++) y[n] = n % 5 == 4 ? -100 : (int)(rng_u64(&rng) % (uint64_t)V);
     y[0] = V - 1;
+    for (int p = 0; p < parts; p++)
+        for (size_t i = 0; i < nb; i++) z[p * nb + i] = p * Vb + (int)(i % Vb) < V ? round_act(rng_normal(&rng) * 3) : 50.0f;
     float dloss = 1.0f / N;
-    cpu->cross_entropy(loss, zc, y, N, V, dloss, -100);
     int *gy = gpu->alloc(N * sizeof(int), "t");
     gpu->upload(gy, y, N * sizeof(int));
-    void *gz = up_act(z, (size_t)N * V), *gz2 = up_act(z, (size_t)N * V);
-    float *gl = gpu->alloc(N * 4, "t"), *gl2 = gpu->alloc(N * 4, "t");
-    poison(gl, N * 4);
-    poison(gl2, N * 4);
-    gpu->cross_entropy(gl, gz, gy, N, V, dloss, -100);
-    gpu->cross_entropy(gl2, gz2, gy, N, V, 0.0f, -100);   /* dloss 0: losses only, logits untouched */
-    float *h = mallocCheck((size_t)N * V * 4);
-    gpu->download(h, gl, N * 4);
-    compare("cross_entropy loss", h, loss, N, 1e-5, shape);
-    gpu->download(h, gl2, N * 4);
-    compare("cross_entropy loss (dloss=0)", h, loss, N, 1e-5, shape);
-    down_act(h, gz, (size_t)N * V);
-    compare("cross_entropy dlogits", h, zc, (size_t)N * V, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
-    down_act(h, gz2, (size_t)N * V);
-    compare("cross_entropy logits kept", h, z, (size_t)N * V, 0, shape);
-    gpu->free(gy); gpu->free(gz); gpu->free(gz2); gpu->free(gl); gpu->free(gl2);
-    free(z); free(zc); free(loss); free(y); free(h);
+    float *gstats = gpu->alloc(parts * ns * 4, "t"), *gl = gpu->alloc(N * 4, "t");
+    for (int p = 0; p < parts; p++) {   /* pass 1 */
+        int v0 = p * Vb, valid = V - v0 < 0 ? 0 : V - v0 < Vb ? V - v0 : Vb;
+        cpu->cross_entropy_stats(stats + p * ns, z + p * nb, y, N, Vb, v0, valid);
+        void *gz = up_act(z + p * nb, nb);
+        poison(gstats, ns * 4);
+        gpu->cross_entropy_stats(gstats, gz, gy, N, Vb, v0, valid);
+        gpu->download(gs, gstats, ns * 4);
+        int same_inf = 1;   /* a block of padding only has max -inf on both; compared as 0 */
+        for (int n = 0; n < N; n++) {
+            if (isinf(stats[p * ns + n]) || isinf(gs[n])) { same_inf &= stats[p * ns + n] == gs[n]; gs[n] = 0; }
+        }
+        float *ref = copy_f(stats + p * ns, ns);
+        for (int n = 0; n < N; n++) if (isinf(ref[n])) ref[n] = 0;
+        CHECK(same_inf, "cross_entropy_stats: -inf maxima differ (%s)", shape);
+        compare("cross_entropy_stats", gs, ref, ns, 1e-5, shape);
+        free(ref);
+        gpu->free(gz);
+    }
+    gpu->upload(gstats, stats, parts * ns * 4);
+    for (int p = 0; p < parts; p++) {   /* pass 2, with and without the gradient */
+        int v0 = p * Vb, valid = V - v0 < 0 ? 0 : V - v0 < Vb ? V - v0 : Vb;
+        float *zc = copy_f(z + p * nb, nb);
+        cpu->cross_entropy_loss(loss, zc, stats, parts, y, N, Vb, v0, valid, dloss, -100);
+        void *gz = up_act(z + p * nb, nb), *gz2 = up_act(z + p * nb, nb);
+        poison(gl, N * 4);
+        gpu->cross_entropy_loss(gl, gz, gstats, parts, gy, N, Vb, v0, valid, dloss, -100);
+        gpu->download(h, gl, N * 4);
+        compare("cross_entropy_loss loss", h, loss, N, 1e-5, shape);
+        poison(gl, N * 4);
+        gpu->cross_entropy_loss(gl, gz2, gstats, parts, gy, N, Vb, v0, valid, 0.0f, -100);   /* dloss 0: losses only */
+        gpu->download(h, gl, N * 4);
+        compare("cross_entropy_loss (dloss=0)", h, loss, N, 1e-5, shape);
+        down_act(h, gz, nb);
+        compare("cross_entropy_loss dlogits", h, zc, nb, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+        down_act(h, gz2, nb);
+        compare("cross_entropy_loss logits kept", h, z + p * nb, nb, 0, shape);
+        gpu->free(gz); gpu->free(gz2);
+        free(zc);
+    }
+    gpu->free(gy); gpu->free(gstats); gpu->free(gl);
+    free(z); free(stats); free(loss); free(h); free(gs); free(y);
 }
 
 static void test_adamw(void) {
@@ -379,8 +414,10 @@ int main(int argc, char **argv) {
         test_matmul(37, 29, 53);
         test_matmul(1, 7, 3);
         test_matmul(515, 768, 2304);
-        test_embedding(300, 64, 50);
-        test_embedding(77, 33, 1000);
+        test_embedding(300, 64, 50, 1, 0);
+        test_embedding(77, 33, 1000, 1, 0);
+        test_embedding(300, 64, 61, 2, 1);   /* vocab-parallel: the second of two blocks, padded */
+        test_embedding(77, 33, 1000, 4, 2);
         test_rmsnorm(300, 768);
         test_rmsnorm(17, 37);
         test_rmsnorm(1000, 8);
@@ -397,9 +434,12 @@ int main(int argc, char **argv) {
         }
         test_swiglu(64, 256);
         test_swiglu(13, 37);
-        test_cross_entropy(40, 1000);
-        test_cross_entropy(7, 32001);
-        test_cross_entropy(3, 5);
+        test_cross_entropy(40, 1000, 1);
+        test_cross_entropy(7, 32001, 1);
+        test_cross_entropy(3, 5, 1);
+        test_cross_entropy(7, 32001, 2);   /* vocab-parallel: tp = 2, the last block padded */
+        test_cross_entropy(13, 61, 4);
+        test_cross_entropy(3, 5, 4);       /* a block of padding only */
         test_adamw();
         test_elementwise(100000);
         test_elementwise(13);
