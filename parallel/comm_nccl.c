@@ -11,6 +11,7 @@
 #include "comm_impl.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
+#include "../common/errors.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,18 +34,14 @@ struct NcclState {
     int n_timed;
 };
 
+/* Every NCCL and CUDA failure here goes through the error table (common/errors.h):
+ * NCCL's own detail (ncclGetLastError: "... No route to host") picks the row when it can. */
 static void nccl_fail(const char *what, ncclResult_t r, const char *file, int line) {
-    const char *hint =
-        r == ncclUnhandledCudaError ? "a CUDA call inside NCCL failed: check the GPU is healthy (nvidia-smi) and not out of memory" :
-        r == ncclSystemError ? "a system call failed (sockets, shared memory, /dev/shm size): NCCL_DEBUG=INFO shows which" :
-        r == ncclInvalidUsage ? "NCCL was called wrongly (e.g. two ranks on one GPU: 'Duplicate GPU detected'); NCCL_DEBUG=WARN says more" :
-        r == ncclRemoteError ? "another rank failed or stopped answering: look for its error" :
-        "NCCL_DEBUG=WARN (or INFO) prints NCCL's own account of it";
-    die("%s:%d: %s failed: %s (%s)\n  hint: %s", file, line, what, ncclGetErrorString(r), ncclGetLastError(NULL), hint);
+    error_fail(file, line, what, ncclGetErrorString(r), ncclGetLastError(NULL), "NCCL_DEBUG=WARN (or INFO) prints NCCL's own account of it");
 }
 #define ncclCheck(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) nccl_fail(#call, r_, __FILE__, __LINE__); } while (0)
 #define cudaOk(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) \
-    die("%s:%d: %s failed: %s\n  hint: the GPU or driver is in trouble; nvidia-smi tells", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); } while (0)
+    error_fail(__FILE__, __LINE__, #call, cudaGetErrorString(e_), NULL, "the GPU or driver is in trouble; nvidia-smi tells"); } while (0)
 
 int nccl_built_in(void) { return 1; }
 
