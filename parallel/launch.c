@@ -60,7 +60,8 @@ void launch_init(int *argc, char ***argv) {
     if (launched_by_mpi()) {
 #ifdef LLM3D_MPI
         int provided;
-        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        /* the watchdog's thread (parallel/watchdog.h) answers other ranks' questions while training's thread waits */
+        MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
         MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
         MPI_Comm_size(MPI_COMM_WORLD, &info.world);
         MPI_Comm local;

@@ -8,6 +8,8 @@
 #include "../checkpoint/checkpoint.h"
 #include "../checkpoint/hf.h"
 #include "../parallel/launch.h"
+#include "../parallel/flight.h"
+#include "../parallel/watchdog.h"
 #include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
@@ -119,6 +121,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     launch_init(NULL, NULL);
     launch_errors_rank0_only(1);   /* what follows fails alike on every rank: rank 0 says it */
     comm_init(&tr->comm, c->dp, c->pp, c->tp, c->comm_backend, c->device == DEVICE_CUDA);
+    tr->comm.timeout_s = c->comm_timeout_s * WATCHDOG_FIRST_FACTOR;   /* start-up and the first step; trainer_step sets the rest */
+    watchdog_start(&tr->comm, c->run_dir);
     DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
     tr->be = c->device == DEVICE_CUDA ? backend_cuda(act) : backend_cpu_emulated(act);
     comm_attach(&tr->comm, tr->be);
@@ -246,6 +250,7 @@ StepStats trainer_step(Trainer *tr) {
     StepStats s = {0};
     double t0 = now_seconds();
     int B = c->batch_size, T = c->seq_len, BT = B * T, stage = tr->comm.pp_rank;
+    flight_set_step(tr->step + 1);   /* the step the watchdog names */
 
     /* every micro-batch of the step first: the loss is the mean over all valid targets of all ranks */
     if (fault_now(tr, FAULT_SLOW)) { struct timespec ts = {tr->fault.ms / 1000, (tr->fault.ms % 1000) * 1000000L}; nanosleep(&ts, NULL); }
@@ -257,7 +262,10 @@ StepStats trainer_step(Trainer *tr) {
     float dloss = total_valid > 0 ? (float)(tr->loss_scale / total_valid) : 0.0f;   /* gradients come out x loss_scale */
     if (fault_now(tr, FAULT_NAN)) dloss = NAN;
     if (fault_now(tr, FAULT_EXIT)) { fprintf(stderr, "fault: rank %d exits at step %d\n", tr->comm.rank, tr->step + 1); _exit(3); }
-    if (fault_now(tr, FAULT_STALL)) { fprintf(stderr, "fault: rank %d stalls at step %d\n", tr->comm.rank, tr->step + 1); for (;;) pause(); }
+    if (fault_now(tr, FAULT_STALL)) {   /* a GPU rank on NCCL: its stream stops and its collectives never complete; else it sleeps */
+        fprintf(stderr, "fault: rank %d stalls at step %d\n", tr->comm.rank, tr->step + 1);
+        if (!comm_fault_hang(&tr->comm)) for (;;) pause();
+    }
 
     model_zero_grads(m);
     double loss_sum = executor_run(&tr->exec, tr->schedule.list[stage], tr->schedule.n[stage], tr->ids, tr->targets, B, T, dloss);
@@ -265,6 +273,7 @@ StepStats trainer_step(Trainer *tr) {
     loss_sum = comm_sum(&tr->comm, GROUP_DP, loss_sum);
     tr->be->synchronize();
     tr->step++;
+    tr->comm.timeout_s = c->comm_timeout_s;   /* past the first step: the plain deadline */
 
     s.loss = total_valid > 0 ? loss_sum / total_valid : 0;
     s.grad_norm = tr->last_norm;
