@@ -5,6 +5,8 @@
 #     seconds, the message names the op, the step and rank 1 as not arrived,
 #     the flight recorder is in run_dir, and the last complete checkpoint resumes;
 #   - a rank that exits: the others are out within the deadline, none left over;
+#   - a NaN on one rank: fp16 skips the step on every rank (the same losses as
+#     one rank with the same NaN); bf16 and fp32 stop in words;
 #   - SIGKILL of rank 0 in the middle of writing a checkpoint: resuming from
 #     the last complete one ends bit-exact with a run never interrupted;
 #   - bad input: comm_timeout_s of 0 or below is refused in words.
@@ -25,6 +27,11 @@ for t in 0 -5; do
     check '[ $rc -eq 1 ] && grep -q "^error: comm_timeout_s=$t: a collective needs a deadline" "$dir/bad.log"' \
           "comm_timeout_s=$t is refused in words (exit $rc): $(head -3 "$dir/bad.log")"
 done
+# fp32 on one rank: a non-finite gradient stops the run in words (it used to skip the step)
+"$BUILD"/train $common --max_steps=3 --checkpoint_every=-1 --run_dir="$dir/nan32" --fault=nan:rank=0:step=2 > "$dir/nan32.log" 2>&1; rc=$?
+check '[ $rc -eq 1 ] && grep -q "^error: step 2: the gradients are not finite .* precision=fp32" "$dir/nan32.log"' \
+      "fp32, one rank: a NaN gradient stops the run in words (exit $rc): $(grep error "$dir/nan32.log")"
+
 if ! command -v mpirun >/dev/null || ! ldd "$BUILD/train" | grep -q libmpi; then
     echo "skipped the multi-rank faults: no mpirun, or this build has no Open MPI"; echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit
 fi
@@ -63,6 +70,18 @@ job exit --max_steps=8 --checkpoint_every=-1 --comm_timeout_s=$T --fault=exit:ra
 check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$secs < $limit" | bc)" = 1 ]' "a rank that exits ends the job within the deadline (exit $rc, $secs s)"
 sleep 0.5
 check '! left exit' "no process of that job is left"
+
+# NaN on rank 1 at step 2
+job nan16 --max_steps=4 --checkpoint_every=-1 --precision=fp16 --fault=nan:rank=1:step=2
+one=$(timeout 60 "$BUILD"/train $common --max_steps=4 --checkpoint_every=-1 --precision=fp16 --run_dir="$dir/nan16one" --fault=nan:rank=0:step=2 2>&1)
+losses() { grep "^step" | sed 's/.*| loss \([0-9.]*\) .*/\1/' | tr '\n' ' '; }
+check '[ $rc -eq 0 ] && grep -q "^step *4/4 .* skipped 1$" "$dir/nan16.log"' "fp16: the NaN step is skipped and the run goes on (exit $rc)"
+check '[ "$(losses < "$dir/nan16.log")" = "$(echo "$one" | losses)" ] && [ -n "$(echo "$one" | losses)" ]' \
+      "fp16: every rank skipped it — the same losses as one rank with the same NaN ($(losses < "$dir/nan16.log")| $(echo "$one" | losses))"
+job nanbf --max_steps=4 --checkpoint_every=-1 --precision=bf16 --fault=nan:rank=1:step=2
+check '[ $rc -ne 0 ] && grep -q "^error: step 2: the gradients are not finite (global norm nan) and precision=bf16" "$dir/nanbf.log" && ! grep -q "^step *2/" "$dir/nanbf.log"' \
+      "bf16: the run stops in words at step 2 (exit $rc): $(grep error "$dir/nanbf.log" | head -2)"
+check '[ "$(grep -c "gradients are not finite" "$dir/nanbf.log")" -eq 1 ]' "bf16: said once, by rank 0"
 
 # SIGKILL of rank 0 while it writes the step-4 checkpoint; resume from step 2; compare with a run never killed
 job ref --max_steps=6 --checkpoint_every=2 --keep_checkpoints=0

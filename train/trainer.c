@@ -229,13 +229,19 @@ void trainer_free(Trainer *tr) {
 
 void trainer_update_loss_scale(Trainer *tr, int finite) {
     int dynamic = tr->cfg.precision == PRECISION_FP16;
+    if (!finite && !dynamic) {   /* the same global norm on every rank: every rank stops here alike */
+        launch_errors_rank0_only(1);
+        die("step %d: the gradients are not finite (global norm %g) and precision=%s has no loss scale to lower: the run stops "
+            "rather than train on them\n  hint: look for a NaN in the data or the loss, a learning rate too high (lr=%g) or a rank that "
+            "misbehaves; the last complete checkpoint in %s is untouched: resume from it (--resume=1), perhaps with a lower lr",
+            tr->step + 1, tr->last_norm, tr->cfg.precision == PRECISION_BF16 ? "bf16" : "fp32", tr->cfg.lr, tr->cfg.run_dir);
+    }
     if (!finite) {
         tr->skipped_steps++;
         tr->loss_scale_clean_steps = 0;
         if (dynamic) tr->loss_scale *= 0.5f;
         if (tr->comm.rank == 0)
-            fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped%s\n", tr->step + 1,
-                    dynamic ? " and the loss scale halved" : "");
+            fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped and the loss scale halved\n", tr->step + 1);
         return;
     }
     if (dynamic && ++tr->loss_scale_clean_steps == LOSS_SCALE_WINDOW) {
