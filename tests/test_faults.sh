@@ -7,6 +7,7 @@
 #   - a rank that exits: the others are out within the deadline, none left over;
 #   - a NaN on one rank: fp16 skips the step on every rank (the same losses as
 #     one rank with the same NaN); bf16 and fp32 stop in words;
+#   - a slow rank: the straggler line names it, with its data wait;
 #   - SIGKILL of rank 0 in the middle of writing a checkpoint: resuming from
 #     the last complete one ends bit-exact with a run never interrupted;
 #   - bad input: comm_timeout_s of 0 or below is refused in words.
@@ -82,6 +83,11 @@ job nanbf --max_steps=4 --checkpoint_every=-1 --precision=bf16 --fault=nan:rank=
 check '[ $rc -ne 0 ] && grep -q "^error: step 2: the gradients are not finite (global norm nan) and precision=bf16" "$dir/nanbf.log" && ! grep -q "^step *2/" "$dir/nanbf.log"' \
       "bf16: the run stops in words at step 2 (exit $rc): $(grep error "$dir/nanbf.log" | head -2)"
 check '[ "$(grep -c "gradients are not finite" "$dir/nanbf.log")" -eq 1 ]' "bf16: said once, by rank 0"
+
+# a slow rank: 300 ms more in its loader every step
+job slow --max_steps=3 --checkpoint_every=-1 --straggler_pct=50 --fault=slow:rank=1:ms=300
+check '[ $rc -eq 0 ] && [ "$(grep -c "^straggler | rank 1: step work [0-9.]* ms, [0-9]*% over the others. median .* | data wait 3[0-9][0-9].[0-9] ms | compute" "$dir/slow.log")" -eq 3 ]' \
+      "the straggler check names rank 1 and its data wait on every logged step: $(grep straggler "$dir/slow.log" | head -1)"
 
 # SIGKILL of rank 0 while it writes the step-4 checkpoint; resume from step 2; compare with a run never killed
 job ref --max_steps=6 --checkpoint_every=2 --keep_checkpoints=0

@@ -253,7 +253,7 @@ void trainer_update_loss_scale(Trainer *tr, int finite) {
 StepStats trainer_step(Trainer *tr) {
     const Config *c = &tr->cfg;
     Model *m = &tr->model;
-    StepStats s = {0};
+    StepStats s = {.straggler_rank = -1};
     double t0 = now_seconds();
     int B = c->batch_size, T = c->seq_len, BT = B * T, stage = tr->comm.pp_rank;
     flight_set_step(tr->step + 1);   /* the step the watchdog names */
@@ -307,6 +307,7 @@ StepStats trainer_step(Trainer *tr) {
         }
         s.slowest = all[s.slowest_rank];
         s.reported = 1;
+        straggler_find(&s, all, n, c->pp, c->tp, c->straggler_pct);
         free(all);
     }
     return s;
@@ -365,6 +366,7 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
             printf(" | optimizer %.1f%% | data %.1f%% | host %.1f%%\n", pct(w->optimizer, w->step), pct(w->data, w->step),
                    pct(w->host, w->step));
         }
+        straggler_print(s, c->straggler_pct, stdout);
         fflush(stdout);
     }
     if (tr->jsonl) {
@@ -378,6 +380,9 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
                                "\"bubble_ms\": %.3f, \"bubble_mean\": %.4f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"host_ms\": %.3f",
                     s->slowest_rank, 1e3 * w->compute, 1e3 * w->exposed, 1e3 * w->comm_busy, 1e3 * w->bubble, s->bubble,
                     1e3 * w->optimizer, 1e3 * w->data, 1e3 * w->host);
+        if (s->straggler_rank >= 0)
+            fprintf(tr->jsonl, ", \"straggler_rank\": %d, \"straggler_work_ms\": %.3f, \"straggler_median_ms\": %.3f", s->straggler_rank,
+                    1e3 * (s->straggler.data + s->straggler.compute + s->straggler.optimizer), 1e3 * s->straggler_median);
         if (c->comm_ablate) fprintf(tr->jsonl, ", \"comm_ablate\": 1");
         fprintf(tr->jsonl, "}\n");
         fflush(tr->jsonl);
