@@ -4,7 +4,7 @@
  * and version mismatches — each find the cause and fix meant for them; NCCL's
  * detail wins over its generic words; a raw error no row knows keeps the
  * caller's hint; error_fail prints file, line, call, raw error, cause and fix,
- * and exits 1. */
+ * and exits 1; docs/nccl-errors.md quotes every row. */
 #include "test.h"
 #include "../common/errors.h"
 #include "../common/util.h"
@@ -86,5 +86,16 @@ int main(void) {
               && strstr(out, "--comm_backend=mpi") && strstr(out, "doctor: "),
           "error_fail prints file, line, the call, the raw error, then the cause, fix and doctor's view:\n%s", out);
 
+    /* docs/nccl-errors.md shows every row */
+    FILE *f = fopen("docs/nccl-errors.md", "r");
+    CHECK(f != NULL, "docs/nccl-errors.md exists (tests run from the repository root)");
+    if (f) {
+        static char doc[1 << 17];
+        size_t len = fread(doc, 1, sizeof doc - 1, f);
+        doc[len] = 0;
+        fclose(f);
+        for (int i = 0; i < error_n_hints; i++)
+            CHECK(strstr(doc, error_hints[i].example), "docs/nccl-errors.md quotes row %d's raw text: %s", i, error_hints[i].example);
+    }
     return test_summary();
 }
