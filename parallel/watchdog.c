@@ -105,7 +105,8 @@ static void serve(void) {
 static void ask(int group, const int *m, int n, Answer *ans, int *got) {
 #ifdef LLM3D_MPI
     MPI_Request *rq = callocCheck(n, sizeof(MPI_Request));
-    Query q = {wd.grid.rank, group};
+    static Query q;   /* static: a send to a dead rank may still read it after this returns */
+    q = (Query){wd.grid.rank, group};
     for (int k = 0; k < n; k++) {
         rq[k] = MPI_REQUEST_NULL;
         if (m[k] == wd.grid.rank) continue;
@@ -191,8 +192,9 @@ static void stall(const FlightOp *op) {
     if (op->group == FLIGHT_P2P)
         len += snprintf(msg + len, size - len, "watchdog: %s with rank %d (%s)", op->op, op->peer, bytes);
     else
-        len += snprintf(msg + len, size - len, "watchdog: %s over the %s group (%d ranks, %s), its operation #%llu there", op->op,
-                        group_name(op->group), comm_group_size(c, op->group), bytes, (unsigned long long)op->group_seq);
+        len += snprintf(msg + len, size - len, "watchdog: %s over the %s group (%d rank%s, %s), its operation #%llu there", op->op,
+                        group_name(op->group), comm_group_size(c, op->group), comm_group_size(c, op->group) == 1 ? "" : "s", bytes,
+                        (unsigned long long)op->group_seq);
     len += snprintf(msg + len, size - len, ", at step %d", op->step);
     if (op->micro_batch >= 0) len += snprintf(msg + len, size - len, ", micro-batch %d", op->micro_batch);
     len += snprintf(msg + len, size - len, ", did not complete within its deadline of %.0f s (comm_timeout_s)%s\n", op->deadline_s,

@@ -4,6 +4,7 @@
 #   - a stalled rank: every rank is out within comm_timeout_s plus a few
 #     seconds, the message names the op, the step and rank 1 as not arrived,
 #     the flight recorder is in run_dir, and the last complete checkpoint resumes;
+#     in the first step the deadline is 5 x comm_timeout_s;
 #   - a rank that exits: the others are out within the deadline, none left over;
 #   - a NaN on one rank: fp16 skips the step on every rank (the same losses as
 #     one rank with the same NaN); bf16 and fp32 stop in words;
@@ -65,6 +66,11 @@ check '[ -f "$dir/stall/ckpt_00000002/DONE" ] && [ ! -e "$dir/stall/ckpt_0000000
 job stall --max_steps=3 --checkpoint_every=1 --comm_timeout_s=$T --resume=1
 check '[ $rc -eq 0 ] && grep -q "^resume | step 2 from" "$dir/stall.log" && grep -q "^step *3/3" "$dir/stall.log"' \
       "the job resumes from it: $(tail -2 "$dir/stall.log")"
+
+# the first step gets 5x the deadline (start-up, NCCL's connections): a stall there is called after 5 s, not 1
+job stall1 --max_steps=3 --checkpoint_every=-1 --comm_timeout_s=1 --fault=stall:rank=1:step=1
+check '[ $rc -ne 0 ] && grep -q "at step 1, micro-batch [0-9], did not complete within its deadline of 5 s" "$dir/stall1.log" && [ "$(echo "$secs > 5" | bc)" = 1 ]' \
+      "a stall in the first step is called after 5 x comm_timeout_s (exit $rc, $secs s): $(grep watchdog: "$dir/stall1.log")"
 
 # a rank that exits at step 2
 job exit --max_steps=8 --checkpoint_every=-1 --comm_timeout_s=$T --fault=exit:rank=1:step=2
