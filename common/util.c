@@ -23,7 +23,7 @@ void die(const char *fmt, ...) {
         /* rank 0 meets the same error and ends the job (die_ctx.end) while this one waits; a
          * rank still alive after that met an error of its own, and says it */
         struct timespec ts = {3, 0};
-        nanosleep(&ts, NULL);
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}   /* a signal (mpirun's SIGTERM) does not cut the wait short */
     }
     if (many && (!die_ctx.rank0_only || die_ctx.rank != 0)) fprintf(stderr, "error: [rank %d/%d] ", die_ctx.rank, die_ctx.world);
     else fprintf(stderr, "error: ");

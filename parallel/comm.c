@@ -1,8 +1,11 @@
 /* parallel/comm.c — the grid (coordinates, groups, the choice of transport)
  * and the one door to the collectives: a group of one rank returns at once,
  * comm_ablate turns device collectives into no-ops, the rest goes to the
- * transport (parallel/comm_impl.h). */
+ * transport (parallel/comm_impl.h) — and into the flight recorder
+ * (parallel/flight.h), which the watchdog reads for deadlines. */
 #include "comm_impl.h"
+#include "flight.h"
+#include "watchdog.h"
 #include "launch.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
@@ -120,6 +123,7 @@ void comm_attach(Comm *c, const Backend *be) {
 }
 
 void comm_free(Comm *c) {
+    watchdog_stop(c);
     if (c->impl) {
         if (c->impl->nccl) nccl_free(c);
         if (c->impl->mpi) mpi_free(c);
@@ -130,12 +134,28 @@ void comm_free(Comm *c) {
 
 /* ---- device buffers */
 
-/* A group of one rank has nothing to do — unless a transport was asked for even so (comm_backend=nccl on one rank). */
-static int skip(const Comm *c, CommGroup g) { return (comm_group_size(c, g) == 1 && !c->impl) || c->ablate; }
+/* A group of one rank has nothing to do — except the data-parallel group of a one-rank run that asked for a transport
+ * even so (comm_backend=nccl under mpirun -np 1): its buckets go through NCCL so that path runs and is timed on one GPU.
+ * (The tp sums of a dp-only run, groups of one, cost nothing.) */
+static int alone(const Comm *c, CommGroup g) {
+    int exercised = c->impl && c->world_size == 1 && g == GROUP_DP;
+    return comm_group_size(c, g) == 1 && !exercised;
+}
+static int skip(const Comm *c, CommGroup g) { return alone(c, g) || c->ablate; }
+
+/* The flight recorder's entry of an operation going out, with this communicator's deadline. */
+static uint64_t rec(const Comm *c, const char *op, int g, size_t bytes, int peer) { return flight_begin(op, g, bytes, c->timeout_s, peer); }
+static CommHandle rec_handle(const Comm *c, CommHandle h, uint64_t id) {
+    if (h >= 0) c->impl->flight[h] = id;
+    else flight_end(id);
+    return h;
+}
 
 void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     if (skip(c, g) || n == 0) return;
+    uint64_t id = rec(c, "all-reduce", g, n * dtype_size(dt), -1);
     c->impl->device->allreduce(c, g, buf, n, dt);
+    flight_end(id);
 }
 
 void comm_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
@@ -156,29 +176,40 @@ void comm_allgather(const Comm *c, CommGroup g, const void *send, void *recv, co
 
 CommHandle comm_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     if (skip(c, g) || n == 0) return -1;
-    return c->impl->device->allreduce_start(c, g, buf, n, dt);
+    uint64_t id = rec(c, "all-reduce", g, n * dtype_size(dt), -1);
+    return rec_handle(c, c->impl->device->allreduce_start(c, g, buf, n, dt), id);
+}
+
+static size_t total(const Comm *c, CommGroup g, const size_t *counts, DType dt) {
+    size_t t = 0;
+    for (int r = 0; r < comm_group_size(c, g); r++) t += counts[r];
+    return t * dtype_size(dt);
 }
 
 CommHandle comm_reduce_scatter_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
-    if (comm_group_size(c, g) == 1 && !c->impl) {   /* my piece is the whole sum */
+    if (alone(c, g)) {   /* my piece is the whole sum */
         if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
         return -1;
     }
     if (c->ablate) return -1;
-    return c->impl->device->reduce_scatter_start(c, g, send, recv, counts, dt);
+    uint64_t id = rec(c, "reduce-scatter", g, total(c, g, counts, dt), -1);
+    return rec_handle(c, c->impl->device->reduce_scatter_start(c, g, send, recv, counts, dt), id);
 }
 
 CommHandle comm_allgather_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
-    if (comm_group_size(c, g) == 1 && !c->impl) {
+    if (alone(c, g)) {
         if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
         return -1;
     }
     if (c->ablate) return -1;
-    return c->impl->device->allgather_start(c, g, send, recv, counts, dt);
+    uint64_t id = rec(c, "all-gather", g, total(c, g, counts, dt), -1);
+    return rec_handle(c, c->impl->device->allgather_start(c, g, send, recv, counts, dt), id);
 }
 
 void comm_wait(const Comm *c, CommHandle h) {
-    if (h >= 0) c->impl->device->wait(c, h);
+    if (h < 0) return;
+    c->impl->device->wait(c, h);
+    flight_end(c->impl->flight[h]);
 }
 
 void comm_progress(const Comm *c) {
@@ -187,7 +218,11 @@ void comm_progress(const Comm *c) {
 
 void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops) {
     if (c->world_size == 1 || c->ablate || n_ops == 0) return;
+    size_t bytes = 0;
+    for (int i = 0; i < n_ops; i++) bytes += ops[i].n * dtype_size(ops[i].dt);
+    uint64_t id = rec(c, "pipeline send/recv", FLIGHT_P2P, bytes, ops[0].peer);
     c->impl->device->p2p(c, ops, n_ops);
+    flight_end(id);
 }
 
 CommStats comm_stats_take(const Comm *c) {
@@ -198,21 +233,43 @@ CommStats comm_stats_take(const Comm *c) {
 
 /* ---- host values */
 
-double comm_sum(const Comm *c, CommGroup g, double x) { return comm_group_size(c, g) == 1 ? x : mpi_reduce_host(c, g, x, 0); }
-double comm_max(const Comm *c, CommGroup g, double x) { return comm_group_size(c, g) == 1 ? x : mpi_reduce_host(c, g, x, 1); }
+static double reduce_host(const Comm *c, CommGroup g, double x, int max) {
+    if (comm_group_size(c, g) == 1) return x;
+    uint64_t id = rec(c, max ? "a host max" : "a host sum", g, sizeof x, -1);
+    x = mpi_reduce_host(c, g, x, max);
+    flight_end(id);
+    return x;
+}
+double comm_sum(const Comm *c, CommGroup g, double x) { return reduce_host(c, g, x, 0); }
+double comm_max(const Comm *c, CommGroup g, double x) { return reduce_host(c, g, x, 1); }
 
 void comm_broadcast_host(const Comm *c, CommGroup g, void *buf, size_t bytes, int root) {
-    if (comm_group_size(c, g) > 1) mpi_broadcast_host(c, g, buf, bytes, root);
+    if (comm_group_size(c, g) == 1) return;
+    uint64_t id = rec(c, "a broadcast", g, bytes, -1);
+    mpi_broadcast_host(c, g, buf, bytes, root);
+    flight_end(id);
 }
 
 void comm_allgather_host(const Comm *c, CommGroup g, const void *send, void *recv, size_t bytes) {
     if (comm_group_size(c, g) == 1) { memmove(recv, send, bytes); return; }
+    uint64_t id = rec(c, "a host all-gather", g, bytes * comm_group_size(c, g), -1);
     mpi_allgather_host(c, g, send, recv, bytes);
+    flight_end(id);
 }
 
-void comm_send_host(const Comm *c, int peer, const void *buf, size_t bytes) { mpi_send_host(c, peer, buf, bytes, 1); }
-void comm_recv_host(const Comm *c, int peer, void *buf, size_t bytes) { mpi_send_host(c, peer, buf, bytes, 0); }
+static void send_host(const Comm *c, int peer, void *buf, size_t bytes, int is_send) {
+    uint64_t id = rec(c, is_send ? "a host send" : "a host receive", FLIGHT_P2P, bytes, peer);
+    mpi_send_host(c, peer, buf, bytes, is_send);
+    flight_end(id);
+}
+void comm_send_host(const Comm *c, int peer, const void *buf, size_t bytes) { send_host(c, peer, (void *)buf, bytes, 1); }
+void comm_recv_host(const Comm *c, int peer, void *buf, size_t bytes) { send_host(c, peer, buf, bytes, 0); }
 
 void comm_barrier(const Comm *c, CommGroup g) {
-    if (comm_group_size(c, g) > 1) mpi_barrier(c, g);
+    if (comm_group_size(c, g) == 1) return;
+    uint64_t id = rec(c, "a barrier", g, 0, -1);
+    mpi_barrier(c, g);
+    flight_end(id);
 }
+
+int comm_fault_hang(const Comm *c) { return c->transport == COMM_NCCL && c->impl && c->impl->nccl ? nccl_fault_hang(c) : 0; }

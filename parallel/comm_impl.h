@@ -24,8 +24,10 @@ typedef struct {
 
 struct MpiState;
 struct NcclState;
+#define COMM_MAX_HANDLES 256        /* operations in flight at once: handles are below this */
 struct CommImpl {
     const CommTransport *device;   /* moves device buffers: comm_mpi_transport or comm_nccl_transport */
+    uint64_t flight[COMM_MAX_HANDLES];   /* the flight recorder's id of each handle's operation (parallel/flight.h) */
     struct MpiState *mpi;          /* communicators of every group, host values (comm_mpi.c) */
     struct NcclState *nccl;        /* comm_nccl.c; NULL when MPI carries device buffers */
 };
@@ -45,4 +47,5 @@ extern const CommTransport comm_mpi_transport;
 int nccl_built_in(void);
 void nccl_attach(Comm *c);
 void nccl_free(Comm *c);
+int nccl_fault_hang(const Comm *c);        /* comm_fault_hang on the NCCL transport */
 extern const CommTransport comm_nccl_transport;

@@ -9,6 +9,7 @@
  * it is CUDA-aware (MPIX_Query_cuda_support). bf16 and fp16 travel as 2-byte
  * elements and are summed in fp32 and rounded back, as NCCL does. */
 #include "comm_impl.h"
+#include "watchdog.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
 #include <limits.h>
@@ -71,16 +72,18 @@ static int as_int(size_t n, const char *what) {
     return (int)n;
 }
 
-/* The wait loop: spin a little, then yield, then sleep briefly; past the deadline, a stall. */
+/* The wait loop: spin a little, then yield, then sleep briefly; past the deadline, a stall. The
+ * watchdog (parallel/watchdog.h) reports a stall first, naming who never came; this is the
+ * backstop when it is not running, or WATCHDOG_BACKSTOP_S later should it fail to end the run. */
 static void wait_request(const Comm *c, MPI_Request *req, int n, const char *what, CommGroup g) {
-    double t0 = now_seconds();
+    double t0 = now_seconds(), limit = c->timeout_s + (watchdog_running() ? WATCHDOG_BACKSTOP_S : 0);
     for (long spins = 0;; spins++) {
         int done = 0;
         MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
         if (done) return;
         if (spins > 200000) { struct timespec ts = {0, 50000}; nanosleep(&ts, NULL); }
         else if (spins > 1000) sched_yield();
-        if (c->timeout_s > 0 && (spins & 255) == 0 && now_seconds() - t0 > c->timeout_s)
+        if (c->timeout_s > 0 && (spins & 255) == 0 && now_seconds() - t0 > limit)
             die("%s over the %s group (%d ranks) did not complete within comm_timeout_s=%.0f s: a rank stopped answering\n"
                 "  hint: look for an earlier error from another rank; a rank that died or hangs stalls every collective",
                 what, comm_group_names[g], comm_group_size(c, g), c->timeout_s);

@@ -9,10 +9,14 @@
  * stream makes it wait for the gradients it reads, and comm_wait makes the
  * compute stream wait for its completion event — neither blocks the host. */
 #include "comm_impl.h"
+#include "flight.h"
+#include "watchdog.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
+#include "../common/errors.h"
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #if defined(LLM3D_NCCL) && defined(LLM3D_MPI)
 #include <cuda_runtime_api.h>
@@ -31,22 +35,41 @@ struct NcclState {
     int since[MAX_OPS], n_since;           /* handles started since the last stats */
     cudaEvent_t block_start[MAX_TIMED], block_end[MAX_TIMED];
     int n_timed;
+    cudaEvent_t flight_start[FLIGHT_SLOTS], flight_done[FLIGHT_SLOTS];   /* the watchdog's view of each operation */
 };
 
+/* Every NCCL and CUDA failure here goes through the error table (common/errors.h):
+ * NCCL's own detail (ncclGetLastError: "... No route to host") picks the row when it can. */
 static void nccl_fail(const char *what, ncclResult_t r, const char *file, int line) {
-    const char *hint =
-        r == ncclUnhandledCudaError ? "a CUDA call inside NCCL failed: check the GPU is healthy (nvidia-smi) and not out of memory" :
-        r == ncclSystemError ? "a system call failed (sockets, shared memory, /dev/shm size): NCCL_DEBUG=INFO shows which" :
-        r == ncclInvalidUsage ? "NCCL was called wrongly (e.g. two ranks on one GPU: 'Duplicate GPU detected'); NCCL_DEBUG=WARN says more" :
-        r == ncclRemoteError ? "another rank failed or stopped answering: look for its error" :
-        "NCCL_DEBUG=WARN (or INFO) prints NCCL's own account of it";
-    die("%s:%d: %s failed: %s (%s)\n  hint: %s", file, line, what, ncclGetErrorString(r), ncclGetLastError(NULL), hint);
+    error_fail(file, line, what, ncclGetErrorString(r), ncclGetLastError(NULL), "NCCL_DEBUG=WARN (or INFO) prints NCCL's own account of it");
 }
 #define ncclCheck(call) do { ncclResult_t r_ = (call); if (r_ != ncclSuccess) nccl_fail(#call, r_, __FILE__, __LINE__); } while (0)
 #define cudaOk(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) \
-    die("%s:%d: %s failed: %s\n  hint: the GPU or driver is in trouble; nvidia-smi tells", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); } while (0)
+    error_fail(__FILE__, __LINE__, #call, cudaGetErrorString(e_), NULL, "the GPU or driver is in trouble; nvidia-smi tells"); } while (0)
 
 int nccl_built_in(void) { return 1; }
+
+/* ---- the watchdog's hooks (parallel/watchdog.h): NCCL never blocks the host, so the watchdog's
+ * thread asks the GPU whether each operation's events fired, and on a stall aborts the communicators */
+static int event_fired(void *e) { return cudaEventQuery((cudaEvent_t)e) != cudaErrorNotReady; }
+static void abort_all(void *ctx) {
+    struct NcclState *s = ctx;
+    for (int g = GROUP_COUNT - 1; g >= 0; g--)
+        if (s->group[g]) ncclCommAbort(s->group[g]);
+}
+/* events on stream st before and after the operation comm.c just recorded */
+static void flight_mark(const Comm *c, cudaStream_t st, int after) {
+    struct NcclState *s = c->impl->nccl;
+    uint64_t id = flight_last();
+    int k = (int)(id % FLIGHT_SLOTS);
+    cudaOk(cudaEventRecord(after ? s->flight_done[k] : s->flight_start[k], st));
+    if (after) flight_device(id, s->flight_start[k], s->flight_done[k]);
+}
+static void CUDART_CB wait_for_ever(void *arg) { (void)arg; for (;;) pause(); }
+int nccl_fault_hang(const Comm *c) {
+    cudaOk(cudaLaunchHostFunc(c->impl->nccl->compute, wait_for_ever, NULL));
+    return 1;
+}
 
 static ncclDataType_t nccl_type(DType dt) { return dt == DTYPE_FP32 ? ncclFloat32 : dt == DTYPE_BF16 ? ncclBfloat16 : ncclFloat16; }
 
@@ -61,6 +84,11 @@ void nccl_attach(Comm *c) {
         cudaOk(cudaEventCreate(&s->started[i]));
         cudaOk(cudaEventCreate(&s->done[i]));
     }
+    for (int i = 0; i < FLIGHT_SLOTS; i++) {
+        cudaOk(cudaEventCreateWithFlags(&s->flight_start[i], cudaEventDisableTiming));
+        cudaOk(cudaEventCreateWithFlags(&s->flight_done[i], cudaEventDisableTiming));
+    }
+    uint64_t init = flight_begin("NCCL init", GROUP_WORLD, 0, c->timeout_s, -1);   /* a bootstrap that hangs is a stall too */
     ncclUniqueId id;
     if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
     if (c->world_size > 1) MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -69,15 +97,21 @@ void nccl_attach(Comm *c) {
                                c->dp_rank * c->tp + c->tp_rank, c->dp_rank};
     for (int g = 1; g < GROUP_COUNT; g++)
         ncclCheck(ncclCommSplit(s->group[GROUP_WORLD], colour[g], comm_group_rank(c, g), &s->group[g], NULL));
+    flight_end(init);
+    flight_set_event_query(event_fired);
+    watchdog_on_abort(abort_all, s);
 }
 
 void nccl_free(Comm *c) {
     struct NcclState *s = c->impl->nccl;
+    watchdog_on_abort(NULL, NULL);
+    flight_set_event_query(NULL);
     cudaStreamSynchronize(s->comm);
     for (int g = GROUP_COUNT - 1; g >= 0; g--) ncclCommDestroy(s->group[g]);
     for (int i = 0; i < MAX_OPS; i++) { cudaEventDestroy(s->ready[i]); cudaEventDestroy(s->started[i]); cudaEventDestroy(s->done[i]); }
     for (int i = 0; i < MAX_TIMED; i++)
         if (s->block_start[i]) { cudaEventDestroy(s->block_start[i]); cudaEventDestroy(s->block_end[i]); }
+    for (int i = 0; i < FLIGHT_SLOTS; i++) { cudaEventDestroy(s->flight_start[i]); cudaEventDestroy(s->flight_done[i]); }
     cudaStreamDestroy(s->comm);
     free(s);
     c->impl->nccl = NULL;
@@ -94,9 +128,13 @@ static CommHandle begin(const Comm *c) {
     cudaOk(cudaEventRecord(s->ready[h], s->compute));
     cudaOk(cudaStreamWaitEvent(s->comm, s->ready[h], 0));
     cudaOk(cudaEventRecord(s->started[h], s->comm));
+    flight_mark(c, s->comm, 0);
     return h;
 }
-static void end(const Comm *c, CommHandle h) { cudaOk(cudaEventRecord(c->impl->nccl->done[h], c->impl->nccl->comm)); }
+static void end(const Comm *c, CommHandle h) {
+    cudaOk(cudaEventRecord(c->impl->nccl->done[h], c->impl->nccl->comm));
+    flight_mark(c, c->impl->nccl->comm, 1);
+}
 
 static void nccl_stats(const Comm *c, CommStats *add) {
     struct NcclState *s = c->impl->nccl;
@@ -130,7 +168,9 @@ static void nccl_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DTyp
     int k = s->n_timed < MAX_TIMED ? s->n_timed++ : -1;   /* timed, while there is room */
     if (k >= 0 && !s->block_start[k]) { cudaOk(cudaEventCreate(&s->block_start[k])); cudaOk(cudaEventCreate(&s->block_end[k])); }
     if (k >= 0) cudaOk(cudaEventRecord(s->block_start[k], s->compute));
+    flight_mark(c, s->compute, 0);
     ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, s->group[g], s->compute));
+    flight_mark(c, s->compute, 1);
     if (k >= 0) cudaOk(cudaEventRecord(s->block_end[k], s->compute));
 }
 
@@ -224,6 +264,7 @@ const CommTransport comm_nccl_transport = {
 #else   /* no NCCL in this build: MPI carries device buffers too */
 
 int nccl_built_in(void) { return 0; }
+int nccl_fault_hang(const Comm *c) { (void)c; return 0; }
 void nccl_attach(Comm *c) { (void)c; die("internal: NCCL asked for in a build without it"); }
 void nccl_free(Comm *c) { (void)c; }
 const CommTransport comm_nccl_transport = {.name = "nccl"};

@@ -1,5 +1,6 @@
 /* parallel/executor.c — the one loop that runs a step's actions (parallel/executor.h). */
 #include "executor.h"
+#include "flight.h"
 #include "../common/util.h"
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
     e->n_log = 0;
     for (int i = 0; i < n;) {
         const Action *a = &actions[i];
+        if (a->kind <= ACT_RECV_GRAD) flight_set_micro_batch(a->mb);   /* the micro-batch a stall names (parallel/flight.h) */
         be->event_record(ev[2 * i]);
         int used = 1;
         switch (a->kind) {

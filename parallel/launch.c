@@ -2,6 +2,7 @@
  * check that every rank runs the same config (parallel/launch.h). */
 #include "launch.h"
 #include "../common/util.h"
+#include "../common/errors.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,6 +32,15 @@ static void mpi_end(int code) {
     MPI_Abort(MPI_COMM_WORLD, code);
     exit(code);
 }
+/* MPI's own errors pass through the error table (common/errors.h) like NCCL's and CUDA's;
+ * communicators split or copied from the world inherit this handler */
+static void mpi_error(MPI_Comm *comm, int *code, ...) {
+    (void)comm;
+    char s[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(*code, s, &len);
+    error_fail("MPI", 0, "an MPI call", s, NULL, "if another rank reported an error first, that one is the cause");
+}
 static void mpi_finalize_at_exit(void) {
     int done = 0;
     MPI_Finalized(&done);
@@ -50,7 +60,8 @@ void launch_init(int *argc, char ***argv) {
     if (launched_by_mpi()) {
 #ifdef LLM3D_MPI
         int provided;
-        MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+        /* the watchdog's thread (parallel/watchdog.h) answers other ranks' questions while training's thread waits */
+        MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
         MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
         MPI_Comm_size(MPI_COMM_WORLD, &info.world);
         MPI_Comm local;
@@ -59,8 +70,10 @@ void launch_init(int *argc, char ***argv) {
         MPI_Comm_size(local, &info.local_size);
         MPI_Comm_free(&local);
         info.mpi = 1;
-        /* errors: an error on one rank ends every rank (MPI_Errors_are_fatal prints MPI's own words) */
-        MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+        /* errors: an error on one rank ends every rank, in MPI's words and the error table's */
+        MPI_Errhandler handler;
+        MPI_Comm_create_errhandler(mpi_error, &handler);
+        MPI_Comm_set_errhandler(MPI_COMM_WORLD, handler);
         die_set_context((DieContext){info.rank, info.world, 0, mpi_end});
         atexit(mpi_finalize_at_exit);
 #else

@@ -13,6 +13,7 @@
 #include "../checkpoint/checkpoint.h"
 #include "../checkpoint/hf.h"
 #include "../parallel/assemble.h"
+#include "../parallel/watchdog.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,6 +74,7 @@ void trainer_save_checkpoint(Trainer *tr) {
         return;
     }
     char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200] = "";
+    tr->comm.timeout_s = tr->cfg.comm_timeout_s * WATCHDOG_FIRST_FACTOR;   /* the others wait while rank 0 writes */
     config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
     LoaderState ls = loader_get_state(&tr->train);
     CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loader_epoch = ls.epoch, .loader_cursor = ls.cursor,
@@ -104,6 +106,7 @@ void trainer_save_checkpoint(Trainer *tr) {
     }
     for (int k = 0; k < 3; k++) free(host[k]);
     tr->saved_step = tr->step;
+    tr->comm.timeout_s = tr->cfg.comm_timeout_s;
     if (c->rank == 0) {
         printf("ckpt  | step %d | %s | %.0f ms\n", tr->step, path, (now_seconds() - t0) * 1e3);
         fflush(stdout);

@@ -61,6 +61,8 @@ const ConfigField config_fields[] = {
     F(grad_reduce_dtype, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16", "parallel", "dtype the data-parallel gradient reduction sends (bf16 halves the bytes)"),
     F(nproc, FIELD_INT, "0", 0, 4096, NULL, "parallel", "start this many local ranks through mpirun (0 = as launched)"),
     F(comm_ablate, FIELD_BOOL, "0", 0, 1, NULL, "parallel", "measurement only: skip every device collective and pipeline message (results WRONG, no checkpoint) to time the step without communication"),
+    F(comm_timeout_s, FIELD_FLOAT, "100", -1e9, 1e9, NULL, "parallel", "seconds a collective or send/recv may take before the watchdog stops every rank, naming the op, step and the ranks that never came (x5 for start-up, the first step and checkpoints); must be > 0"),
+    F(straggler_pct, FIELD_FLOAT, "20", 0, 1e6, NULL, "parallel", "on logged steps, name a rank whose step work (data + compute + optimizer) exceeds the ranks' median by more than this %; 0 = off"),
     F(fault, FIELD_STRING, "", 0, 0, NULL, "parallel", "tests only: stall|exit|nan|slow:rank=R[:step=S][:ms=M] makes one rank misbehave"),
     F(sample_every, FIELD_INT, "0", 0, BIG, NULL, "sampling", "print generated text every N steps (and at the end when sample_tokens > 0); 0 = only at the end"),
     F(sample_tokens, FIELD_INT, "0", 0, BIG, NULL, "sampling", "tokens to generate per sample; 0 = no sampling"),
@@ -308,6 +310,9 @@ void config_validate(const Config *c) {
     if (c->grad_reduce_dtype == GRAD_REDUCE_BF16 && c->precision != PRECISION_BF16)
         die("grad_reduce_dtype=bf16 sends the gradients in the compute dtype, and precision=%s\n"
             "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", c->precision == PRECISION_FP16 ? "fp16" : "fp32");
+    if (c->comm_timeout_s <= 0)
+        die("comm_timeout_s=%g: a collective needs a deadline (> 0 seconds), or one stalled rank hangs every other rank for ever\n"
+            "  hint: the default is 100; give a slow setup more, e.g. --comm_timeout_s=1800", c->comm_timeout_s);
     if (c->warmup_steps > c->max_steps && c->max_steps > 0)
         die("warmup_steps=%d is longer than max_steps=%d; the learning rate would never reach lr", c->warmup_steps, c->max_steps);
 }

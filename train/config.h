@@ -32,7 +32,7 @@ typedef struct {
     /* parallel (parallel/) */
     int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate, sequence_parallel;
     char pp_layers[256], fault[256], profile_out[1024];
-    float bucket_mb;
+    float bucket_mb, comm_timeout_s, straggler_pct;
     /* sampling */
     int sample_every, sample_tokens, top_k;
     float temperature;

@@ -12,6 +12,7 @@
 #include "../data/prepare.h"
 #include "../checkpoint/cli.h"
 #include "../parallel/launch.h"
+#include "../parallel/doctor.h"
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -64,6 +65,10 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "scale")) return scale_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "memory")) return memory_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "doctor")) {   /* --nproc=N: re-run under mpirun first, as training does */
+        launch_nproc(argc, argv);
+        return doctor_main(argc - 1, argv + 1);
+    }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
     launch_nproc(argc, argv);          /* --nproc=N: re-run under mpirun with N ranks */

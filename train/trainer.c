@@ -8,6 +8,8 @@
 #include "../checkpoint/checkpoint.h"
 #include "../checkpoint/hf.h"
 #include "../parallel/launch.h"
+#include "../parallel/flight.h"
+#include "../parallel/watchdog.h"
 #include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
@@ -128,6 +130,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     launch_init(NULL, NULL);
     launch_errors_rank0_only(1);   /* what follows fails alike on every rank: rank 0 says it */
     comm_init(&tr->comm, c->dp, c->pp, c->tp, c->comm_backend, c->device == DEVICE_CUDA);
+    tr->comm.timeout_s = c->comm_timeout_s * WATCHDOG_FIRST_FACTOR;   /* start-up and the first step; trainer_step sets the rest */
+    watchdog_start(&tr->comm, c->run_dir);
     DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
     tr->be = c->device == DEVICE_CUDA ? backend_cuda(act) : backend_cpu_emulated(act);
     comm_attach(&tr->comm, tr->be);
@@ -242,13 +246,19 @@ void trainer_free(Trainer *tr) {
 
 void trainer_update_loss_scale(Trainer *tr, int finite) {
     int dynamic = tr->cfg.precision == PRECISION_FP16;
+    if (!finite && !dynamic) {   /* the same global norm on every rank: every rank stops here alike */
+        launch_errors_rank0_only(1);
+        die("step %d: the gradients are not finite (global norm %g) and precision=%s has no loss scale to lower: the run stops "
+            "rather than train on them\n  hint: look for a NaN in the data or the loss, a learning rate too high (lr=%g) or a rank that "
+            "misbehaves; the last complete checkpoint in %s is untouched: resume from it (--resume=1), perhaps with a lower lr",
+            tr->step + 1, tr->last_norm, tr->cfg.precision == PRECISION_BF16 ? "bf16" : "fp32", tr->cfg.lr, tr->cfg.run_dir);
+    }
     if (!finite) {
         tr->skipped_steps++;
         tr->loss_scale_clean_steps = 0;
         if (dynamic) tr->loss_scale *= 0.5f;
         if (tr->comm.rank == 0)
-            fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped%s\n", tr->step + 1,
-                    dynamic ? " and the loss scale halved" : "");
+            fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped and the loss scale halved\n", tr->step + 1);
         return;
     }
     if (dynamic && ++tr->loss_scale_clean_steps == LOSS_SCALE_WINDOW) {
@@ -260,9 +270,10 @@ void trainer_update_loss_scale(Trainer *tr, int finite) {
 StepStats trainer_step(Trainer *tr) {
     const Config *c = &tr->cfg;
     Model *m = &tr->model;
-    StepStats s = {0};
+    StepStats s = {.straggler_rank = -1};
     double t0 = now_seconds();
     int B = c->batch_size, T = c->seq_len, BT = B * T, stage = tr->comm.pp_rank;
+    flight_set_step(tr->step + 1);   /* the step the watchdog names */
 
     /* every micro-batch of the step first: the loss is the mean over all valid targets of all ranks */
     if (fault_now(tr, FAULT_SLOW)) { struct timespec ts = {tr->fault.ms / 1000, (tr->fault.ms % 1000) * 1000000L}; nanosleep(&ts, NULL); }
@@ -274,7 +285,10 @@ StepStats trainer_step(Trainer *tr) {
     float dloss = total_valid > 0 ? (float)(tr->loss_scale / total_valid) : 0.0f;   /* gradients come out x loss_scale */
     if (fault_now(tr, FAULT_NAN)) dloss = NAN;
     if (fault_now(tr, FAULT_EXIT)) { fprintf(stderr, "fault: rank %d exits at step %d\n", tr->comm.rank, tr->step + 1); _exit(3); }
-    if (fault_now(tr, FAULT_STALL)) { fprintf(stderr, "fault: rank %d stalls at step %d\n", tr->comm.rank, tr->step + 1); for (;;) pause(); }
+    if (fault_now(tr, FAULT_STALL)) {   /* a GPU rank on NCCL: its stream stops and its collectives never complete; else it sleeps */
+        fprintf(stderr, "fault: rank %d stalls at step %d\n", tr->comm.rank, tr->step + 1);
+        if (!comm_fault_hang(&tr->comm)) for (;;) pause();
+    }
 
     model_zero_grads(m);
     double loss_sum = executor_run(&tr->exec, tr->schedule.list[stage], tr->schedule.n[stage], tr->ids, tr->targets, B, T, dloss);
@@ -282,6 +296,7 @@ StepStats trainer_step(Trainer *tr) {
     loss_sum = comm_sum(&tr->comm, GROUP_DP, loss_sum);
     tr->be->synchronize();
     tr->step++;
+    tr->comm.timeout_s = c->comm_timeout_s;   /* past the first step: the plain deadline */
 
     s.loss = total_valid > 0 ? loss_sum / total_valid : 0;
     s.grad_norm = tr->last_norm;
@@ -315,6 +330,7 @@ StepStats trainer_step(Trainer *tr) {
         }
         s.slowest = all[s.slowest_rank];
         s.reported = 1;
+        straggler_find(&s, all, n, c->pp, c->tp, c->straggler_pct);
         free(all);
     }
     return s;
@@ -374,6 +390,7 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
             printf(" | optimizer %.1f%% | data %.1f%% | host %.1f%%\n", pct(w->optimizer, w->step), pct(w->data, w->step),
                    pct(w->host, w->step));
         }
+        straggler_print(s, c->straggler_pct, stdout);
         fflush(stdout);
     }
     if (tr->jsonl) {
@@ -387,6 +404,9 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
                                "\"bubble_ms\": %.3f, \"bubble_mean\": %.4f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"host_ms\": %.3f",
                     s->slowest_rank, 1e3 * w->step, 1e3 * w->compute, 1e3 * w->exposed, 1e3 * w->comm_busy, 1e3 * w->bubble, s->bubble,
                     1e3 * w->optimizer, 1e3 * w->data, 1e3 * w->host);
+        if (s->straggler_rank >= 0)
+            fprintf(tr->jsonl, ", \"straggler_rank\": %d, \"straggler_work_ms\": %.3f, \"straggler_median_ms\": %.3f", s->straggler_rank,
+                    1e3 * (s->straggler.data + s->straggler.compute + s->straggler.optimizer), 1e3 * s->straggler_median);
         if (c->comm_ablate) fprintf(tr->jsonl, ", \"comm_ablate\": 1");
         fprintf(tr->jsonl, "}\n");
         fflush(tr->jsonl);

@@ -64,6 +64,10 @@ typedef struct {
     int slowest_rank;           /* the rank the others waited for: the most time computing, loading and updating */
     StepSplit slowest;          /* its split */
     double bubble;              /* mean over the ranks of bubble / (compute + exposed comm + bubble): the formula's fraction */
+    int straggler_rank;         /* -1, or the rank whose own work most exceeds its peers' median (train/straggler.c) */
+    int stragglers;             /* ranks over straggler_pct */
+    StepSplit straggler;        /* its split */
+    double straggler_median;    /* the median work (data + compute + optimizer) of its peers, seconds */
 } StepStats;
 
 /* What each rank holds under config c (parallel/partition.h). */
@@ -106,3 +110,7 @@ void trainer_sample(Trainer *tr);
 float lr_at(const Config *c, int step);
 void model_config_from(ModelConfig *mc, const Config *c, int vocab_size);
 void trainer_log_step(Trainer *tr, const StepStats *s);
+/* train/straggler.c: from every rank's split (n ranks, pp stages, tp), the
+ * straggler of s over pct percent; its log line (nothing when there is none). */
+void straggler_find(StepStats *s, const StepSplit *all, int n, int pp, int tp, double pct);
+void straggler_print(const StepStats *s, double pct, FILE *out);

@@ -13,6 +13,7 @@
 extern "C" {
 #include "../backend.h"
 #include "../../common/util.h"
+#include "../../common/errors.h"
 #include "cuda_extras.h"
 }
 
@@ -24,11 +25,10 @@ size_t cuda_cublaslt_workspace_size = BACKEND_CUDA_WORKSPACE_BYTES;   /* kernels
 int cuda_num_sms = 0;
 
 /* ---- error reporting -------------------------------------------------------------------- */
+/* through the error table (common/errors.h): a row that knows the raw error gives its cause
+ * and fix, else the hint below; then the run ends as die() ends it (every rank of a job) */
 extern "C" void cuda_fail(const char *what, const char *err, const char *hint, const char *file, int line) {
-    fprintf(stderr, "error: %s:%d: %s failed: %s\n", file, line, what, err);
-    if (hint && *hint) fprintf(stderr, "  hint: %s\n", hint);
-    fflush(stderr);
-    exit(1);
+    error_fail(file, line, what, err, NULL, hint);
 }
 const char *cuda_hint(cudaError_t e) {
     switch (e) {

@@ -1,0 +1,188 @@
+/* parallel/doctor.c — `build/train doctor`: its options, the order of its
+ * sections, the init of every rank under a timeout, and the verdict
+ * (parallel/doctor.h). */
+#include "doctor.h"
+#include "comm_impl.h"
+#include "launch.h"
+#include "watchdog.h"
+#include "../kernels/backend.h"
+#include "../common/util.h"
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage =
+    "usage: build/train doctor [--device=auto|cpu|cuda] [--comm_backend=auto|nccl|mpi] [--timeout=10]\n"
+    "                          [--max_bytes=1G] [--sweep_seconds=60] [--sweep=1] [--pairs=1] [--nproc=N]\n"
+    "  finds, before training, what would make NCCL or MPI fail or crawl: versions, NCCL_* variables, hosts\n"
+    "  and interfaces and whether every rank reaches rank 0's bootstrap port, GPUs and their links, an init\n"
+    "  of every rank under --timeout seconds, and a sweep of the collectives training uses (8 B up to\n"
+    "  --max_bytes, within --sweep_seconds) with a verdict per link and per pair of ranks.\n"
+    "  Run it the way training runs: alone, under mpirun -np N (across hosts too), or with --nproc=N.\n"
+    "  Without a GPU (or with --device=cpu) the GPU sections are skipped and the sweep runs over MPI.\n"
+    "  Exit 1 when it finds a problem.\n";
+
+static int lead;
+
+static void say(DoctorTally *t, int problem, const char *fmt, va_list ap) {
+    if (!lead) return;
+    printf("  %s: ", problem ? "PROBLEM" : "warning");
+    vprintf(fmt, ap);
+    printf("\n");
+    if (problem) t->problems++;
+    else t->warnings++;
+}
+void doctor_problem(DoctorTally *t, const char *fmt, ...) { va_list ap; va_start(ap, fmt); say(t, 1, fmt, ap); va_end(ap); }
+void doctor_warning(DoctorTally *t, const char *fmt, ...) { va_list ap; va_start(ap, fmt); say(t, 0, fmt, ap); va_end(ap); }
+
+/* /proc/meminfo's MemAvailable in bytes; 0 if unknown */
+static double host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    double kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib * 1024;
+}
+
+static double number(const char *key, const char *v, int size_suffix) {
+    char *end;
+    double x = strtod(v, &end);
+    if (size_suffix && (*end == 'K' || *end == 'k')) { x *= 1024; end++; }
+    else if (size_suffix && (*end == 'M' || *end == 'm')) { x *= 1024 * 1024; end++; }
+    else if (size_suffix && (*end == 'G' || *end == 'g')) { x *= 1024.0 * 1024 * 1024; end++; }
+    if (end == v || *end) die("doctor: --%s='%s' is not a number%s", key, v, size_suffix ? " (a size: 64M, 1G ...)" : "");
+    return x;
+}
+
+/* A host memcpy's rate: the nominal rate of shared memory between CPU ranks of one host. */
+static double memcpy_gbs(void) {
+    size_t n = 16u << 20;
+    char *a = mallocCheck(n), *b = mallocCheck(n);
+    memset(a, 1, n); memset(b, 2, n);
+    double t0 = now_seconds();
+    for (int i = 0; i < 4; i++) { memcpy(b, a, n); a[i] = b[n - 1 - i]; }
+    double gbs = 4.0 * n / (now_seconds() - t0) / 1e9;
+    free(a); free(b);
+    return gbs;
+}
+
+/* links[i * n + j] for every pair: each rank fills its own row, then they are gathered. */
+static DoctorLink *all_links(const Comm *c, const DoctorHost *hosts, int gpu) {
+    int n = c->world_size, me = c->rank;
+    long mine = gpu ? doctor_gpu_pci() : -1, *pci = callocCheck(n, sizeof(long));
+    comm_allgather_host(c, GROUP_WORLD, &mine, pci, sizeof mine);
+    DoctorLink *row = callocCheck(n, sizeof(DoctorLink)), *all = callocCheck((size_t)n * n, sizeof(DoctorLink));
+    double shm = gpu ? 0 : memcpy_gbs();
+    for (int j = 0; j < n; j++) {
+        if (j == me) row[j] = (DoctorLink){LINK_SELF, 0, 0};
+        else if (strcmp(hosts[j].host, hosts[me].host)) {
+            double a = hosts[me].if_gbs, b = hosts[j].if_gbs;
+            row[j] = (DoctorLink){LINK_NET, 0, a > 0 && b > 0 ? (a < b ? a : b) : 0};
+        } else if (gpu) row[j] = doctor_gpu_link(pci[me], pci[j]);
+        else row[j] = (DoctorLink){LINK_SHM, 0, shm};
+    }
+    comm_allgather_host(c, GROUP_WORLD, row, all, (size_t)n * sizeof(DoctorLink));
+    free(row); free(pci);
+    return all;
+}
+
+int doctor_main(int argc, char **argv) {
+    launch_init(&argc, &argv);
+    const LaunchInfo *li = launch_info();
+    lead = li->rank == 0;
+    launch_errors_rank0_only(1);   /* bad options are the same on every rank */
+    int device = -1, backend = COMM_AUTO, do_sweep = 1;
+    double timeout = 10;
+    SweepOptions so = {(size_t)1 << 30, 60, 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *eq = strchr(a, '=');
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (lead) printf("%s", usage); return 0; }
+        if (strncmp(a, "--", 2) || !eq) die("doctor: '%s' is not --key=value\n%s", a, usage);
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - a - 2), a + 2);
+        const char *v = eq + 1;
+        if (!strcmp(key, "nproc")) continue;   /* launch_nproc's */
+        else if (!strcmp(key, "device")) device = !strcmp(v, "cpu") ? 0 : !strcmp(v, "cuda") ? 1 : !strcmp(v, "auto") ? -1 : -2;
+        else if (!strcmp(key, "comm_backend")) backend = !strcmp(v, "nccl") ? COMM_NCCL : !strcmp(v, "mpi") ? COMM_MPI : !strcmp(v, "auto") ? COMM_AUTO : -1;
+        else if (!strcmp(key, "timeout")) timeout = number(key, v, 0);
+        else if (!strcmp(key, "max_bytes")) so.max_bytes = (size_t)number(key, v, 1);
+        else if (!strcmp(key, "sweep_seconds")) so.seconds = number(key, v, 0);
+        else if (!strcmp(key, "sweep")) do_sweep = (int)number(key, v, 0) != 0;
+        else if (!strcmp(key, "pairs")) so.pairs = (int)number(key, v, 0) != 0;
+        else die("doctor: unknown option --%s\n%s", key, usage);
+        if (device == -2) die("doctor: --device='%s': use auto, cpu or cuda", v);
+        if (backend < 0) die("doctor: --comm_backend='%s': use auto, nccl or mpi", v);
+    }
+    if (timeout <= 0)
+        die("doctor: --timeout=%g: the init and every connection need a deadline above 0 seconds, or a rank that never comes hangs "
+            "the doctor too\n  hint: --timeout=10 (the default); give slow clusters more", timeout);
+    if (so.seconds <= 0) die("doctor: --sweep_seconds=%g must be above 0 (or --sweep=0 to skip the sweep)", so.seconds);
+    if (so.max_bytes < 8) die("doctor: --max_bytes=%zu is below 8 bytes, the sweep's smallest message", so.max_bytes);
+    int gpus = backend_cuda_device_count();
+    if (device == 1 && gpus == 0)
+        die("doctor --device=cuda, but no GPU is visible here (no driver, CUDA_VISIBLE_DEVICES empty, or a build without CUDA)\n"
+            "  hint: leave --device out: the doctor then checks the CPU sections and says so");
+    int gpu = device == 1 || (device == -1 && gpus > 0);
+    if (gpu && li->world == 1 && backend == COMM_AUTO && nccl_built_in()) backend = COMM_NCCL;   /* one rank: a NCCL communicator of one */
+    Comm c;
+    comm_init(&c, li->world, 1, 1, backend, gpu);
+    launch_errors_rank0_only(0);
+    c.timeout_s = timeout;
+    DoctorHost *hosts = callocCheck(c.world_size, sizeof(DoctorHost));
+    int n_hosts = doctor_hosts(&c, hosts);
+    DoctorTally tally = {0};
+    if (lead) {
+        printf("doctor | %d rank(s) on %d host(s) | ", c.world_size, n_hosts);
+        if (gpu) printf("device cuda, %d GPU(s) visible to rank 0", gpus);
+        else printf("device cpu: %s, so the GPU sections are skipped", gpus > 0 ? "--device=cpu" : "no GPU visible");
+        printf(" | device collectives through %s\n", comm_transport_name(&c));
+        if (gpu && c.world_size > 1 && c.local_size > gpus)
+            printf("  %d ranks on host %s share %d GPU(s): NCCL refuses that (\"Duplicate GPU detected\"), so they talk through MPI\n",
+                   c.local_size, hosts[0].host, gpus);
+    }
+    doctor_versions(&c, gpu, &tally);
+    int nvswitch = 0;
+    if (gpu) doctor_gpu_report(&c, hosts, &tally, &nvswitch);
+    doctor_environment(&c, n_hosts, nvswitch, gpu, &tally);
+    doctor_network(&c, hosts, n_hosts, timeout, gpu, &tally);
+
+    /* the init: every rank joins (and NCCL builds its communicators) under the watchdog's deadline */
+    if (lead) printf("\ninit under a timeout of %.0f s (--timeout)\n", timeout);
+    watchdog_start(&c, NULL);
+    double t0 = now_seconds();
+    comm_barrier(&c, GROUP_WORLD);
+    double joined = now_seconds() - t0;
+    const Backend *be = gpu ? backend_cuda(DTYPE_FP32) : backend_cpu();
+    t0 = now_seconds();
+    comm_attach(&c, be);
+    comm_barrier(&c, GROUP_WORLD);
+    double attached = now_seconds() - t0;
+    if (lead) {
+        printf("  all %d rank(s) joined in %.1f ms (an MPI barrier)%s", c.world_size, 1e3 * joined, c.world_size == 1 ? ": alone, nothing to join" : "");
+        if (c.impl) printf("; the %s transport set up in %.1f ms\n", comm_transport_name(&c), 1e3 * attached);
+        else printf("; no transport to set up\n");
+    }
+    DoctorLink *links = all_links(&c, hosts, gpu);
+    if (do_sweep) {
+        if (gpu) {   /* the sweep's two buffers and NCCL's own must fit: a quarter of the freest GPU's memory each */
+            double free_b = (double)doctor_gpu_free();
+            free_b = -comm_max(&c, GROUP_WORLD, -free_b);
+            if (free_b > 0 && so.max_bytes > free_b / 4) so.max_bytes = (size_t)(free_b / 4);
+        } else {     /* host memory, shared by the host's ranks */
+            double avail = -comm_max(&c, GROUP_WORLD, -host_available() / c.local_size);
+            if (avail > 0 && so.max_bytes > avail / 4) so.max_bytes = (size_t)(avail / 4);
+        }
+        doctor_sweep(&c, links, &so, &tally);
+    } else if (lead) printf("\nbandwidth sweep: skipped (--sweep=0)\n");
+    int problems = (int)comm_max(&c, GROUP_WORLD, tally.problems);
+    if (lead) {
+        printf("\ndoctor | %d problem(s), %d warning(s)%s\n", tally.problems, tally.warnings,
+               tally.problems ? ": each PROBLEM above would stop or stall training; docs/nccl-errors.md has more" : "");
+        fflush(stdout);
+    }
+    free(links); free(hosts);
+    comm_free(&c);
+    return problems ? 1 : 0;
+}

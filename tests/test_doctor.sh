@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tests/test_doctor.sh — `build/train doctor` on CPU ranks (CUDA_VISIBLE_DEVICES
+# emptied, so a GPU machine runs the same checks):
+#   - without a GPU it says so and runs the CPU sections only;
+#   - on 2 ranks (mpirun and --nproc=2): every rank reaches rank 0's port, the
+#     sweep of the four collectives runs over MPI from 8 B to --max_bytes with
+#     nccl-tests' bus bandwidth, and the pair of ranks gets a verdict;
+#   - risky and unknown NCCL_* variables are named; an interface name that
+#     matches nothing is warned about;
+#   - bad input: a timeout of 0 or below, --device=cuda without a GPU, and a
+#     bootstrap address no rank can reach (NCCL_COMM_ID) each end in words
+#     with exit 1.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+passed=0; failed=0
+check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+export CUDA_VISIBLE_DEVICES=
+out=$(mktemp /tmp/llm3d_test_doctor.XXXXXX)
+trap 'rm -f "$out"' EXIT
+doctor() { timeout 120 "$BUILD"/train doctor "$@" > "$out" 2>&1; rc=$?; }
+
+doctor --help
+check '[ $rc -eq 0 ] && grep -q "^usage: build/train doctor" "$out"' "doctor --help"
+for t in 0 -3; do
+    doctor --timeout=$t
+    check '[ $rc -eq 1 ] && grep -q "^error: doctor: --timeout=$t: the init and every connection need a deadline above 0 seconds" "$out"' \
+          "--timeout=$t is refused in words (exit $rc): $(head -2 "$out")"
+done
+doctor --device=cuda
+check '[ $rc -eq 1 ] && grep -q "^error: doctor --device=cuda, but no GPU is visible here" "$out"' "--device=cuda without a GPU (exit $rc): $(head -2 "$out")"
+doctor --sweep_size=1
+check '[ $rc -eq 1 ] && grep -q "^error: doctor: unknown option --sweep_size" "$out"' "an unknown option is named (exit $rc)"
+
+# one rank, no GPU
+NCCL_P2P_DISABLE=1 NCCL_DEBGU=WARN NCCL_SOCKET_IFNAME=nosuchif doctor --sweep=0
+check '[ $rc -eq 0 ] && grep -q "^doctor | 1 rank(s) on 1 host(s) | device cpu: no GPU visible, so the GPU sections are skipped" "$out" && ! grep -q "^GPUs of" "$out"' \
+      "no GPU: the CPU sections only, and it says so (exit $rc): $(head -1 "$out")"
+check 'grep -q "^  every rank (1): MPI " "$out"' "the versions section"
+check 'grep -q "warning: NCCL_P2P_DISABLE=1: GPUs of one host talk through host memory" "$out"' "NCCL_P2P_DISABLE=1 is warned about"
+check 'grep -A1 "^  NCCL_DEBGU=WARN" "$out" | grep -q "not one doctor knows: NCCL ignores a misspelt name"' "a misspelt NCCL_ variable is named"
+check 'grep -q "warning: on host .* NCCL_SOCKET_IFNAME=nosuchif matches no interface" "$out"' "an interface name that matches nothing is warned about"
+check 'grep -q "^doctor | 0 problem(s), 2 warning(s)$" "$out"' "the count of problems and warnings: $(tail -1 "$out")"
+
+if ! command -v mpirun >/dev/null || ! ldd "$BUILD/train" | grep -q libmpi; then
+    echo "skipped the multi-rank doctor: no mpirun, or this build has no Open MPI"; echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+timeout 120 mpirun -np 2 "$BUILD"/train doctor --max_bytes=1M --sweep_seconds=20 > "$out" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "^doctor | 2 rank(s) on 1 host(s) | device cpu: .* | device collectives through mpi" "$out"' "2 ranks through MPI (exit $rc): $(tail -3 "$out")"
+check '[ "$(grep -c "^    rank [01] (.*): .* ok in [0-9.]* ms" "$out")" -eq 2 ] && grep -q "verdict: every rank reaches rank 0.s bootstrap port" "$out"' \
+      "both ranks reach rank 0's bootstrap port"
+check 'grep -q "^  all 2 rank(s) joined in [0-9.]* ms (an MPI barrier); the mpi transport set up" "$out"' "the init of every rank, timed"
+rows=$(grep -cE "^ +[0-9]+ (B|KiB|MiB) \| +[0-9.]+ us +[0-9.]+ +\| +[0-9.]+ us +[0-9.]+ +\| +[0-9.]+ us +[0-9.]+ +\| +[0-9.]+ us +[0-9.]+" "$out")
+check '[ "$rows" -eq 18 ] && grep -q "^ *1 MiB |" "$out"' "the sweep has a row for each size 8 B ... 1 MiB, each with all four collectives ($rows rows)"
+check 'grep -q "busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n" "$out" && grep -q "^  verdict: all-reduce  *peaks at" "$out"' "nccl-tests' bus bandwidth and a verdict"
+check 'grep -q "^  rank 0 <-> rank 1 | shm .* measured *[0-9.]* GB/s each way .* verdict:" "$out"' "a verdict line for the pair"
+check 'grep -q "^doctor | 0 problem(s)" "$out"' "no problem on a healthy pair of CPU ranks"
+timeout 120 "$BUILD"/train doctor --nproc=2 --sweep=0 > "$out" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "^launch | mpirun .*-np 2 .* doctor --sweep=0" "$out" && grep -q "^doctor | 2 rank(s)" "$out"' "doctor --nproc=2 (exit $rc)"
+
+# a bootstrap address no rank can reach (the limited broadcast address: \"Network is unreachable\" on any Linux)
+NCCL_COMM_ID=255.255.255.255:29500 timeout 120 mpirun -np 2 "$BUILD"/train doctor --timeout=2 --sweep=0 > "$out" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "PROBLEM: rank 1 (host .*) cannot reach rank 0 at 255.255.255.255:29500: Network is unreachable" "$out"' \
+      "an unreachable bootstrap address is a PROBLEM naming the rank, the address and why (exit $rc)"
+check 'grep -q "fix: set NCCL_SOCKET_IFNAME" "$out" && grep -q "^doctor | 2 problem(s)" "$out"' "with the error table's fix, and exit 1"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
