@@ -5,6 +5,13 @@
 
 CC      ?= gcc
 CFLAGS  ?= -O3
+# SANITIZE=1 (what `make asan` passes): clang, AddressSanitizer + UBSan, and
+# libFuzzer's coverage hooks, so the fuzz harnesses link the same objects; CPU only.
+ifeq ($(SANITIZE),1)
+  CC      := clang
+  CFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -fsanitize=fuzzer-no-link
+  NO_CUDA := 1
+endif
 CFLAGS  += -std=c11 -Wall -Wextra -Werror -fopenmp -D_GNU_SOURCE -MMD -MP
 LDLIBS  := -lm -fopenmp
 BUILD   ?= build
