@@ -20,35 +20,6 @@ const char *ckpt_dtype_name(int dtype) {
     return dtype >= 0 && dtype < CKPT_N_DTYPES ? name[dtype] : "?";
 }
 
-/* ------------------------------------------------------------------- CRC32 */
-
-static uint32_t crc_table[8][256];
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (int t = 1; t < 8; t++)
-        for (int i = 0; i < 256; i++) crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
-}
-
-uint32_t ckpt_crc32(uint32_t crc, const void *data, size_t bytes) {
-    if (!crc_table[0][1]) crc_init();
-    const uint8_t *p = data;
-    crc = ~crc;
-    while (bytes >= 8) {    /* slicing-by-8: eight table look-ups per 8 bytes */
-        uint32_t a = crc ^ (uint32_t)(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24);
-        uint32_t b = (uint32_t)(p[4] | p[5] << 8 | p[6] << 16 | (uint32_t)p[7] << 24);
-        crc = crc_table[7][a & 0xff] ^ crc_table[6][(a >> 8) & 0xff] ^ crc_table[5][(a >> 16) & 0xff] ^ crc_table[4][a >> 24] ^
-              crc_table[3][b & 0xff] ^ crc_table[2][(b >> 8) & 0xff] ^ crc_table[1][(b >> 16) & 0xff] ^ crc_table[0][b >> 24];
-        p += 8; bytes -= 8;
-    }
-    while (bytes--) crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
-
 /* ----------------------------------------------------------- conversions */
 
 float ckpt_bf16_to_f32(uint16_t h) {

@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "../common/util.h"
 
 #define CKPT_MAGIC 0x54504b4c      /* "LKPT" little-endian */
 #define CKPT_VERSION 1
@@ -67,7 +68,7 @@ typedef struct {                /* one row of the tensor table: 192 bytes on dis
 _Static_assert(sizeof(CkptEntry) == 192, "CkptEntry is 192 bytes on disk");
 
 /* CRC32 (the zlib / IEEE polynomial, so Python's zlib.crc32 agrees). Pass 0 to start. */
-uint32_t ckpt_crc32(uint32_t crc, const void *data, size_t bytes);
+static inline uint32_t ckpt_crc32(uint32_t crc, const void *data, size_t bytes) { return crc32_update(crc, data, bytes); }
 
 /* ------------------------------------------------------------------ writing */
 

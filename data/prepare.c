@@ -109,22 +109,6 @@ static uint8_t *read_whole(const char *path, size_t *n) {
     return buf;
 }
 
-/* Bytes of s[0..n) that are not part of valid UTF-8. */
-static size_t utf8_invalid(const uint8_t *s, size_t n) {
-    size_t bad = 0;
-    for (size_t i = 0; i < n;) {
-        uint8_t c = s[i];
-        size_t k = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
-        int ok = k > 0 && i + k <= n;
-        for (size_t j = 1; ok && j < k; j++) ok = (s[i + j] & 0xc0) == 0x80;
-        if (ok && k == 3) ok = !(c == 0xe0 && s[i + 1] < 0xa0) && !(c == 0xed && s[i + 1] >= 0xa0);   /* overlong, surrogate */
-        if (ok && k == 4) ok = !(c == 0xf0 && s[i + 1] < 0x90) && !(c == 0xf4 && s[i + 1] >= 0x90);   /* overlong, > U+10FFFF */
-        if (ok) i += k;
-        else bad++, i++;
-    }
-    return bad;
-}
-
 /* Calls fn(doc, len, ctx) for each non-empty document of a file's text. */
 static void for_each_doc(const uint8_t *text, size_t n, void (*fn)(const uint8_t *, size_t, void *), void *ctx) {
     size_t eot_len = strlen(TOKENIZER_EOT_TEXT);
@@ -280,7 +264,7 @@ int prepare_main(int argc, char **argv) {
         size_t n;
         uint8_t *text = read_whole(files.path[f], &n);
         for_each_doc(text, n, count_doc, &n_docs);
-        size_t bad = utf8_invalid(text, n);
+        size_t bad = utf8_invalid_bytes(text, n);
         if (bad && bad_files++ < 5)
             fprintf(stderr, "warning: '%s' has %zu bytes that are not valid UTF-8; they are kept as raw bytes\n",
                     files.path[f], bad);
