@@ -70,6 +70,20 @@ uint16_t ckpt_f32_to_f16(float x) {
     return (uint16_t)(sign | (r >> 13));
 }
 
+const char *ckpt_shape_text(const int64_t *shape, int ndim, char *buf, size_t size) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int d = 0; d < ndim; d++) {
+        int k = snprintf(buf + o, size - o, d ? "x%lld" : "%lld", (long long)shape[d]);
+        if (k < 0 || (size_t)k >= size - o) {   /* cut: end with "..." where it fits */
+            if (size >= 4) memcpy(buf + size - 4, "...", 4);
+            break;
+        }
+        o += (size_t)k;
+    }
+    return buf;
+}
+
 /* ------------------------------------------------------------------ writing */
 
 static void put64(int32_t *h, int at, int64_t v) {
@@ -189,12 +203,11 @@ void ckpt_writer_finish(CkptWriter *w) {
 int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
-    r->f = fopen(path, "rb");
-    if (!r->f) FAIL("cannot open checkpoint file '%s': %s", path, strerror(errno));
+    int fd = open_regular(path, "checkpoint file", &r->file_bytes, err, err_size);
+    if (fd < 0) return -1;
+    r->f = fdopen(fd, "rb");
+    if (!r->f) { close(fd); FAIL("cannot open checkpoint file '%s': %s", path, strerror(errno)); }
     int rc = -1;
-    if (fseeko(r->f, 0, SEEK_END) != 0) { snprintf(err, err_size, "cannot seek in '%s': %s", path, strerror(errno)); goto out; }
-    r->file_bytes = ftello(r->f);
-    rewind(r->f);
     int32_t *h = r->header;
     if (r->file_bytes < (int64_t)sizeof r->header || fread(h, sizeof r->header, 1, r->f) != 1) {
         snprintf(err, err_size, "'%s' is %lld bytes, shorter than the 1024-byte checkpoint header (truncated?)", path, (long long)r->file_bytes);
@@ -222,7 +235,9 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
                  (long long)want, r->file_bytes < want ? "truncated" : "longer than written (appended to?)");
         goto out;
     }
-    if (n < 0 || config_bytes < 0 || 1024 + config_bytes > table || table + (int64_t)n * (int64_t)sizeof(CkptEntry) != want) {
+    int64_t data_start, table_end;
+    if (n < 0 || config_bytes < 0 || table < 0 || !add_i64(1024, config_bytes, &data_start) || data_start > table ||
+        !mul_i64(n, (int64_t)sizeof(CkptEntry), &table_end) || !add_i64(table, table_end, &table_end) || table_end != want) {
         snprintf(err, err_size, "'%s': header layout is inconsistent (config %lld bytes, table at %lld, %d tensors, %lld bytes)",
                  path, (long long)config_bytes, (long long)table, n, (long long)want);
         goto out;
@@ -232,6 +247,19 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
                            .has_rng = h[CKPT_H_HAS_RNG], .clean_steps = h[CKPT_H_CLEAN_STEPS], .optimizer = h[CKPT_H_OPTIMIZER],
                            .optimizer_step = get64(h, CKPT_H_OPTIMIZER_STEP)};
     memcpy(&r->state.loss_scale, &h[CKPT_H_LOSS_SCALE], 4);
+    const CkptState *s = &r->state;
+    const char *bad = s->step < 0 || s->step > INT32_MAX ? "step" : s->loader_epoch < 0 || s->loader_epoch == INT64_MAX ? "loader epoch"
+                    : s->loader_cursor < 0 ? "loader cursor" : s->has_rng != 0 && s->has_rng != 1 ? "has_rng"
+                    : !(s->loss_scale > 0 && s->loss_scale <= 3.4e38f) ? "loss scale" : s->clean_steps < 0 ? "clean steps"
+                    : s->optimizer != CKPT_OPT_NONE && s->optimizer != CKPT_OPT_ADAMW ? "optimizer"
+                    : s->optimizer_step < 0 || s->optimizer_step > INT32_MAX ? "optimizer step" : NULL;
+    if (bad) {
+        snprintf(err, err_size, "'%s': the run state's %s is out of range (step %lld, epoch %lld, cursor %lld, loss scale %g, "
+                 "clean steps %d, optimizer %d at step %lld): the file is damaged", path, bad, (long long)s->step,
+                 (long long)s->loader_epoch, (long long)s->loader_cursor, (double)s->loss_scale, s->clean_steps, s->optimizer,
+                 (long long)s->optimizer_step);
+        goto out;
+    }
     r->config_text = mallocCheck((size_t)config_bytes + 1);
     r->entries = mallocCheck((size_t)n * sizeof(CkptEntry) + 1);
     if (fread(r->config_text, 1, (size_t)config_bytes, r->f) != (size_t)config_bytes) {
@@ -255,11 +283,11 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
     for (int i = 0; i < n; i++) {
         CkptEntry *e = &r->entries[i];
         e->name[CKPT_NAME_BYTES - 1] = 0;
-        int64_t count = 1;
+        int64_t count = 1, end;
         int ok = e->ndim >= 1 && e->ndim <= CKPT_MAX_DIMS && ckpt_dtype_size(e->dtype);
-        for (int d = 0; ok && d < e->ndim; d++) { ok = e->shape[d] >= 0; count *= e->shape[d]; }
-        ok = ok && e->bytes == count * (int64_t)ckpt_dtype_size(e->dtype) && e->offset >= 1024 + config_bytes &&
-             e->offset + e->bytes <= table;
+        for (int d = 0; ok && d < e->ndim; d++) ok = e->shape[d] >= 0 && mul_i64(count, e->shape[d], &count);
+        ok = ok && mul_i64(count, (int64_t)ckpt_dtype_size(e->dtype), &count) && e->bytes == count &&
+             e->offset >= data_start && add_i64(e->offset, e->bytes, &end) && end <= table;
         if (!ok) { snprintf(err, err_size, "'%s': tensor table entry %d ('%s') is malformed or lies outside the data", path, i, e->name); goto out; }
     }
     return 0;
