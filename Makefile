@@ -118,8 +118,32 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libllm3d.a
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libllm3d.a
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
-test: all
-	@BUILD=$(BUILD) tests/run.sh
+# --- sanitizers and fuzzing (tests/fuzz/README.md)
+# `make asan` builds the whole tree into $(ASAN_BUILD) with SANITIZE=1, plus the
+# libFuzzer harnesses tests/fuzz/fuzz_*.c and the seed maker; `make test` runs
+# every test under it too (tests/test_asan.sh) and the harnesses briefly
+# (tests/test_fuzz.sh); `make fuzz FUZZ_S=N` runs each harness N seconds.
+ASAN_BUILD ?= build-asan
+FUZZ_S ?= 60
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c)) $(BUILD)/fuzz/make_seeds
+.PHONY: asan fuzz fuzz-bin
+fuzz-bin: $(FUZZ_BIN)
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/round_trip.o $(BUILD)/libllm3d.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer $^ -o $@ $(LDLIBS)
+$(BUILD)/fuzz/make_seeds: $(BUILD)/obj/tests/fuzz/make_seeds.o $(BUILD)/libllm3d.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+asan:
+	@command -v clang >/dev/null && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 || \
+	  { echo "error: make asan needs clang and its libFuzzer/ASan runtimes\n  hint: run scripts/setup.sh (apt: clang libclang-rt-dev libomp-dev)"; exit 1; }
+	@$(MAKE) --no-print-directory SANITIZE=1 BUILD=$(ASAN_BUILD) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) all fuzz-bin
+fuzz: asan
+	@BUILD=$(ASAN_BUILD) tests/fuzz/run.sh $(FUZZ_S)
+
+test: all asan
+	@BUILD=$(BUILD) ASAN_BUILD=$(ASAN_BUILD) tests/run.sh
 
 bench: all
 	@bench/run.sh
