@@ -9,6 +9,7 @@
 #include "../checkpoint/checkpoint.h"
 #include "../checkpoint/format.h"
 #include "../checkpoint/hf.h"
+#include "../checkpoint/json.h"
 #include "../common/util.h"
 #include "../data/loader.h"
 #include "../data/shard.h"
@@ -287,6 +288,19 @@ static void test_safetensors(void) {
     fclose(devnull);
 }
 
+/* JSON escapes of UTF-16 surrogates: only a high one followed by a low one is a character */
+static void test_json_surrogates(void) {
+    const char *bad[] = {"\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\\ud800\\ud800\"", "\"\\ud8"};
+    Json j;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(json_parse(&j, bad[i], strlen(bad[i]), err, sizeof err) != 0 && strstr(err, "escape"), "lone surrogate %s: %s", bad[i], err);
+    const char *good = "\"\\ud83d\\ude00\"";
+    char s[8];
+    CHECK(json_parse(&j, good, strlen(good), err, sizeof err) == 0 && json_string(&j, 0, s, sizeof s) == 0 &&
+          !strcmp(s, "\xf0\x9f\x98\x80"), "a surrogate pair decodes to U+1F600: %s", err);
+    json_free(&j);
+}
+
 /* --------------------------------------------------------------- tokenizers */
 
 static void test_tokenizers(void) {
@@ -453,6 +467,7 @@ int main(void) {
     test_shards();
     test_checkpoints();
     test_safetensors();
+    test_json_surrogates();
     test_tokenizers();
     test_config();
     test_prepare();
