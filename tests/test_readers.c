@@ -419,9 +419,9 @@ static void test_config(void) {
     }
 }
 
-/* ---------------------------------------------------------------- prepare */
+/* ---------------------------------------- prepare and the train program */
 
-static void test_prepare(void) {
+static void test_programs(void) {
     char cmd[2048], train[512], args[1024];
     const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
     snprintf(train, sizeof train, "%s/train", build);
@@ -455,8 +455,11 @@ static void test_prepare(void) {
     CHECK(rc == 1 && strstr(out, "error:") && n_before == n_after && !memcmp(before, after, n_before) && leftovers == 0,
           "a failed prepare leaves the output folder as it was, no staging folder (rc %d, %d left):\n%s", rc, leftovers, out);
     free(before), free(after);
-    /* --config=/dev/zero through the real program: fails fast, in words */
+    /* a token id past INT_MAX for `logits` wrapped to a negative index */
     snprintf(cmd, sizeof cmd, "timeout 20 %s", train);
+    rc = test_run(cmd, "logits --model=/nonexistent --ids=1,99999999999999 --out=/dev/null", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "token ids from 0 to 2147483647"), "logits --ids past INT_MAX (rc %d): %s", rc, out);
+    /* --config=/dev/zero through the real program: fails fast, in words */
     rc = test_run(cmd, "--config=/dev/zero", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "error: config file '/dev/zero' is not a regular file"), "train --config=/dev/zero (rc %d): %s", rc, out);
 }
@@ -470,7 +473,7 @@ int main(void) {
     test_json_surrogates();
     test_tokenizers();
     test_config();
-    test_prepare();
+    test_programs();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
