@@ -35,9 +35,10 @@ for name in "${names[@]}"; do
         failed=$((failed + 1)); continue
     fi
     dict=(); [ -f "tests/fuzz/$name.dict" ] && dict=(-dict="tests/fuzz/$name.dict")
+    corpora=("$work" "$seeds/$name"); [ -d "$kept" ] && corpora+=("$kept")   # new inputs go to the first
     start=$(date +%s)
     if "$bin" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -close_fd_mask=3 \
-            -artifact_prefix="$BUILD/fuzz/crashes/$name-" "${dict[@]}" "$work" "$seeds/$name" ${kept:+$( [ -d "$kept" ] && echo "$kept")} >"$log" 2>&1; then
+            -artifact_prefix="$BUILD/fuzz/crashes/$name-" "${dict[@]}" "${corpora[@]}" >"$log" 2>&1; then
         runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
         echo "ok fuzz_$name: ${runs:-?} executions in $(( $(date +%s) - start )) s, corpus $(ls "$work" | wc -l) inputs"
         passed=$((passed + 2))
