@@ -459,6 +459,10 @@ static void test_programs(void) {
     snprintf(cmd, sizeof cmd, "timeout 20 %s", train);
     rc = test_run(cmd, "logits --model=/nonexistent --ids=1,99999999999999 --out=/dev/null", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "token ids from 0 to 2147483647"), "logits --ids past INT_MAX (rc %d): %s", rc, out);
+    /* a FIFO given as the vocabulary: refused at once (an fopen probe used to block on it) */
+    snprintf(args, sizeof args, "sample --model=%s --tokenizer=%s", path_of("out"), path_of("fifo.bin"));
+    rc = test_run(cmd, args, out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "is not a regular file"), "sample --tokenizer=<a FIFO> (rc %d): %s", rc, out);
     /* --config=/dev/zero through the real program: fails fast, in words */
     rc = test_run(cmd, "--config=/dev/zero", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "error: config file '/dev/zero' is not a regular file"), "train --config=/dev/zero (rc %d): %s", rc, out);

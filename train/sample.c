@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int sample_token(const float *logits, int V, float temperature, int top_k, Rng *rng) {
     int best = 0;
@@ -106,9 +107,8 @@ int sample_main(int argc, char **argv) {
         else die("sample: unknown option '%.*s'\n%s", (int)k, a, sample_usage);
     }
     if (!model) die("sample: --model=DIR is required\n%s", sample_usage);
-    FILE *f = fopen(tok_path, "rb");
-    if (!f) die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
-    fclose(f);
+    if (access(tok_path, R_OK) != 0)   /* not fopen: a FIFO would block it */
+        die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
     Tokenizer *tok = tokenizer_load(tok_path);
     Model m;
     Comm comm;

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 float lr_at(const Config *c, int step) {
     if (step < c->warmup_steps) return c->lr * (float)(step + 1) / (float)c->warmup_steps;
@@ -69,10 +70,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
             snprintf(shard, sizeof shard, "%s", tr->train.shards[0].path);
             snprintf(path, sizeof path, "%s/tokenizer.bin", dirname(shard));
         }
-        FILE *f = fopen(path, "rb");
-        if (!f) die("sample_tokens=%d needs the vocabulary the shards were made with, and '%s' cannot be read\n"
+        if (access(path, R_OK) != 0) die("sample_tokens=%d needs the vocabulary the shards were made with, and '%s' cannot be read\n"
                     "  hint: set --tokenizer=PATH, or --sample_tokens=0 to train without samples", c->sample_tokens, path);
-        fclose(f);
         tr->tokenizer = tokenizer_load(path);
         if (tokenizer_vocab_size(tr->tokenizer) > vocab)
             die("the tokenizer '%s' has %d tokens but the model's vocab_size is %d", path, tokenizer_vocab_size(tr->tokenizer), vocab);
@@ -274,9 +273,7 @@ void trainer_restore(Trainer *tr) {
     if (tr->saved_step < 0 && c->init_from[0]) {
         char probe[1200];
         snprintf(probe, sizeof probe, "%s/config.json", c->init_from);
-        FILE *f = fopen(probe, "r");
-        if (f) {   /* a Hugging Face folder */
-            fclose(f);
+        if (access(probe, F_OK) == 0) {   /* a Hugging Face folder */
             if (hf_check_config(c->init_from, &tr->model_cfg, err, sizeof err) != 0) die("init_from: %s", err);
             if (hf_load_weights(c->init_from, &tr->model, err, sizeof err) != 0) die("init_from: %s", err);
         } else {
