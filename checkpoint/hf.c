@@ -82,8 +82,10 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     ModelConfig mc;
     if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
-    char init_std[64] = "0.02";
+    char init_std[64] = "0.02", *end;
     checkpoint_config_value(r.config_text, "init_std", init_std, sizeof init_std);
+    double std_value = strtod(init_std, &end);
+    if (end == init_std || *end || !isfinite(std_value)) snprintf(init_std, sizeof init_std, "0.02");   /* goes into config.json as a number */
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) die("cannot create export folder '%s': %s", out_dir, strerror(errno));
 
     /* the weights are the tensors without a "<prefix>/" */
@@ -97,14 +99,18 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     if (!n) die("'%s' holds no weights to export", state);
 
     /* header: JSON, padded with spaces to a multiple of 8 bytes */
-    size_t es = ckpt_dtype_size(dtype), cap = 256 + (size_t)n * 256, len = 0;
+    /* per tensor at most: a 127-byte name escaped to 6 bytes each, 4 dims and 2 offsets of 20 digits, 60 of syntax */
+    size_t es = ckpt_dtype_size(dtype), cap = 256 + (size_t)n * (6 * CKPT_NAME_BYTES + 6 * 21 + 64), len = 0;
     char *json = mallocCheck(cap);
     len += snprintf(json + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
     int64_t offset = 0;
     for (int i = 0; i < n; i++) {
         const CkptEntry *e = w[i];
         int64_t count = e->bytes / 4;
-        len += snprintf(json + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", e->name, st_dtype_name(dtype));
+        len += snprintf(json + len, cap - len, ",\"");
+        for (const unsigned char *c = (const unsigned char *)e->name; *c; c++)   /* a name is bytes: escape what JSON must */
+            len += snprintf(json + len, cap - len, *c == '"' || *c == '\\' ? "\\%c" : *c < 0x20 ? "\\u%04x" : "%c", *c);
+        len += snprintf(json + len, cap - len, "\":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(dtype));
         for (int d = 0; d < e->ndim; d++) len += snprintf(json + len, cap - len, d ? ",%lld" : "%lld", (long long)e->shape[d]);
         len += snprintf(json + len, cap - len, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + count * (int64_t)es));
         offset += count * (int64_t)es;

@@ -208,6 +208,29 @@ static void test_checkpoints(void) {
     ckpt_writer_finish(&w);
     FILE *devnull = fopen("/dev/null", "w");
     CHECK(checkpoint_inspect(p, devnull) == 0, "inspect of a tensor with huge dims: %s", p);
+
+    /* export of names JSON must escape and of long shapes: the safetensors header holds them (it overflowed its buffer) */
+    char name[CKPT_NAME_BYTES] = "q\"uo\\te\tname";
+    memset(name + strlen(name), 'x', CKPT_NAME_BYTES - 1 - strlen(name));
+    ckpt_writer_open(&w, p, &s, CONFIG, (CkptWriteHooks){-1, -1});
+    int64_t big[4] = {0, (int64_t)1 << 52, (int64_t)1 << 52, (int64_t)1 << 52}, small[2] = {2, 3};
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    ckpt_writer_add(&w, name, CKPT_F32, 4, big, NULL);
+    ckpt_writer_add(&w, "w", CKPT_F32, 2, small, x);
+    ckpt_writer_finish(&w);
+    const char *hf = path_of("export");
+    hf_export(p, hf, CKPT_F32);
+    char st[600], listing[600];
+    snprintf(st, sizeof st, "%s/model.safetensors", hf);
+    snprintf(listing, sizeof listing, "%s", path_of("listing.txt"));
+    FILE *lf = fopenCheck(listing, "w");
+    int rc = hf_inspect(st, lf);
+    fclose(lf);
+    size_t nl;
+    char *shown = (char *)read_file(listing, &nl);
+    CHECK(rc == 0 && strstr(shown, name) && strstr(shown, "0x4503599627370496x4503599627370496x4503599627370496"),
+          "a name with quotes, a backslash and a tab, and a long shape, export and read back:\n%s", shown);
+    free(shown);
     char text[32];
     ckpt_shape_text(shape4, 4, text, sizeof text);
     CHECK(strlen(text) == 31 && !strcmp(text + 28, "..."), "a shape too long for its buffer ends in '...': %s", text);
