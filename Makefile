@@ -149,6 +149,6 @@ bench: all
 	@bench/run.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
