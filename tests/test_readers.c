@@ -387,6 +387,16 @@ static void test_tokenizers(void) {
     write_file(enc, json, body + 2);
     CHECK(tokenizer_try_load_gpt2(enc, bpe, err, sizeof err) == NULL && strstr(err, "encoder.json"),
           "a character cut short at the end of encoder.json: %s", err);
+    /* a token longer than any GPT-2 has: refused, so a vocab.bpe line's comma aliases stay cheap */
+    char *longtok = mallocCheck(body + 700);
+    memcpy(longtok, json, body);
+    size_t lo = body;
+    longtok[lo++] = '"';
+    memset(longtok + lo, ',', 600), lo += 600;
+    lo += (size_t)sprintf(longtok + lo, "\": 256}");
+    write_file(enc, longtok, lo);
+    free(longtok);
+    REFUSED(tokenizer_try_load_gpt2(enc, bpe, err, sizeof err) == NULL, "more than 512", "a 600-byte token in encoder.json");
     /* a key with no id */
     memcpy(json + body, "\"th\": }", 7);
     write_file(enc, json, body + 7);
