@@ -78,19 +78,34 @@ static void add_path(FileList *l, const char *path) {
 }
 
 /* What walk has seen, by (device, inode): a folder or file reached twice
- * (through a symlink, or a symlink cycle) is taken once. */
-typedef struct { dev_t dev; ino_t ino; } FileId;
-typedef struct { FileId *id; size_t n, cap; } SeenSet;
+ * (through a symlink, or a symlink cycle) is taken once. An open-addressing
+ * set, so a corpus of a million files costs a million look-ups. */
+typedef struct { dev_t dev; ino_t ino; int used; } FileId;
+typedef struct { FileId *slot; size_t n, mask; } SeenSet;
+
+static size_t file_hash(dev_t dev, ino_t ino, size_t mask) {
+    uint64_t x = ((uint64_t)dev * 0x9E3779B97F4A7C15ull) ^ (uint64_t)ino;
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33;
+    return (size_t)x & mask;
+}
 
 static int seen_before(SeenSet *seen, const struct stat *st) {
-    for (size_t i = 0; i < seen->n; i++)
-        if (seen->id[i].dev == st->st_dev && seen->id[i].ino == st->st_ino) return 1;
-    if (seen->n == seen->cap) {
-        seen->cap = seen->cap ? 2 * seen->cap : 256;
-        seen->id = realloc(seen->id, seen->cap * sizeof *seen->id);
-        if (!seen->id) die("out of host memory listing files");
+    if (2 * (seen->n + 1) > seen->mask + 1) {   /* grow to keep it at most half full */
+        SeenSet bigger = {callocCheck(seen->mask ? 2 * (seen->mask + 1) : 1024, sizeof(FileId)), 0, seen->mask ? 2 * seen->mask + 1 : 1023};
+        for (size_t i = 0; seen->mask && i <= seen->mask; i++)
+            if (seen->slot[i].used) {
+                size_t h = file_hash(seen->slot[i].dev, seen->slot[i].ino, bigger.mask);
+                while (bigger.slot[h].used) h = (h + 1) & bigger.mask;
+                bigger.slot[h] = seen->slot[i], bigger.n++;
+            }
+        free(seen->slot);
+        *seen = bigger;
     }
-    seen->id[seen->n++] = (FileId){st->st_dev, st->st_ino};
+    size_t h = file_hash(st->st_dev, st->st_ino, seen->mask);
+    for (; seen->slot[h].used; h = (h + 1) & seen->mask)
+        if (seen->slot[h].dev == st->st_dev && seen->slot[h].ino == st->st_ino) return 1;
+    seen->slot[h] = (FileId){st->st_dev, st->st_ino, 1};
+    seen->n++;
     return 0;
 }
 
@@ -322,7 +337,7 @@ int prepare_main(int argc, char **argv) {
         if (!realpath(input, root)) die("prepare: cannot resolve '%s': %s", input, strerror(errno));
         seen_before(&seen, &st);
         walk(&files, input, ext, skip, root, &seen);
-        free(seen.id);
+        free(seen.slot);
     } else add_path(&files, input);
     if (files.n == 0) die("prepare: no files%s%s in folder '%s'", *ext ? " ending in " : "", ext, input);
 
