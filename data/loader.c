@@ -126,10 +126,11 @@ void loader_reset(Loader *l) { l->state.epoch = 0; l->state.cursor = 0; }
 LoaderState loader_get_state(const Loader *l) { return l->state; }
 
 int loader_try_set_state(Loader *l, LoaderState s, char *err, size_t err_size) {
-    if (s.epoch < 0 || s.epoch == INT64_MAX || s.cursor < 0 || s.cursor > l->n_samples) {
-        snprintf(err, err_size, "data position epoch %lld, sample %lld does not fit these shards (%lld samples)\n"
-                 "  hint: the checkpoint is damaged, or train_data or seq_len changed since it was saved",
-                 (long long)s.epoch, (long long)s.cursor, (long long)l->n_samples);
+    /* past the end is legal (train_data may change on resume): the next batch starts the next epoch */
+    if (s.epoch < 0 || s.epoch == INT64_MAX || s.cursor < 0 || s.cursor > INT64_MAX / 2) {
+        snprintf(err, err_size, "data position epoch %lld, sample %lld is not a position (negative, or past 2^62)\n"
+                 "  hint: the checkpoint is damaged; move its folder aside to fall back to an earlier one",
+                 (long long)s.epoch, (long long)s.cursor);
         return -1;
     }
     l->state = s;

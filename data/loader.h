@@ -40,7 +40,8 @@ int loader_try_next(Loader *l, int *ids, int *targets, char *err, size_t err_siz
 void loader_next(Loader *l, int *ids, int *targets);
 void loader_reset(Loader *l);
 LoaderState loader_get_state(const Loader *l);
-/* A saved position (from a checkpoint): epoch >= 0 and 0 <= cursor <= n_samples. */
+/* A saved position (from a checkpoint): epoch >= 0 and cursor >= 0; a cursor
+ * past these shards' samples (the data changed) starts the next epoch. */
 int loader_try_set_state(Loader *l, LoaderState s, char *err, size_t err_size);
 void loader_set_state(Loader *l, LoaderState s);
 /* The largest vocab_size recorded in the shards' headers (0 if none records one). */

@@ -111,13 +111,14 @@ static void test_shards(void) {
     CHECK(mkfifo(fifo, 0600) == 0, "mkfifo");
     REFUSED(loader_try_open(&l, fifo, 1, 4, 0, 1, 1, 1, 0, err, sizeof err), "not a regular file", "shard FIFO");
 
-    /* saved data positions: negative or past the shards are refused */
+    /* saved data positions: negative ones are refused (a negative cursor read before the sample order) */
     CHECK(loader_try_open(&l, good, 2, 8, 0, 1, 1, 1, 0, err, sizeof err) == 0, "reopen");
-    REFUSED(loader_try_set_state(&l, (LoaderState){0, -5}, err, sizeof err), "does not fit these shards", "negative cursor");
-    REFUSED(loader_try_set_state(&l, (LoaderState){-1, 0}, err, sizeof err), "does not fit these shards", "negative epoch");
-    REFUSED(loader_try_set_state(&l, (LoaderState){0, l.n_samples + 1}, err, sizeof err), "does not fit", "cursor past the end");
-    CHECK(loader_try_set_state(&l, (LoaderState){3, l.n_samples}, err, sizeof err) == 0 &&
-          loader_try_next(&l, ids, targets, err, sizeof err) == 0 && l.state.epoch == 4, "cursor at the end starts the next epoch");
+    REFUSED(loader_try_set_state(&l, (LoaderState){0, -5}, err, sizeof err), "is not a position", "negative cursor");
+    REFUSED(loader_try_set_state(&l, (LoaderState){-1, 0}, err, sizeof err), "is not a position", "negative epoch");
+    REFUSED(loader_try_set_state(&l, (LoaderState){0, INT64_MAX - 1}, err, sizeof err), "is not a position", "cursor near 2^63");
+    CHECK(loader_try_set_state(&l, (LoaderState){3, l.n_samples + 100}, err, sizeof err) == 0 &&
+          loader_try_next(&l, ids, targets, err, sizeof err) == 0 && l.state.epoch == 4 && l.state.cursor == 2,
+          "a cursor past the end (the shards changed since the save) starts the next epoch");
     loader_close(&l);
 }
 

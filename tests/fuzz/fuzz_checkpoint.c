@@ -75,7 +75,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     ModelConfig mc;
     checkpoint_model_config(r.config_text, &mc, err, sizeof err);
-    LoaderState at = {r.state.loader_epoch, r.state.loader_cursor};
+    LoaderState at = {r.state.loader_epoch, r.state.loader_cursor};   /* any size: past the end starts the next epoch */
     ckpt_close(&r);
     checkpoint_inspect(path, fuzz_devnull());
     if (loader_try_set_state(&loader, at, err, sizeof err) == 0) {

@@ -22,8 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FUZZ_ASSERT(l.n_samples >= (int64_t)B * dp, "opened a loader with %lld samples for %d x %d", (long long)l.n_samples, B, dp);
     int *ids = mallocCheck(sizeof(int) * B * T), *targets = mallocCheck(sizeof(int) * B * T);
     if (loader_try_set_state(&l, saved, err, sizeof err) == 0)
-        FUZZ_ASSERT(saved.epoch >= 0 && saved.cursor >= 0 && saved.cursor <= l.n_samples, "accepted position %lld/%lld",
-                    (long long)saved.epoch, (long long)saved.cursor);
+        FUZZ_ASSERT(saved.epoch >= 0 && saved.cursor >= 0, "accepted position %lld/%lld", (long long)saved.epoch, (long long)saved.cursor);
     for (int step = 0; step < 3; step++) {
         if (loader_try_next(&l, ids, targets, err, sizeof err) != 0) break;
         for (int i = 0; i < B * T; i++)
