@@ -137,7 +137,7 @@ $(BUILD)/fuzz/make_seeds: $(BUILD)/obj/tests/fuzz/make_seeds.o $(BUILD)/libllm3d
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 asan:
 	@command -v clang >/dev/null && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 || \
-	  { echo "error: make asan needs clang and its libFuzzer/ASan runtimes\n  hint: run scripts/setup.sh (apt: clang libclang-rt-dev libomp-dev)"; exit 1; }
+	  { printf 'error: make asan needs clang and its libFuzzer/ASan runtimes\n  hint: run scripts/setup.sh (apt: clang libclang-rt-dev libomp-dev)\n'; exit 1; }
 	@$(MAKE) --no-print-directory SANITIZE=1 BUILD=$(ASAN_BUILD) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) all fuzz-bin
 fuzz: asan
 	@BUILD=$(ASAN_BUILD) tests/fuzz/run.sh $(FUZZ_S)
