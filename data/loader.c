@@ -103,6 +103,11 @@ int loader_try_next(Loader *l, int *ids, int *targets, char *err, size_t err_siz
         if (shard_check(sh, start, (int64_t)l->T + 1, err, err_size) != 0) return -1;
         for (int t = 0; t <= l->T; t++) {
             uint32_t tok = shard_token(sh, start + t);
+            if (tok > (uint32_t)INT32_MAX) {   /* no vocabulary is that large: it would be a negative id */
+                snprintf(err, err_size, "shard '%s' holds token id %u at position %lld, past any vocabulary (2^31)\n"
+                         "  hint: the shard is damaged; regenerate it with `build/train prepare`", sh->path, tok, (long long)(start + t));
+                return -1;
+            }
             if (l->vocab_size && tok >= (uint32_t)l->vocab_size) {
                 snprintf(err, err_size, "shard '%s' holds token id %u at position %lld, but vocab_size is %d\n"
                          "  hint: the shard was made with a larger vocabulary; set vocab_size=0 to take it from the shard",

@@ -58,7 +58,7 @@ static void test_shards(void) {
     size_t n;
     uint8_t *b = read_file(good, &n);
     Loader l;
-    int ids[64], targets[64];
+    int ids[64], targets[64], rc;
     CHECK(loader_try_open(&l, good, 2, 8, 0, 1, 1, 1, 0, err, sizeof err) == 0, "a v2 shard opens: %s", err);
     CHECK(l.shards[0].version == 2 && l.shards[0].n_chunks == 1, "one checksum chunk for 300 tokens");
     int ok = 1;
@@ -105,6 +105,15 @@ static void test_shards(void) {
     REFUSED(loader_try_open(&l, wrapped, 1, 4, 0, 1, 1, 1, 0, err, sizeof err), "header promises", "negative count");
     free(b);
 
+    /* a token id past 2^31 (found by fuzz_shard): with no vocab_size to check against, it came out as a negative id */
+    uint32_t big[40];
+    for (int i = 0; i < 40; i++) big[i] = i == 9 ? 0xfffffe2fu : 7;
+    shard_write(wrapped, big, 40, 0);
+    CHECK(loader_try_open(&l, wrapped, 1, 4, 0, 1, 1, 0, 0, err, sizeof err) == 0, "a width-4 shard opens: %s", err);
+    rc = 0;
+    for (int step = 0; step < 9 && rc == 0; step++) rc = loader_try_next(&l, ids, targets, err, sizeof err);
+    REFUSED(rc, "past any vocabulary", "token id 0xfffffe2f");
+    loader_close(&l);
     /* a device or a FIFO is refused at once, not read forever */
     REFUSED(loader_try_open(&l, "/dev/zero", 1, 4, 0, 1, 1, 1, 0, err, sizeof err), "not a regular file", "shard /dev/zero");
     const char *fifo = path_of("fifo.bin");
