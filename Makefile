@@ -14,6 +14,13 @@
 
 CC      ?= gcc
 CFLAGS  ?= -O3
+# SANITIZE=1 (what `make asan` passes): clang, AddressSanitizer + UBSan, and
+# libFuzzer's coverage hooks, so the fuzz harnesses link the same objects; CPU only.
+ifeq ($(SANITIZE),1)
+  CC      := clang
+  CFLAGS  := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -fsanitize=fuzzer-no-link
+  NO_CUDA := 1
+endif
 BUILD   ?= build
 .DEFAULT_GOAL := all
 # required: the command line cannot remove these (see above)
@@ -178,13 +185,39 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libllm3d.a
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libllm3d.a
 	$(LINK) $^ -o $@ $(LIBS)
 
-test: all
-	@BUILD=$(BUILD) tests/run.sh
+# --- sanitizers and fuzzing (tests/fuzz/README.md)
+# `make asan` builds the whole tree into $(ASAN_BUILD) with SANITIZE=1, plus the
+# libFuzzer harnesses tests/fuzz/fuzz_*.c and the seed maker; `make test` runs
+# every test under it too (tests/test_asan.sh) and the harnesses briefly
+# (tests/test_fuzz.sh); `make fuzz FUZZ_S=N` runs each harness N seconds.
+ASAN_BUILD ?= build-asan
+FUZZ_S ?= 60
+NPROC := $(shell nproc 2>/dev/null || echo 2)
+FUZZ_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c)) $(BUILD)/fuzz/make_seeds
+FUZZ_OBJ := $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard tests/fuzz/*.c))
+.SECONDARY: $(FUZZ_OBJ)
+.PHONY: asan fuzz fuzz-bin
+fuzz-bin: $(FUZZ_BIN)
+$(BUILD)/fuzz/fuzz_%: $(BUILD)/obj/tests/fuzz/fuzz_%.o $(BUILD)/obj/tests/fuzz/round_trip.o $(BUILD)/libllm3d.a
+	@mkdir -p $(dir $@)
+	$(LINK) -fsanitize=fuzzer $^ -o $@ $(LIBS)
+$(BUILD)/fuzz/make_seeds: $(BUILD)/obj/tests/fuzz/make_seeds.o $(BUILD)/libllm3d.a
+	@mkdir -p $(dir $@)
+	$(LINK) $^ -o $@ $(LIBS)
+asan:
+	@command -v clang >/dev/null && ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a >/dev/null 2>&1 || \
+	  { printf 'error: make asan needs clang and its libFuzzer/ASan runtimes\n  hint: run scripts/setup.sh (apt: clang libclang-rt-dev libomp-dev)\n'; exit 1; }
+	@$(MAKE) --no-print-directory SANITIZE=1 BUILD=$(ASAN_BUILD) $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) all fuzz-bin
+fuzz: asan
+	@BUILD=$(ASAN_BUILD) tests/fuzz/run.sh $(FUZZ_S)
+
+test: all asan
+	@BUILD=$(BUILD) ASAN_BUILD=$(ASAN_BUILD) tests/run.sh
 
 bench: all
 	@bench/run.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)
 
--include $(wildcard $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(GPU_OBJ:.o=.d) $(BUILD)/obj/train/main.d)
+-include $(wildcard $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BENCH_OBJ:.o=.d) $(GPU_OBJ:.o=.d) $(FUZZ_OBJ:.o=.d) $(BUILD)/obj/train/main.d)

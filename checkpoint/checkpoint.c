@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -276,19 +277,24 @@ int checkpoint_model_config(const char *text, ModelConfig *mc, char *err, size_t
     const char *keys[] = {"vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "seq_len", "tie_embeddings", "rope_theta", "norm_eps"};
     double v[10];
     for (int i = 0; i < 10; i++) {
-        char buf[64];
+        char buf[64], *end;
         if (checkpoint_config_value(text, keys[i], buf, sizeof buf) != 0) {
             snprintf(err, err_size, "the checkpoint's config has no '%s'", keys[i]);
             return -1;
         }
-        v[i] = atof(buf);
+        v[i] = strtod(buf, &end);
+        if (end == buf || *end || !isfinite(v[i]) || (i < 8 && (v[i] != floor(v[i]) || fabs(v[i]) > 2147483647.0))) {
+            snprintf(err, err_size, "the checkpoint's config has %s=%s, not a%s number", keys[i], buf, i < 8 ? " whole" : " finite");
+            return -1;
+        }
     }
     memset(mc, 0, sizeof *mc);
     mc->vocab_size = (int)v[0]; mc->dim = (int)v[1]; mc->n_layers = (int)v[2]; mc->n_heads = (int)v[3];
     mc->n_kv_heads = (int)v[4]; mc->ffn_dim = (int)v[5]; mc->seq_len = (int)v[6]; mc->tie_embeddings = (int)v[7];
     mc->rope_theta = (float)v[8]; mc->norm_eps = (float)v[9];
-    if (mc->vocab_size <= 0 || mc->dim <= 0 || mc->n_layers <= 0 || mc->n_heads <= 0 || mc->n_kv_heads <= 0 || mc->ffn_dim <= 0) {
-        snprintf(err, err_size, "the checkpoint's config has a non-positive model size");
+    char why[256];
+    if (model_config_check(mc, why, sizeof why) != 0) {
+        snprintf(err, err_size, "the checkpoint's config is not a model llm3d can build: %s", why);
         return -1;
     }
     return 0;
@@ -416,9 +422,8 @@ int checkpoint_inspect(const char *path, FILE *out) {
     int bad = 0;
     for (int i = 0; i < r.n; i++) {
         const CkptEntry *e = &r.entries[i];
-        char shape[64];
-        int o = 0;
-        for (int d = 0; d < e->ndim; d++) o += snprintf(shape + o, sizeof shape - o, d ? "x%lld" : "%lld", (long long)e->shape[d]);
+        char shape[CKPT_MAX_DIMS * 21];
+        ckpt_shape_text(e->shape, e->ndim, shape, sizeof shape);
         int ok = ckpt_verify(&r, e, err, sizeof err) == 0;
         if (!ok) { bad++; fprintf(stderr, "error: %s\n", err); }
         fprintf(out, "  %-56s %-5s %-14s %12lld %08x %s\n", e->name, ckpt_dtype_name(e->dtype), shape, (long long)e->bytes, e->crc,

@@ -6,6 +6,7 @@
 #include "hf_tokenizer.h"
 #include "../common/util.h"
 #include "../common/options.h"
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -137,7 +138,7 @@ int checkpoint_logits_main(int argc, char **argv) {
     for (const char *p = ids_text; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 0) die("logits: --ids must be comma-separated token ids, at '%s'", p);
+        if (end == p || v < 0 || v > INT_MAX) die("logits: --ids must be comma-separated token ids from 0 to %d, at '%s'", INT_MAX, p);
         if (T == cap) { cap *= 2; ids = realloc(ids, cap * sizeof(int)); if (!ids) die("out of memory"); }
         ids[T++] = (int)v;
         p = *end == ',' ? end + 1 : end;

@@ -11,8 +11,10 @@
  *   ...     tensor data, each tensor 64-byte aligned, row-major
  *   table   n_tensors x CkptEntry (192 bytes each), at table_offset, last in the file
  * The file is exactly file_bytes long. Readers check magic, version, header CRC,
- * size, config CRC, table CRC and that every tensor lies inside the file, and say
- * in words what is wrong; tensor data is checked against its CRC when read.
+ * size, config CRC, table CRC, that every size adds up without overflow, that
+ * every tensor lies inside the data region and that the run state is in range
+ * (step, data position, loss scale), and say in words what is wrong; tensor
+ * data is checked against its CRC when read.
  *
  * Tensors are 1-D or 2-D for the model (vectors: ndim 1); a reader sees every
  * tensor as rows x cols (rows = 1 for a vector) and may ask for any rectangle. */
@@ -20,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include "../common/util.h"
 
 #define CKPT_MAGIC 0x54504b4c      /* "LKPT" little-endian */
 #define CKPT_VERSION 1
@@ -67,7 +70,10 @@ typedef struct {                /* one row of the tensor table: 192 bytes on dis
 _Static_assert(sizeof(CkptEntry) == 192, "CkptEntry is 192 bytes on disk");
 
 /* CRC32 (the zlib / IEEE polynomial, so Python's zlib.crc32 agrees). Pass 0 to start. */
-uint32_t ckpt_crc32(uint32_t crc, const void *data, size_t bytes);
+static inline uint32_t ckpt_crc32(uint32_t crc, const void *data, size_t bytes) { return crc32_update(crc, data, bytes); }
+
+/* "768x2048" into buf (at most size bytes, always terminated; "..." when cut). */
+const char *ckpt_shape_text(const int64_t *shape, int ndim, char *buf, size_t size);
 
 /* ------------------------------------------------------------------ writing */
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); goto fail; } while (0)
 
@@ -81,8 +82,10 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     ModelConfig mc;
     if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
-    char init_std[64] = "0.02";
+    char init_std[64] = "0.02", *end;
     checkpoint_config_value(r.config_text, "init_std", init_std, sizeof init_std);
+    double std_value = strtod(init_std, &end);
+    if (end == init_std || *end || !isfinite(std_value)) snprintf(init_std, sizeof init_std, "0.02");   /* goes into config.json as a number */
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) die("cannot create export folder '%s': %s", out_dir, strerror(errno));
 
     /* the weights are the tensors without a "<prefix>/" */
@@ -96,14 +99,18 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     if (!n) die("'%s' holds no weights to export", state);
 
     /* header: JSON, padded with spaces to a multiple of 8 bytes */
-    size_t es = ckpt_dtype_size(dtype), cap = 256 + (size_t)n * 256, len = 0;
+    /* per tensor at most: a 127-byte name escaped to 6 bytes each, 4 dims and 2 offsets of 20 digits, 60 of syntax */
+    size_t es = ckpt_dtype_size(dtype), cap = 256 + (size_t)n * (6 * CKPT_NAME_BYTES + 6 * 21 + 64), len = 0;
     char *json = mallocCheck(cap);
     len += snprintf(json + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
     int64_t offset = 0;
     for (int i = 0; i < n; i++) {
         const CkptEntry *e = w[i];
         int64_t count = e->bytes / 4;
-        len += snprintf(json + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", e->name, st_dtype_name(dtype));
+        len += snprintf(json + len, cap - len, ",\"");
+        for (const unsigned char *c = (const unsigned char *)e->name; *c; c++)   /* a name is bytes: escape what JSON must */
+            len += snprintf(json + len, cap - len, *c == '"' || *c == '\\' ? "\\%c" : *c < 0x20 ? "\\u%04x" : "%c", *c);
+        len += snprintf(json + len, cap - len, "\":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(dtype));
         for (int d = 0; d < e->ndim; d++) len += snprintf(json + len, cap - len, d ? ",%lld" : "%lld", (long long)e->shape[d]);
         len += snprintf(json + len, cap - len, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + count * (int64_t)es));
         offset += count * (int64_t)es;
@@ -146,26 +153,11 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
 
 /* ------------------------------------------------------------------- reading */
 
-static char *read_text(const char *path, size_t *size, char *err, size_t err_size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { snprintf(err, err_size, "cannot open '%s': %s", path, strerror(errno)); return NULL; }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    if (n < 0 || n > (1 << 24)) { fclose(f); snprintf(err, err_size, "'%s' is not a plausible config file (%ld bytes)", path, n); return NULL; }
-    char *text = mallocCheck((size_t)n + 1);
-    if (fread(text, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(text); snprintf(err, err_size, "cannot read '%s'", path); return NULL; }
-    fclose(f);
-    text[n] = 0;
-    *size = (size_t)n;
-    return text;
-}
-
 int hf_read_config(const char *dir, ModelConfig *mc, char *err, size_t err_size) {
     char path[1200], perr[512];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t size;
-    char *text = read_text(path, &size, err, err_size);
+    char *text = read_regular(path, "config file", (size_t)16 << 20, &size, err, err_size);
     if (!text) return -1;
     Json j;
     if (json_parse(&j, text, size, perr, sizeof perr) != 0) { snprintf(err, err_size, "'%s': %s", path, perr); free(text); return -1; }
@@ -195,11 +187,13 @@ int hf_read_config(const char *dir, ModelConfig *mc, char *err, size_t err_size)
     mc->norm_eps = 1e-6f;   /* LlamaConfig's defaults */
     mc->rope_theta = 10000.0f;
     if ((node = json_get(&j, 0, "rms_norm_eps")) >= 0) {
-        if (j.nodes[node].type != JSON_NUMBER || !(j.nodes[node].number > 0)) FAIL("'%s': \"rms_norm_eps\" is not a positive number", path);
+        if (j.nodes[node].type != JSON_NUMBER || !(j.nodes[node].number >= 1e-12 && j.nodes[node].number <= 1))
+            FAIL("'%s': \"rms_norm_eps\" is not a number in [1e-12, 1]", path);
         mc->norm_eps = (float)j.nodes[node].number;
     }
     if ((node = json_get(&j, 0, "rope_theta")) >= 0) {
-        if (j.nodes[node].type != JSON_NUMBER || !(j.nodes[node].number > 0)) FAIL("'%s': \"rope_theta\" is not a positive number", path);
+        if (j.nodes[node].type != JSON_NUMBER || !(j.nodes[node].number >= 1 && j.nodes[node].number <= 1e12))
+            FAIL("'%s': \"rope_theta\" is not a number in [1, 1e12]", path);
         mc->rope_theta = (float)j.nodes[node].number;
     }
     if ((node = json_get(&j, 0, "tie_word_embeddings")) >= 0) {
@@ -220,7 +214,8 @@ int hf_read_config(const char *dir, ModelConfig *mc, char *err, size_t err_size)
             FAIL("'%s': \"%s\" asks for scaled RoPE; llm3d has plain RoPE only", path, rope_keys[i]);
         int theta = json_get(&j, node, "rope_theta");
         if (theta >= 0) {
-            if (j.nodes[theta].type != JSON_NUMBER || !(j.nodes[theta].number > 0)) FAIL("'%s': %s.rope_theta is not a positive number", path, rope_keys[i]);
+            if (j.nodes[theta].type != JSON_NUMBER || !(j.nodes[theta].number >= 1 && j.nodes[theta].number <= 1e12))
+                FAIL("'%s': %s.rope_theta is not a number in [1, 1e12]", path, rope_keys[i]);
             mc->rope_theta = (float)j.nodes[theta].number;
         }
     }
@@ -233,6 +228,8 @@ int hf_read_config(const char *dir, ModelConfig *mc, char *err, size_t err_size)
     if ((node = json_get(&j, 0, "head_dim")) >= 0 && j.nodes[node].type != JSON_NULL &&
         (json_int64(&j, node, 1, 1 << 30, &v) != 0 || v != mc->dim / mc->n_heads))
         FAIL("'%s': \"head_dim\" differs from hidden_size / num_attention_heads = %d; llm3d needs them equal", path, mc->dim / mc->n_heads);
+    char why[256];
+    if (model_config_check(mc, why, sizeof why) != 0) FAIL("'%s' describes a model llm3d cannot build: %s", path, why);
     json_free(&j);
     free(text);
     return 0;
@@ -275,34 +272,80 @@ static void st_close(StFile *s) {
     s->f = NULL; s->header = NULL;
 }
 
-/* Opens and checks the header and every tensor's dtype, shape and byte range. */
+/* A JSON shape array as "a<sep>b<sep>c" into buf, bounded (ckpt_shape_text). */
+static const char *st_shape_text(const Json *j, int node, const char *sep, char *buf, size_t size) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (int c = j->nodes[node].first; c >= 0; c = j->nodes[c].next) {
+        int64_t d = -1;
+        json_int64(j, c, 0, INT64_MAX / 2, &d);
+        int k = snprintf(buf + o, size - o, "%s%lld", o ? sep : "", (long long)d);
+        if (k < 0 || (size_t)k >= size - o) { if (size >= 4) memcpy(buf + size - 4, "...", 4); break; }
+        o += (size_t)k;
+    }
+    return buf;
+}
+
+typedef struct { int64_t begin, end; int name; } StSpan;   /* a tensor's data_offsets; name: its key node */
+
+static int span_by_offset(const void *a, const void *b) {
+    const StSpan *x = a, *y = b;
+    return x->begin != y->begin ? (x->begin < y->begin ? -1 : 1) : x->end != y->end ? (x->end < y->end ? -1 : 1) : 0;
+}
+
+static const Json *sort_json;   /* the header whose keys span_by_name compares (qsort has no context argument) */
+static int span_by_name(const void *a, const void *b) {
+    const JsonNode *x = &sort_json->nodes[((const StSpan *)a)->name], *y = &sort_json->nodes[((const StSpan *)b)->name];
+    int c = memcmp(sort_json->text + x->start, sort_json->text + y->start, (size_t)(x->len < y->len ? x->len : y->len));
+    return c ? c : x->len - y->len;
+}
+
+/* Opens a safetensors file and checks it as the reference implementation does:
+ * header length at most 100,000,000 and inside the file, the header valid UTF-8
+ * JSON, every tensor's dtype known, shape x dtype size without overflow equal to
+ * its span, and the spans, sorted, tiling the data region exactly from its first
+ * byte to the file's last (no gap, no overlap, no trailing byte). Tensor names
+ * must be unique and under 256 bytes, __metadata__ a map of strings. */
 static int st_open(StFile *s, const char *path, char *err, size_t err_size) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
     char perr[512];
-    s->f = fopen(path, "rb");
-    if (!s->f) FAIL("cannot open '%s': %s", path, strerror(errno));
-    fseeko(s->f, 0, SEEK_END);
-    s->file_bytes = ftello(s->f);
-    rewind(s->f);
+    StSpan *spans = NULL;
+    int fd = open_regular(path, "safetensors file", &s->file_bytes, err, err_size);
+    if (fd < 0) return -1;
+    s->f = fdopen(fd, "rb");
+    if (!s->f) { close(fd); FAIL("cannot open safetensors file '%s': %s", path, strerror(errno)); }
     uint8_t le[8];
     if (s->file_bytes < 8 || fread(le, 1, 8, s->f) != 8) FAIL("'%s' is %lld bytes, too short for a safetensors file", path, (long long)s->file_bytes);
     uint64_t n = 0;
     for (int i = 0; i < 8; i++) n |= (uint64_t)le[i] << (8 * i);
-    if (n < 2 || n > (100u << 20) || (int64_t)n > s->file_bytes - 8)
+    if (n > 100000000u)
+        FAIL("'%s': header length %llu is more than the 100000000 bytes safetensors allows (not safetensors?)", path, (unsigned long long)n);
+    if (n < 2 || (int64_t)n > s->file_bytes - 8)
         FAIL("'%s': header length %llu does not fit the %lld-byte file (truncated, or not safetensors)", path, (unsigned long long)n, (long long)s->file_bytes);
     s->header = mallocCheck(n + 1);
     if (fread(s->header, 1, n, s->f) != n) FAIL("'%s': cannot read its %llu-byte header", path, (unsigned long long)n);
     s->header[n] = 0;
     s->data_start = 8 + (int64_t)n;
+    if (utf8_invalid_bytes((const uint8_t *)s->header, n)) FAIL("'%s': the header is not valid UTF-8", path);
     if (json_parse(&s->j, s->header, n, perr, sizeof perr) != 0) FAIL("'%s': header is not valid JSON: %s", path, perr);
     Json *j = &s->j;
     if (j->nodes[0].type != JSON_OBJECT) FAIL("'%s': header is not a JSON object", path);
+    if (n % 8)
+        fprintf(stderr, "note: '%s': header length %llu is not a multiple of 8 (safetensors pads it so tensors are aligned); reading it anyway\n",
+                path, (unsigned long long)n);
+    spans = mallocCheck(((size_t)j->nodes[0].n_children / 2 + 1) * sizeof *spans);
+    int n_spans = 0;
     for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
         char name[256], dt[32];
         int t = j->nodes[k].next;
-        if (json_string(j, k, name, sizeof name) != 0) FAIL("'%s': a tensor name is too long", path);
-        if (!strcmp(name, "__metadata__")) continue;
+        if (json_string(j, k, name, sizeof name) != 0) FAIL("'%s': a tensor name is longer than 255 bytes", path);
+        if (!strcmp(name, "__metadata__")) {
+            if (j->nodes[t].type != JSON_OBJECT) FAIL("'%s': __metadata__ is not a JSON object", path);
+            for (int m = j->nodes[t].first; m >= 0; m = j->nodes[j->nodes[m].next].next)
+                if (j->nodes[j->nodes[m].next].type != JSON_STRING) FAIL("'%s': a __metadata__ value is not a string", path);
+            continue;
+        }
         int dn = json_get(j, t, "dtype"), sn = json_get(j, t, "shape"), on = json_get(j, t, "data_offsets");
         if (dn < 0 || sn < 0 || on < 0 || json_string(j, dn, dt, sizeof dt) != 0 || j->nodes[sn].type != JSON_ARRAY ||
             j->nodes[on].type != JSON_ARRAY || j->nodes[on].n_children != 2)
@@ -310,21 +353,44 @@ static int st_open(StFile *s, const char *path, char *err, size_t err_size) {
         int es = st_any_size(dt);
         if (!es) FAIL("'%s': tensor '%s' has unknown dtype '%s'", path, name, dt);
         int64_t count = 1, d, b, e;
-        for (int c = j->nodes[sn].first; c >= 0; c = j->nodes[c].next) {
-            if (json_int64(j, c, 0, (int64_t)1 << 40, &d) != 0) FAIL("'%s': tensor '%s' has a bad shape", path, name);
-            count *= d;
-        }
+        for (int c = j->nodes[sn].first; c >= 0; c = j->nodes[c].next)
+            if (json_int64(j, c, 0, INT64_MAX / 2, &d) != 0 || !mul_i64(count, d, &count))
+                FAIL("'%s': tensor '%s' has a bad shape (not whole numbers >= 0, or too many elements to count)", path, name);
+        if (!mul_i64(count, es, &count)) FAIL("'%s': tensor '%s' has a shape too large to count its bytes", path, name);
         int c0 = j->nodes[on].first;
         if (json_int64(j, c0, 0, INT64_MAX / 2, &b) != 0 || json_int64(j, j->nodes[c0].next, 0, INT64_MAX / 2, &e) != 0 || e < b)
             FAIL("'%s': tensor '%s' has bad data_offsets", path, name);
-        if (e - b != count * es)
-            FAIL("'%s': tensor '%s' spans %lld bytes but its shape and dtype need %lld", path, name, (long long)(e - b), (long long)(count * es));
-        if (s->data_start + e > s->file_bytes)
-            FAIL("'%s': tensor '%s' ends at byte %lld, past the end of the %lld-byte file (truncated?)", path, name,
-                 (long long)(s->data_start + e), (long long)s->file_bytes);
+        if (e - b != count)
+            FAIL("'%s': tensor '%s' spans %lld bytes but its shape and dtype need %lld", path, name, (long long)(e - b), (long long)count);
+        spans[n_spans++] = (StSpan){b, e, k};
     }
+    sort_json = j;
+    qsort(spans, (size_t)n_spans, sizeof *spans, span_by_name);
+    for (int i = 1; i < n_spans; i++)
+        if (!span_by_name(&spans[i - 1], &spans[i])) {
+            char name[256];
+            json_string(j, spans[i].name, name, sizeof name);
+            FAIL("'%s': tensor '%s' is named twice in the header", path, name);
+        }
+    qsort(spans, (size_t)n_spans, sizeof *spans, span_by_offset);
+    int64_t at = 0;
+    for (int i = 0; i < n_spans; i++) {
+        if (spans[i].begin != at) {
+            char name[256];
+            json_string(j, spans[i].name, name, sizeof name);
+            FAIL("'%s': tensor '%s' starts at data byte %lld, but the tensors before it end at %lld: the data has %s", path, name,
+                 (long long)spans[i].begin, (long long)at, spans[i].begin > at ? "a gap" : "overlapping tensors");
+        }
+        at = spans[i].end;
+    }
+    if (at != s->file_bytes - s->data_start)
+        FAIL("'%s': the tensors cover %lld data bytes but the file holds %lld after its %llu-byte header: the file is %s", path,
+             (long long)at, (long long)(s->file_bytes - s->data_start), (unsigned long long)n,
+             at > s->file_bytes - s->data_start ? "truncated" : "longer than its tensors (or the header length is wrong)");
+    free(spans);
     return 0;
 fail:
+    free(spans);
     st_close(s);
     return -1;
 }
@@ -347,15 +413,13 @@ int hf_read_weights(const char *dir, const Model *m, float *host, char *err, siz
         int dtype = st_dtype(dt);
         if (dtype < 0) FAIL("'%s': tensor '%s' is %s; llm3d loads F32, BF16 or F16", path, t->name, dt);
         int sn = json_get(j, node, "shape"), nd = j->nodes[sn].n_children;
-        int64_t shape[8] = {0};
-        int q = 0;
-        for (int c = j->nodes[sn].first; c >= 0 && q < 8; c = j->nodes[c].next) json_int64(j, c, 0, (int64_t)1 << 40, &shape[q++]);
+        int64_t shape[2] = {-1, -1};
+        for (int c = j->nodes[sn].first, q = 0; c >= 0 && q < 2; c = j->nodes[c].next) json_int64(j, c, 0, INT64_MAX / 2, &shape[q++]);
         int ok = t->global_rows == 1 ? (nd == 1 && shape[0] == t->global_cols)
                                      : (nd == 2 && shape[0] == t->global_rows && shape[1] == t->global_cols);
         if (!ok) {
             char got[96];
-            int o = 0;
-            for (int d = 0; d < nd && d < 8; d++) o += snprintf(got + o, sizeof got - o, d ? ", %lld" : "%lld", (long long)shape[d]);
+            st_shape_text(j, sn, ", ", got, sizeof got);
             if (t->global_rows == 1) FAIL("'%s': tensor '%s' has shape [%s] but the model needs [%d]", path, t->name, got, t->global_cols);
             FAIL("'%s': tensor '%s' has shape [%s] but the model needs [%d, %d]", path, t->name, got, t->global_rows, t->global_cols);
         }
@@ -401,14 +465,9 @@ int hf_inspect(const char *path, FILE *out) {
         char name[256], dt[32], shape[96];
         json_string(j, k, name, sizeof name);
         if (!strcmp(name, "__metadata__")) continue;
-        int t = j->nodes[k].next, o = 0;
+        int t = j->nodes[k].next;
         json_string(j, json_get(j, t, "dtype"), dt, sizeof dt);
-        int sn = json_get(j, t, "shape");
-        for (int c = j->nodes[sn].first; c >= 0; c = j->nodes[c].next) {
-            int64_t d = 0;
-            json_int64(j, c, 0, (int64_t)1 << 40, &d);
-            o += snprintf(shape + o, sizeof shape - o, o ? "x%lld" : "%lld", (long long)d);
-        }
+        st_shape_text(j, json_get(j, t, "shape"), "x", shape, sizeof shape);
         int64_t b = 0, e = 0, c0 = j->nodes[json_get(j, t, "data_offsets")].first;
         json_int64(j, (int)c0, 0, INT64_MAX / 2, &b);
         json_int64(j, j->nodes[c0].next, 0, INT64_MAX / 2, &e);

@@ -64,8 +64,15 @@ static int parse_string(Parser *p) {
             if (p->pos + 1 >= p->j->size) return fail(p, "unterminated escape");
             char e = t[p->pos + 1];
             if (e == 'u') {
-                if (p->pos + 6 > p->j->size || hex4(t + p->pos + 2) < 0) return fail(p, "bad \\u escape");
+                int cp = p->pos + 6 <= p->j->size ? hex4(t + p->pos + 2) : -1;
+                if (cp < 0) return fail(p, "bad \\u escape");
                 p->pos += 6;
+                if (cp >= 0xDC00 && cp < 0xE000) return fail(p, "\\u escape of a lone low surrogate");
+                if (cp >= 0xD800 && cp < 0xDC00) {   /* a high surrogate must be followed by a low one */
+                    int lo = p->pos + 6 <= p->j->size && t[p->pos] == '\\' && t[p->pos + 1] == 'u' ? hex4(t + p->pos + 2) : -1;
+                    if (lo < 0xDC00 || lo >= 0xE000) return fail(p, "\\u escape of a lone high surrogate");
+                    p->pos += 6;
+                }
                 continue;
             }
             if (!strchr("\"\\/bfnrt", e)) return fail(p, "bad escape in a string");

@@ -1,12 +1,15 @@
-/* common/util.c — checked file and memory calls, atomic writes, clock, RNG.
- * Every failure names the file and what to do about it, then exits. */
+/* common/util.c — checked file and memory calls, atomic writes, reading
+ * untrusted files (regular files only, bounded), clock, RNG.
+ * Every failure names the file and what to do about it. */
 #define _POSIX_C_SOURCE 200809L
 #include "util.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -93,6 +96,96 @@ void atomic_commit(FILE *f, const char *tmp_path, const char *path) {
         die("closing '%s' failed: %s\n  hint: is the disk full? the previous '%s' is untouched", tmp_path, strerror(e), path);
     }
     if (rename(tmp_path, path) != 0) die("renaming '%s' to '%s' failed: %s", tmp_path, path, strerror(errno));
+}
+
+int open_regular(const char *path, const char *what, int64_t *size, char *err, size_t err_size) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);   /* O_NONBLOCK: a FIFO must not hang the open */
+    if (fd < 0) {
+        snprintf(err, err_size, "cannot open %s '%s': %s", what, path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, err_size, "%s '%s' is not a regular file (a folder, device, FIFO or socket)\n  hint: give the path of the file itself",
+                 what, path);
+        close(fd);
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    *size = (int64_t)st.st_size;
+    return fd;
+}
+
+char *read_regular(const char *path, const char *what, size_t max_bytes, size_t *size, char *err, size_t err_size) {
+    int64_t n;
+    int fd = open_regular(path, what, &n, err, err_size);
+    if (fd < 0) return NULL;
+    if ((uint64_t)n > max_bytes) {
+        snprintf(err, err_size, "%s '%s' is %lld bytes, more than the %zu a %s may have\n  hint: is it the right file?",
+                 what, path, (long long)n, max_bytes, what);
+        close(fd);
+        return NULL;
+    }
+    char *buf = mallocCheck((size_t)n + 1);
+    size_t got = 0;
+    while (got < (size_t)n) {
+        ssize_t r = read(fd, buf + got, (size_t)n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            snprintf(err, err_size, "reading %s '%s' failed after %zu of %lld bytes: %s", what, path, got, (long long)n,
+                     r < 0 ? strerror(errno) : "it shrank while being read");
+            free(buf);
+            close(fd);
+            return NULL;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = 0;
+    *size = got;
+    return buf;
+}
+
+static uint32_t crc_table[8][256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (int t = 1; t < 8; t++)
+        for (int i = 0; i < 256; i++) crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
+}
+
+uint32_t crc32_update(uint32_t crc, const void *data, size_t bytes) {
+    if (!crc_table[0][1]) crc_init();
+    const uint8_t *p = data;
+    crc = ~crc;
+    while (bytes >= 8) {    /* slicing-by-8: eight table look-ups per 8 bytes */
+        uint32_t a = crc ^ (uint32_t)(p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24);
+        uint32_t b = (uint32_t)(p[4] | p[5] << 8 | p[6] << 16 | (uint32_t)p[7] << 24);
+        crc = crc_table[7][a & 0xff] ^ crc_table[6][(a >> 8) & 0xff] ^ crc_table[5][(a >> 16) & 0xff] ^ crc_table[4][a >> 24] ^
+              crc_table[3][b & 0xff] ^ crc_table[2][(b >> 8) & 0xff] ^ crc_table[1][(b >> 16) & 0xff] ^ crc_table[0][b >> 24];
+        p += 8; bytes -= 8;
+    }
+    while (bytes--) crc = crc_table[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+size_t utf8_invalid_bytes(const uint8_t *s, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n;) {
+        uint8_t c = s[i];
+        size_t k = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
+        int ok = k > 0 && i + k <= n;
+        for (size_t j = 1; ok && j < k; j++) ok = (s[i + j] & 0xc0) == 0x80;
+        if (ok && k == 3) ok = !(c == 0xe0 && s[i + 1] < 0xa0) && !(c == 0xed && s[i + 1] >= 0xa0);   /* overlong, surrogate */
+        if (ok && k == 4) ok = !(c == 0xf0 && s[i + 1] < 0x90) && !(c == 0xf4 && s[i + 1] >= 0x90);   /* overlong, > U+10FFFF */
+        if (ok) i += k;
+        else bad++, i++;
+    }
+    return bad;
 }
 
 double now_seconds(void) {

@@ -50,5 +50,31 @@ uint64_t rng_u64(Rng *r);
 float rng_uniform(Rng *r);              /* [0, 1) */
 float rng_normal(Rng *r);               /* N(0, 1), Box-Muller */
 
+/* ---- reading untrusted files ------------------------------------------------
+ * Every size computed from a field of a file goes through these: each returns
+ * 1 and stores the result when it fits, 0 when it would overflow. */
+static inline int add_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }
+static inline int mul_i64(int64_t a, int64_t b, int64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline int add_size(size_t a, size_t b, size_t *out) { return !__builtin_add_overflow(a, b, out); }
+static inline int mul_size(size_t a, size_t b, size_t *out) { return !__builtin_mul_overflow(a, b, out); }
+
+/* Readers of files come in pairs: x_try_y(..., char *err, size_t err_size)
+ * returns -1 (or NULL) with one line in err naming the file, the field and what
+ * is wrong, and leaves nothing allocated; x_y calls it and dies with that line.
+ * Programs call x_y; tests and the fuzz harnesses (tests/fuzz/) call x_try_y. */
+
+/* Opens path for reading if it is a regular file (never blocks on a FIFO, never
+ * reads a device); returns the fd and its size, or -1 with a message in err. */
+int open_regular(const char *path, const char *what, int64_t *size, char *err, size_t err_size);
+/* A whole regular file of at most max_bytes, NUL-terminated; NULL with a message
+ * in err. what names the kind of file in messages ("config file"). */
+char *read_regular(const char *path, const char *what, size_t max_bytes, size_t *size, char *err, size_t err_size);
+/* CRC32 (the zlib / IEEE polynomial, so Python's zlib.crc32 agrees), slicing-by-8,
+ * about 1.5 GB/s a core. Pass 0 to start; chain calls to checksum in pieces. */
+uint32_t crc32_update(uint32_t crc, const void *data, size_t bytes);
+/* Bytes of s[0..n) that are not part of valid UTF-8 (overlong forms, surrogates,
+ * code points past U+10FFFF and cut-short sequences count). */
+size_t utf8_invalid_bytes(const uint8_t *s, size_t n);
+
 /* Bytes as "12.3 MiB". Returns buf. */
 const char *format_bytes(double bytes, char *buf, size_t size);

@@ -5,7 +5,11 @@
  * lists the files (sorted, recursively) and their documents; a seeded shuffle
  * of document indices picks the validation set; pass 2 reads each file again
  * and streams [eot, tokens...] per document into train or val shards of at
- * most --shard_tokens tokens. Same input and options, same bytes out. */
+ * most --shard_tokens tokens. Same input and options, same bytes out.
+ * The walk follows a symlink only inside the input and visits each folder
+ * and file once (no symlink loops); the outputs are written to a staging
+ * folder and moved into place only when all are written, so a failed run
+ * leaves the output folder as it was. */
 #include "prepare.h"
 #include "shard.h"
 #include "tokenizer.h"
@@ -15,6 +19,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -74,9 +79,43 @@ static void add_path(FileList *l, const char *path) {
     l->path[l->n++] = strdup(path);
 }
 
+/* What walk has seen, by (device, inode): a folder or file reached twice
+ * (through a symlink, or a symlink cycle) is taken once. An open-addressing
+ * set, so a corpus of a million files costs a million look-ups. */
+typedef struct { dev_t dev; ino_t ino; int used; } FileId;
+typedef struct { FileId *slot; size_t n, mask; } SeenSet;
+
+static size_t file_hash(dev_t dev, ino_t ino, size_t mask) {
+    uint64_t x = ((uint64_t)dev * 0x9E3779B97F4A7C15ull) ^ (uint64_t)ino;
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdull, x ^= x >> 33;
+    return (size_t)x & mask;
+}
+
+static int seen_before(SeenSet *seen, const struct stat *st) {
+    if (2 * (seen->n + 1) > seen->mask + 1) {   /* grow to keep it at most half full */
+        SeenSet bigger = {callocCheck(seen->mask ? 2 * (seen->mask + 1) : 1024, sizeof(FileId)), 0, seen->mask ? 2 * seen->mask + 1 : 1023};
+        for (size_t i = 0; seen->mask && i <= seen->mask; i++)
+            if (seen->slot[i].used) {
+                size_t h = file_hash(seen->slot[i].dev, seen->slot[i].ino, bigger.mask);
+                while (bigger.slot[h].used) h = (h + 1) & bigger.mask;
+                bigger.slot[h] = seen->slot[i], bigger.n++;
+            }
+        free(seen->slot);
+        *seen = bigger;
+    }
+    size_t h = file_hash(st->st_dev, st->st_ino, seen->mask);
+    for (; seen->slot[h].used; h = (h + 1) & seen->mask)
+        if (seen->slot[h].dev == st->st_dev && seen->slot[h].ino == st->st_ino) return 1;
+    seen->slot[h] = (FileId){st->st_dev, st->st_ino, 1};
+    seen->n++;
+    return 0;
+}
+
 /* Regular files under dir, depth first in sorted name order; hidden names and
- * the output folder (skip, a realpath) are left out. */
-static void walk(FileList *l, const char *dir, const char *ext, const char *skip) {
+ * the output folder (skip, a realpath) are left out. A symlink is followed
+ * only when it points inside root (the input's realpath); each folder and file
+ * is visited once, so a symlink cycle ends instead of looping. */
+static void walk(FileList *l, const char *dir, const char *ext, const char *skip, const char *root, SeenSet *seen) {
     DIR *d = opendir(dir);
     if (!d) die("prepare: cannot read folder '%s': %s", dir, strerror(errno));
     FileList names = {0};
@@ -84,47 +123,35 @@ static void walk(FileList *l, const char *dir, const char *ext, const char *skip
         if (e->d_name[0] != '.') add_path(&names, e->d_name);
     closedir(d);
     if (names.n) qsort(names.path, names.n, sizeof *names.path, compare_names);
+    size_t root_len = strlen(root);
     for (size_t i = 0; i < names.n; i++) {
         char path[PATH_MAX], real[PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", dir, names.path[i]);
-        struct stat st;
-        if (stat(path, &st) != 0) continue;   /* a dangling link */
+        free(names.path[i]);
+        struct stat st, lst;
+        if (lstat(path, &lst) != 0 || stat(path, &st) != 0) continue;   /* gone, or a dangling link */
+        if (!realpath(path, real)) continue;
+        if (S_ISLNK(lst.st_mode) && !(strncmp(real, root, root_len) == 0 && (real[root_len] == '/' || real[root_len] == 0))) {
+            fprintf(stderr, "note: prepare: skipping '%s': it links to '%s', outside --input\n", path, real);
+            continue;
+        }
         if (S_ISDIR(st.st_mode)) {
-            if (!(skip && realpath(path, real) && !strcmp(real, skip))) walk(l, path, ext, skip);
+            if (skip && !strcmp(real, skip)) continue;
+            if (seen_before(seen, &st)) continue;
+            walk(l, path, ext, skip, root, seen);
         } else if (S_ISREG(st.st_mode)) {
             size_t ln = strlen(path), le = strlen(ext);
-            if (ln >= le && !strcmp(path + ln - le, ext)) add_path(l, path);
+            if (ln >= le && !strcmp(path + ln - le, ext) && !seen_before(seen, &st)) add_path(l, path);
         }
-        free(names.path[i]);
     }
     free(names.path);
 }
 
 static uint8_t *read_whole(const char *path, size_t *n) {
-    FILE *f = fopenCheck(path, "rb");
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) die("cannot stat '%s': %s", path, strerror(errno));
-    *n = (size_t)st.st_size;
-    uint8_t *buf = mallocCheck(*n + 1);
-    if (*n) freadCheck(buf, 1, *n, f, path);
-    fcloseCheck(f, path);
+    char err[1600];
+    uint8_t *buf = (uint8_t *)read_regular(path, "text file", SIZE_MAX / 2, n, err, sizeof err);
+    if (!buf) die("prepare: %s", err);
     return buf;
-}
-
-/* Bytes of s[0..n) that are not part of valid UTF-8. */
-static size_t utf8_invalid(const uint8_t *s, size_t n) {
-    size_t bad = 0;
-    for (size_t i = 0; i < n;) {
-        uint8_t c = s[i];
-        size_t k = c < 0x80 ? 1 : (c >= 0xc2 && c <= 0xdf) ? 2 : (c >= 0xe0 && c <= 0xef) ? 3 : (c >= 0xf0 && c <= 0xf4) ? 4 : 0;
-        int ok = k > 0 && i + k <= n;
-        for (size_t j = 1; ok && j < k; j++) ok = (s[i + j] & 0xc0) == 0x80;
-        if (ok && k == 3) ok = !(c == 0xe0 && s[i + 1] < 0xa0) && !(c == 0xed && s[i + 1] >= 0xa0);   /* overlong, surrogate */
-        if (ok && k == 4) ok = !(c == 0xf0 && s[i + 1] < 0x90) && !(c == 0xf4 && s[i + 1] >= 0x90);   /* overlong, > U+10FFFF */
-        if (ok) i += k;
-        else bad++, i++;
-    }
-    return bad;
 }
 
 /* Calls fn(doc, len, ctx) for each non-empty document of a file's text. */
@@ -159,13 +186,47 @@ static void stream_flush(Stream *s, int final) {
         memmove(s->ids, s->ids + m, (s->n - m) * sizeof *s->ids);
         s->n -= m;
     }
-    if (!final) return;
-    for (int i = s->shards;; i++) {   /* shards left from an earlier, larger run would be read as data */
-        char path[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s_%03d.bin", s->out, s->name, i);
-        if (unlink(path) != 0) break;
-        printf("prepare: removed stale %s\n", path);
+}
+
+/* Everything is written into a staging folder inside OUTDIR first and moved
+ * into OUTDIR only when all of it is written, so a run that fails (a bad file,
+ * a full disk) leaves OUTDIR as it was: die() exits through atexit, which
+ * removes the staging folder. */
+static char staging[PATH_MAX];
+
+static void remove_staging(void) {
+    if (!staging[0]) return;
+    DIR *d = opendir(staging);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", staging, e->d_name);
+        if (e->d_name[0] != '.') unlink(path);
     }
+    if (d) closedir(d);
+    rmdir(staging);
+    staging[0] = 0;
+}
+
+/* Moves the staged files into out; shards left from an earlier, larger run would be read as data, so they go. */
+static void publish(const char *out, const Stream *streams, int n_streams, int has_tokenizer) {
+    char from[PATH_MAX + 300], to[PATH_MAX + 300];
+    for (int k = 0; k < n_streams; k++) {
+        const Stream *s = &streams[k];
+        for (int i = 0;; i++) {
+            snprintf(from, sizeof from, "%s/%s_%03d.bin", staging, s->name, i);
+            snprintf(to, sizeof to, "%s/%s_%03d.bin", out, s->name, i);
+            if (i < s->shards) {
+                if (rename(from, to) != 0) die("prepare: cannot move '%s' to '%s': %s", from, to, strerror(errno));
+            } else if (unlink(to) == 0) printf("prepare: removed stale %s\n", to);
+            else break;
+        }
+    }
+    if (has_tokenizer) {
+        snprintf(from, sizeof from, "%s/tokenizer.bin", staging);
+        snprintf(to, sizeof to, "%s/tokenizer.bin", out);
+        if (rename(from, to) != 0) die("prepare: cannot move '%s' to '%s': %s", from, to, strerror(errno));
+    }
+    remove_staging();
 }
 
 static void mkdir_p(const char *dir) {
@@ -249,7 +310,7 @@ int prepare_main(int argc, char **argv) {
         else if (!strcmp(key, "train_vocab")) o.train_vocab = (int)parse_number(a, v, 257, 1 << 20);
         else if (!strcmp(key, "val_fraction")) o.val_fraction = parse_number(a, v, 0, 0.9);
         else if (!strcmp(key, "seed")) o.seed = (long long)parse_number(a, v, 0, 9e15);
-        else if (!strcmp(key, "shard_tokens")) o.shard_tokens = (long long)parse_number(a, v, 1, 1e15);
+        else if (!strcmp(key, "shard_tokens")) o.shard_tokens = (long long)parse_number(a, v, 1, (double)SHARD_MAX_TOKENS);
         else {
             static const char *const known[] = {"input", "out", "ext", "tokenizer", "vocab", "gpt2_dir", "train_vocab",
                                                 "val_fraction", "seed", "shard_tokens"};
@@ -275,8 +336,14 @@ int prepare_main(int argc, char **argv) {
     FileList files = {0};
     char out_real[PATH_MAX];
     const char *skip = realpath(o.out, out_real) ? out_real : NULL;
-    if (S_ISDIR(st.st_mode)) walk(&files, input, ext, skip);
-    else add_path(&files, input);
+    if (S_ISDIR(st.st_mode)) {
+        char root[PATH_MAX];
+        SeenSet seen = {0};
+        if (!realpath(input, root)) die("prepare: cannot resolve '%s': %s", input, strerror(errno));
+        seen_before(&seen, &st);
+        walk(&files, input, ext, skip, root, &seen);
+        free(seen.slot);
+    } else add_path(&files, input);
     if (files.n == 0) die("prepare: no files%s%s in folder '%s'", *ext ? " ending in " : "", ext, input);
 
     /* pass 1: documents and invalid bytes */
@@ -285,7 +352,7 @@ int prepare_main(int argc, char **argv) {
         size_t n;
         uint8_t *text = read_whole(files.path[f], &n);
         for_each_doc(text, n, count_doc, &n_docs);
-        size_t bad = utf8_invalid(text, n);
+        size_t bad = utf8_invalid_bytes(text, n);
         if (bad && bad_files++ < 5)
             fprintf(stderr, "warning: '%s' has %zu bytes that are not valid UTF-8; they are kept as raw bytes\n",
                     files.path[f], bad);
@@ -323,6 +390,9 @@ int prepare_main(int argc, char **argv) {
     mkdir_p(o.out);
     char tok_path[PATH_MAX];
     snprintf(tok_path, sizeof tok_path, "%s/tokenizer.bin", o.out);
+    snprintf(staging, sizeof staging, "%s/.prepare-%d.tmp", o.out, (int)getpid());
+    if (mkdir(staging, 0755) != 0) die("prepare: cannot make the staging folder '%s': %s", staging, strerror(errno));
+    atexit(remove_staging);
     Pass p = {0};
     p.is_val = is_val;
     Tokenizer *tok;
@@ -352,14 +422,17 @@ int prepare_main(int argc, char **argv) {
         tok = tokenizer_load_gpt2(enc, bpe);
         printf("prepare: tokenizer GPT-2 (%s), %d tokens\n", o.gpt2_dir, tokenizer_vocab_size(tok));
     }
-    if (!o.vocab || strcmp(o.vocab, tok_path) != 0) tokenizer_save(tok, tok_path);
+    int save_tokenizer = !o.vocab || strcmp(o.vocab, tok_path) != 0;
+    char staged_tok[PATH_MAX + 32];
+    snprintf(staged_tok, sizeof staged_tok, "%s/tokenizer.bin", staging);
+    if (save_tokenizer) tokenizer_save(tok, staged_tok);
 
     /* pass 2: tokens */
     int vocab = tokenizer_vocab_size(tok);
     p.tok = tok;
     p.counts = callocCheck((size_t)vocab, sizeof *p.counts);
-    p.train = (Stream){o.out, "train", NULL, 0, 0, o.shard_tokens, 0, 0, vocab};
-    p.val = (Stream){o.out, "val", NULL, 0, 0, o.shard_tokens, 0, 0, vocab};
+    p.train = (Stream){staging, "train", NULL, 0, 0, o.shard_tokens, 0, 0, vocab};
+    p.val = (Stream){staging, "val", NULL, 0, 0, o.shard_tokens, 0, 0, vocab};
     double t0 = now_seconds(), last = t0;
     size_t done = 0;
     for (size_t f = 0; f < files.n; f++) {
@@ -377,6 +450,7 @@ int prepare_main(int argc, char **argv) {
     }
     stream_flush(&p.train, 1);
     stream_flush(&p.val, 1);
+    publish(o.out, (Stream[]){p.train, p.val}, 2, save_tokenizer);
 
     /* unigram entropy: the loss of a model that knows only token frequencies */
     double h = 0, total = (double)p.train.total;

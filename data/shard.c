@@ -1,63 +1,78 @@
-/* data/shard.c — read (mmap, validated) and write (atomic) token shards. */
+/* data/shard.c — read (mmap, validated, checked chunk by chunk) and write
+ * (atomic, checksummed) token shards. */
 #define _POSIX_C_SOURCE 200809L
 #include "shard.h"
 #include "../common/util.h"
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-void shard_open(Shard *s, const char *path) {
+#define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); goto fail; } while (0)
+
+/* Tokens per chunk: the smallest multiple of 2^20 that needs at most SHARD_MAX_CHUNKS chunks. */
+static int64_t chunk_tokens_for(int64_t n) {
+    int64_t c = SHARD_MIN_CHUNK_TOKENS;
+    while (c * SHARD_MAX_CHUNKS < n) c += SHARD_MIN_CHUNK_TOKENS;
+    return c;
+}
+
+int shard_open(Shard *s, const char *path, char *err, size_t err_size) {
     memset(s, 0, sizeof *s);
     snprintf(s->path, sizeof s->path, "%s", path);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        die("cannot open token shard '%s': %s\n  hint: run `build/train prepare` to make shards, or fix train_data/val_data",
-            path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) die("cannot stat '%s': %s", path, strerror(errno));
-    size_t bytes = (size_t)st.st_size;
-    if (bytes < SHARD_HEADER_INTS * 4) {
-        close(fd);
-        die("token shard '%s' is %zu bytes, shorter than its 1024-byte header\n  hint: the file is truncated or not a shard; "
-            "regenerate it with `build/train prepare`", path, bytes);
-    }
-    void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) die("cannot map '%s': %s", path, strerror(errno));
-    int32_t h[8];                       /* a copy: the messages below outlive the mapping */
+    void *map = MAP_FAILED;
+    int64_t file_bytes;
+    int fd = open_regular(path, "token shard", &file_bytes, err, err_size);
+    if (fd < 0) return -1;
+    size_t bytes = (size_t)file_bytes;
+    if (bytes < SHARD_HEADER_INTS * 4)
+        FAIL("token shard '%s' is %zu bytes, shorter than its 1024-byte header\n  hint: the file is truncated or not a shard; "
+             "regenerate it with `build/train prepare`", path, bytes);
+    map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) FAIL("cannot map token shard '%s': %s", path, strerror(errno));
+    int32_t h[SHARD_HEADER_INTS];
     memcpy(h, map, sizeof h);
-    if (h[0] != SHARD_MAGIC) {
-        munmap(map, bytes);
-        die("'%s' is not a token shard (magic 0x%08x, expected 0x%08x)\n  hint: make shards with `build/train prepare`",
-            path, (unsigned)h[0], SHARD_MAGIC);
-    }
-    if (h[1] != SHARD_VERSION) {
-        munmap(map, bytes);
-        die("token shard '%s' has version %d; this build reads version %d\n  hint: regenerate it with this build's `prepare`",
-            path, h[1], SHARD_VERSION);
-    }
-    int64_t n = (int64_t)(uint32_t)h[2] | ((int64_t)(uint32_t)h[3] << 32);
+    if (h[0] != SHARD_MAGIC)
+        FAIL("'%s' is not a token shard (magic 0x%08x, expected 0x%08x)\n  hint: make shards with `build/train prepare`",
+             path, (unsigned)h[0], SHARD_MAGIC);
+    if (h[1] != 1 && h[1] != SHARD_VERSION)
+        FAIL("token shard '%s' has version %d; this build reads versions 1 and %d\n  hint: regenerate it with this build's `prepare`",
+             path, h[1], SHARD_VERSION);
+    if (h[1] >= 2 && crc32_update(0, h, 4 * (SHARD_HEADER_INTS - 1)) != (uint32_t)h[SHARD_HEADER_INTS - 1])
+        FAIL("token shard '%s': header checksum mismatch: the header is damaged\n  hint: regenerate it with `build/train prepare`", path);
+    int64_t n = (int64_t)((uint64_t)(uint32_t)h[2] | (uint64_t)(uint32_t)h[3] << 32);
     int width = h[4];
-    if (width != 2 && width != 4) {
-        munmap(map, bytes);
-        die("token shard '%s' says %d bytes per token; only 2 and 4 exist\n  hint: the header is corrupt; regenerate the shard",
-            path, width);
+    if (width != 2 && width != 4)
+        FAIL("token shard '%s' says %d bytes per token; only 2 and 4 exist\n  hint: the header is corrupt; regenerate the shard",
+             path, width);
+    int64_t want;
+    if (n < 0 || !mul_i64(n, width, &want) || !add_i64(want, SHARD_HEADER_INTS * 4, &want) || want != file_bytes)
+        FAIL("token shard '%s' is %zu bytes but its header promises %lld tokens of %d bytes\n  hint: the file is %s; "
+             "regenerate it with `build/train prepare`", path, bytes, (long long)n, width,
+             n >= 0 && want > file_bytes ? "truncated" : "damaged or longer than its header says");
+    if (h[5] < 0) FAIL("token shard '%s': vocabulary size %d in its header is negative: the header is corrupt", path, h[5]);
+    if (h[1] >= 2) {
+        s->chunk_tokens = h[6];
+        s->n_chunks = h[7];
+        if (s->chunk_tokens < 1 || s->n_chunks != (n + s->chunk_tokens - 1) / s->chunk_tokens || s->n_chunks > SHARD_MAX_CHUNKS)
+            FAIL("token shard '%s': %d checksum chunks of %lld tokens do not cover its %lld tokens: the header is corrupt",
+                 path, h[7], (long long)h[6], (long long)n);
+    } else {
+        fprintf(stderr, "note: token shard '%s' is version 1, without checksums: a damaged byte in it cannot be caught; "
+                        "regenerate it with `build/train prepare` to add them\n", path);
     }
-    size_t want = SHARD_HEADER_INTS * 4 + (size_t)n * width;
-    if (n < 0 || want != bytes) {
-        munmap(map, bytes);
-        die("token shard '%s' is %zu bytes but its header promises %lld tokens (%zu bytes)\n  hint: the file is %s; "
-            "regenerate it with `build/train prepare`", path, bytes, (long long)n, want,
-            bytes < want ? "truncated" : "longer than its header says");
-    }
+    close(fd);
+    s->version = h[1];
     s->n_tokens = n;
     s->width = width;
     s->vocab_size = h[5];
     s->map = map;
     s->map_bytes = bytes;
+    return 0;
+fail:
+    if (map != MAP_FAILED) munmap(map, bytes);
+    close(fd);
+    return -1;
 }
 
 void shard_close(Shard *s) {
@@ -65,29 +80,65 @@ void shard_close(Shard *s) {
     s->map = NULL;
 }
 
+int shard_check(Shard *s, int64_t first, int64_t count, char *err, size_t err_size) {
+    if (first < 0 || count < 0 || first > s->n_tokens - count) {
+        snprintf(err, err_size, "token shard '%s': tokens %lld..%lld lie outside its %lld tokens", s->path, (long long)first,
+                 (long long)(first + count), (long long)s->n_tokens);
+        return -1;
+    }
+    if (s->n_chunks == 0 || count == 0) return 0;
+    const uint32_t *stored = (const uint32_t *)(const void *)(s->map + 8 * 4);
+    for (int64_t c = first / s->chunk_tokens; c <= (first + count - 1) / s->chunk_tokens; c++) {
+        if (s->checked[c]) continue;
+        int64_t t0 = c * s->chunk_tokens, t1 = t0 + s->chunk_tokens < s->n_tokens ? t0 + s->chunk_tokens : s->n_tokens;
+        uint32_t crc = crc32_update(0, s->map + SHARD_HEADER_INTS * 4 + (size_t)t0 * s->width, (size_t)(t1 - t0) * s->width);
+        uint32_t want;
+        memcpy(&want, stored + c, 4);
+        if (crc != want) {
+            snprintf(err, err_size, "token shard '%s': tokens %lld..%lld fail their checksum (stored %08x, computed %08x): "
+                     "the file is damaged\n  hint: regenerate it with `build/train prepare`", s->path, (long long)t0,
+                     (long long)t1, want, crc);
+            return -1;
+        }
+        s->checked[c] = 1;
+    }
+    return 0;
+}
+
 void shard_write(const char *path, const uint32_t *tokens, int64_t n_tokens, int vocab_size) {
+    if (n_tokens < 0 || n_tokens > SHARD_MAX_TOKENS)
+        die("a token shard holds at most %lld tokens, not %lld\n  hint: use a smaller --shard-tokens",
+            (long long)SHARD_MAX_TOKENS, (long long)n_tokens);
     int width = 2;
     for (int64_t i = 0; i < n_tokens; i++)
         if (tokens[i] > 65535) { width = 4; break; }
     int32_t h[SHARD_HEADER_INTS] = {0};
+    int64_t chunk = chunk_tokens_for(n_tokens);
     h[0] = SHARD_MAGIC;
     h[1] = SHARD_VERSION;
     h[2] = (int32_t)(uint32_t)(n_tokens & 0xffffffff);
     h[3] = (int32_t)(uint32_t)((uint64_t)n_tokens >> 32);
     h[4] = width;
     h[5] = vocab_size;
+    h[6] = (int32_t)chunk;
+    h[7] = (int32_t)((n_tokens + chunk - 1) / chunk);
     char tmp[1100];
     FILE *f = atomic_open(path, tmp, sizeof tmp);
-    fwriteCheck(h, sizeof h, 1, f, tmp);
+    fwriteCheck(h, sizeof h, 1, f, tmp);   /* a zero-CRC header first; the real one once the chunks are summed */
     enum { CHUNK = 1 << 16 };
     static uint8_t buf[CHUNK * 4];
-    for (int64_t i = 0; i < n_tokens; i += CHUNK) {
+    for (int64_t i = 0; i < n_tokens; i += CHUNK) {   /* CHUNK divides chunk (a multiple of 2^20): no piece straddles two chunks */
         int64_t m = n_tokens - i < CHUNK ? n_tokens - i : CHUNK;
         for (int64_t j = 0; j < m; j++) {
             uint32_t t = tokens[i + j];
             for (int b = 0; b < width; b++) buf[j * width + b] = (uint8_t)(t >> (8 * b));
         }
+        uint32_t *crc = (uint32_t *)&h[8 + i / chunk];
+        *crc = crc32_update(*crc, buf, (size_t)m * width);
         fwriteCheck(buf, width, (size_t)m, f, tmp);
     }
+    h[SHARD_HEADER_INTS - 1] = (int32_t)crc32_update(0, h, 4 * (SHARD_HEADER_INTS - 1));
+    if (fseek(f, 0, SEEK_SET) != 0) die("cannot seek in '%s': %s", tmp, strerror(errno));
+    fwriteCheck(h, sizeof h, 1, f, tmp);
     atomic_commit(f, tmp, path);
 }

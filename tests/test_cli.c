@@ -137,7 +137,7 @@ int main(void) {
     expect_error("oops", "unexpected argument 'oops'");
     expect_error("--dim", "has no value");
     expect_error(ARGS("--config=%s/bad.ini", dir), "bad.ini:4: expected 'key = value'");
-    expect_error(ARGS("--config=%s/none.ini", dir), "cannot read config file");
+    expect_error(ARGS("--config=%s/none.ini", dir), "cannot open config file");
     expect_error(ARGS("%s --train_data=%s/missing.bin", small, dir), "no token shard matches");
     expect_error(ARGS("%s --train_data=%s/magic.bin", small, dir), "is not a token shard");
     expect_error(ARGS("%s --train_data=%s/version.bin", small, dir), "has version 9");

@@ -87,5 +87,6 @@ int main(void) {
     optimizer_free(&opt, m.be);
     model_free(&m);
     free(grads);
+    fixture_free(&f);
     return test_summary();
 }

@@ -39,6 +39,7 @@ static void fixture_in_precision(DType act) {
     printf("%s (emulated): loss rel err %.2e, gradient rel err %.2e\n", dtype_name(act), le, ge);
     model_free(&m32); model_free(&m16);
     free(g32); free(g16);
+    fixture_free(&f);
 }
 
 static void test_fp16_loss_scaling(void) {

@@ -228,7 +228,8 @@ static int shard_tokens(const char *dir, const char *name, uint32_t **all, size_
         snprintf(path, sizeof path, "%s/%s_%03d.bin", dir, name, shards);
         if (access(path, F_OK) != 0) break;
         Shard s;
-        shard_open(&s, path);
+        char err[2048];
+        if (shard_open(&s, path, err, sizeof err) != 0 || shard_check(&s, 0, s.n_tokens, err, sizeof err) != 0) die("%s", err);
         *all = realloc(*all, (*n + (size_t)s.n_tokens + 1) * sizeof **all);
         for (int64_t i = 0; i < s.n_tokens; i++) (*all)[(*n)++] = shard_token(&s, i);
         shard_close(&s);

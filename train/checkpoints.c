@@ -16,6 +16,7 @@
 #include "../parallel/watchdog.h"
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CONFIG_TEXT_BYTES 65536
 static const char *const moment_prefixes[2] = {"optimizer.adamw.m", "optimizer.adamw.v"};
@@ -158,9 +159,7 @@ void trainer_restore(Trainer *tr) {
         char probe[1200];
         snprintf(probe, sizeof probe, "%s/config.json", c->init_from);
         float *host = mallocCheck((P + 1) * sizeof(float));
-        FILE *f = fopen(probe, "r");
-        if (f) {   /* a Hugging Face folder */
-            fclose(f);
+        if (access(probe, F_OK) == 0) {   /* a Hugging Face folder (not fopen: a FIFO would block it) */
             if (hf_check_config(c->init_from, &tr->model_cfg, err, sizeof err) != 0) die("init_from: %s", err);
             if (hf_read_weights(c->init_from, &tr->model, host, err, sizeof err) != 0) die("init_from: %s", err);
         } else {

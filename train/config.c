@@ -15,18 +15,18 @@
 
 const ConfigField config_fields[] = {
     F(preset, FIELD_STRING, "", 0, 0, NULL, "model", "named model and batch shape: tiny | l15m | l124m | l350m; later keys override it"),
-    F(vocab_size, FIELD_INT, "0", 0, BIG, NULL, "model", "vocabulary size; 0 = read it from the training shard's header"),
+    F(vocab_size, FIELD_INT, "0", 0, 1 << 24, NULL, "model", "vocabulary size; 0 = read it from the training shard's header"),
     F(dim, FIELD_INT, "128", 8, 65536, NULL, "model", "model width (d_model)"),
     F(n_layers, FIELD_INT, "4", 1, 1024, NULL, "model", "decoder blocks"),
     F(n_heads, FIELD_INT, "4", 1, 1024, NULL, "model", "query heads; dim must divide by it"),
     F(n_kv_heads, FIELD_INT, "2", 1, 1024, NULL, "model", "key/value heads (grouped-query attention); n_heads must divide by it"),
-    F(ffn_dim, FIELD_INT, "352", 1, BIG, NULL, "model", "hidden width of the SwiGLU MLP"),
+    F(ffn_dim, FIELD_INT, "352", 1, 1 << 20, NULL, "model", "hidden width of the SwiGLU MLP"),
     F(seq_len, FIELD_INT, "128", 2, 1048576, NULL, "model", "tokens per sequence (T)"),
     F(tie_embeddings, FIELD_BOOL, "0", 0, 1, NULL, "model", "share the token embedding with the LM head"),
     F(rope_theta, FIELD_FLOAT, "10000", 1, 1e12, NULL, "model", "rotary embedding base"),
-    F(norm_eps, FIELD_FLOAT, "1e-5", 0, 1, NULL, "model", "RMSNorm epsilon"),
+    F(norm_eps, FIELD_FLOAT, "1e-5", 1e-12, 1, NULL, "model", "RMSNorm epsilon"),
     F(init_std, FIELD_FLOAT, "0.02", 0, 10, NULL, "model", "std of the normal init; output projections are scaled by 1/sqrt(2*n_layers)"),
-    F(batch_size, FIELD_INT, "16", 1, BIG, NULL, "training", "micro-batch: sequences per forward/backward (B)"),
+    F(batch_size, FIELD_INT, "16", 1, 1 << 20, NULL, "training", "micro-batch: sequences per forward/backward (B)"),
     F(total_batch_tokens, FIELD_INT, "0", 0, BIG, NULL, "training", "tokens per optimizer step over all ranks; 0 = batch_size*seq_len*dp (no accumulation)"),
     F(max_steps, FIELD_INT, "1000", 0, BIG, NULL, "training", "optimizer steps to train; 0 = build the model and exit, writing nothing (`build/train memory` shows the memory plan alone)"),
     F(lr, FIELD_FLOAT, "1e-3", 0, 10, NULL, "training", "peak learning rate"),
@@ -227,46 +227,65 @@ static char *trim(char *s) {
     return s;
 }
 
-/* Reads "key = value" lines ([sections] and # comments ignored). With
+#define INI_MAX_BYTES (1 << 20)
+
+/* Reads "key = value" lines ([sections] and # comments ignored) of the file at
+ * path: a regular file of at most INI_MAX_BYTES, read whole, so a line of any
+ * length is one line and a device or FIFO is refused at once. With
  * only_preset, applies just the preset key; otherwise every key but preset. */
-static void load_ini(Config *c, const char *path, int only_preset) {
-    FILE *f = fopen(path, "r");
-    if (!f) die("cannot read config file '%s'\n  hint: check the path given to --config", path);
-    char line[2048], err[512];
-    int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
+static int load_ini(Config *c, const char *path, int only_preset, char *err, size_t err_size) {
+    size_t n;
+    char *text = read_regular(path, "config file", INI_MAX_BYTES, &n, err, err_size);
+    if (!text) return -1;
+    int lineno = 0, rc = 0;
+    if (strlen(text) != n) {
+        snprintf(err, err_size, "config file '%s' holds a NUL byte: it is not a text file", path);
+        rc = -1;
+    }
+    for (char *line = text, *next; rc == 0 && line < text + n; line = next) {
         lineno++;
+        char *nl = strchr(line, '\n');
+        next = nl ? nl + 1 : text + n;
+        if (nl) *nl = 0;
         char *hash = strchr(line, '#');
         if (hash) *hash = 0;
         char *s = trim(line);
         if (!*s || *s == '[') continue;
         char *eq = strchr(s, '=');
-        if (!eq) { fclose(f); die("%s:%d: expected 'key = value', got '%s'", path, lineno, s); }
+        if (!eq) {
+            snprintf(err, err_size, "%s:%d: expected 'key = value', got '%.200s'", path, lineno, s);
+            rc = -1;
+            break;
+        }
         *eq = 0;
-        char *key = trim(s), *value = trim(eq + 1);
-        int is_preset = strcmp(key, "preset") == 0;
-        if (is_preset != only_preset) continue;
-        if (config_set(c, key, value, err, sizeof err) != 0) { fclose(f); die("%s:%d: %s", path, lineno, err); }
+        char *key = trim(s), *value = trim(eq + 1), msg[768];
+        if ((strcmp(key, "preset") == 0) != only_preset) continue;
+        if (config_set(c, key, value, msg, sizeof msg) != 0) {
+            snprintf(err, err_size, "%s:%d: %s", path, lineno, msg);
+            rc = -1;
+        }
     }
-    fclose(f);
+    free(text);
+    return rc;
 }
 
-void config_parse_args(Config *c, int argc, char **argv) {
+int config_try_parse_args(Config *c, int argc, char **argv, char *err, size_t err_size) {
     config_defaults(c);
     const char *ini = NULL, *preset = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strncmp(argv[i], "--", 2) != 0)
-            die("unexpected argument '%s': settings are --key=value (see `build/train --help`)", argv[i]);
+        if (strncmp(argv[i], "--", 2) != 0) {
+            snprintf(err, err_size, "unexpected argument '%.200s': settings are --key=value (see `build/train --help`)", argv[i]);
+            return -1;
+        }
         if (!strncmp(argv[i], "--config=", 9)) ini = argv[i] + 9;
         else if (!strcmp(argv[i], "--config")) {
-            if (i + 1 >= argc) die("--config needs a file: --config=path.ini");
+            if (i + 1 >= argc) { snprintf(err, err_size, "--config needs a file: --config=path.ini"); return -1; }
             ini = argv[++i];
         } else if (!strncmp(argv[i], "--preset=", 9)) preset = argv[i] + 9;
     }
-    char err[512];
-    if (ini) load_ini(c, ini, 1);
-    if (preset && config_set(c, "preset", preset, err, sizeof err) != 0) die("%s", err);
-    if (ini) load_ini(c, ini, 0);
+    if (ini && load_ini(c, ini, 1, err, err_size) != 0) return -1;
+    if (preset && config_set(c, "preset", preset, err, err_size) != 0) return -1;
+    if (ini && load_ini(c, ini, 0, err, err_size) != 0) return -1;
     for (int i = 1; i < argc; i++) {
         if (!strncmp(argv[i], "--config", 8) || !strncmp(argv[i], "--preset=", 9)) {
             if (!strcmp(argv[i], "--config")) i++;
@@ -274,10 +293,15 @@ void config_parse_args(Config *c, int argc, char **argv) {
         }
         char key[128];
         const char *value = option_split(argv[i], key, sizeof key);
-        if (!value) die("'%s' has no value: write %s=VALUE", argv[i], argv[i]);
-        if (config_set(c, key, value, err, sizeof err) != 0) die("%s", err);
+        if (!value) { snprintf(err, err_size, "'%.200s' has no value: write %.200s=VALUE", argv[i], argv[i]); return -1; }
+        if (config_set(c, key, value, err, err_size) != 0) return -1;
     }
-    config_validate(c);
+    return config_try_validate(c, err, err_size);
+}
+
+void config_parse_args(Config *c, int argc, char **argv) {
+    char err[1024];
+    if (config_try_parse_args(c, argc, argv, err, sizeof err) != 0) die("%s", err);
 }
 
 int config_head_dim(const Config *c) { return c->dim / c->n_heads; }
@@ -287,34 +311,44 @@ int config_grad_accum_steps(const Config *c) {
     return c->total_batch_tokens ? (int)(c->total_batch_tokens / per_micro) : 1;
 }
 
-void config_validate(const Config *c) {
+#define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); return -1; } while (0)
+
+int config_try_validate(const Config *c, char *err, size_t err_size) {
     if (c->dim % c->n_heads)
-        die("dim=%d does not divide by n_heads=%d: each head gets dim/n_heads channels; pick n_heads dividing dim", c->dim, c->n_heads);
+        FAIL("dim=%d does not divide by n_heads=%d: each head gets dim/n_heads channels; pick n_heads dividing dim", c->dim, c->n_heads);
     if (c->n_heads % c->n_kv_heads)
-        die("n_heads=%d does not divide by n_kv_heads=%d: each KV head serves a whole group of query heads", c->n_heads, c->n_kv_heads);
+        FAIL("n_heads=%d does not divide by n_kv_heads=%d: each KV head serves a whole group of query heads", c->n_heads, c->n_kv_heads);
     if (config_head_dim(c) % 2)
-        die("head dim dim/n_heads = %d is odd: rotary embeddings rotate pairs of channels, so it must be even", config_head_dim(c));
+        FAIL("head dim dim/n_heads = %d is odd: rotary embeddings rotate pairs of channels, so it must be even", config_head_dim(c));
     ModelConfig mc = {.n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .ffn_dim = c->ffn_dim};
-    char err[512];
-    if (model_check_tp(&mc, c->tp, err, sizeof err) != 0) die("%s", err);
+    if (model_check_tp(&mc, c->tp, err, err_size) != 0) return -1;
     long tokens = (long)c->batch_size * c->seq_len;
+    if (tokens > 2147483647L)
+        FAIL("batch_size*seq_len = %d*%d = %ld tokens per micro-batch is more than 2147483647; use a smaller batch_size",
+             c->batch_size, c->seq_len, tokens);
     if (c->sequence_parallel && c->tp > 1 && tokens % c->tp)
-        die("sequence_parallel=1 splits the batch_size*seq_len = %d*%d = %ld tokens of a micro-batch over tp=%d ranks, and %ld does not "
-            "divide by %d\n  hint: choose batch_size and seq_len whose product divides by tp, or --sequence_parallel=0",
-            c->batch_size, c->seq_len, tokens, c->tp, tokens, c->tp);
-    long per_micro = (long)c->batch_size * c->seq_len * c->dp;
+        FAIL("sequence_parallel=1 splits the batch_size*seq_len = %d*%d = %ld tokens of a micro-batch over tp=%d ranks, and %ld does not "
+             "divide by %d\n  hint: choose batch_size and seq_len whose product divides by tp, or --sequence_parallel=0",
+             c->batch_size, c->seq_len, tokens, c->tp, tokens, c->tp);
+    long per_micro = tokens * c->dp;
     if (c->total_batch_tokens && c->total_batch_tokens % per_micro)
-        die("total_batch_tokens=%d is not a multiple of batch_size*seq_len*dp = %d*%d*%d = %ld: every data-parallel rank "
-            "accumulates whole micro-batches\n  hint: make total_batch_tokens a multiple of %ld", c->total_batch_tokens,
-            c->batch_size, c->seq_len, c->dp, per_micro, per_micro);
+        FAIL("total_batch_tokens=%d is not a multiple of batch_size*seq_len*dp = %d*%d*%d = %ld: every data-parallel rank "
+             "accumulates whole micro-batches\n  hint: make total_batch_tokens a multiple of %ld", c->total_batch_tokens,
+             c->batch_size, c->seq_len, c->dp, per_micro, per_micro);
     if (c->grad_reduce_dtype == GRAD_REDUCE_BF16 && c->precision != PRECISION_BF16)
-        die("grad_reduce_dtype=bf16 sends the gradients in the compute dtype, and precision=%s\n"
-            "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", c->precision == PRECISION_FP16 ? "fp16" : "fp32");
+        FAIL("grad_reduce_dtype=bf16 sends the gradients in the compute dtype, and precision=%s\n"
+             "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", c->precision == PRECISION_FP16 ? "fp16" : "fp32");
     if (c->comm_timeout_s <= 0)
-        die("comm_timeout_s=%g: a collective needs a deadline (> 0 seconds), or one stalled rank hangs every other rank for ever\n"
-            "  hint: the default is 100; give a slow setup more, e.g. --comm_timeout_s=1800", c->comm_timeout_s);
+        FAIL("comm_timeout_s=%g: a collective needs a deadline (> 0 seconds), or one stalled rank hangs every other rank for ever\n"
+             "  hint: the default is 100; give a slow setup more, e.g. --comm_timeout_s=1800", c->comm_timeout_s);
     if (c->warmup_steps > c->max_steps && c->max_steps > 0)
-        die("warmup_steps=%d is longer than max_steps=%d; the learning rate would never reach lr", c->warmup_steps, c->max_steps);
+        FAIL("warmup_steps=%d is longer than max_steps=%d; the learning rate would never reach lr", c->warmup_steps, c->max_steps);
+    return 0;
+}
+
+void config_validate(const Config *c) {
+    char err[512];
+    if (config_try_validate(c, err, sizeof err) != 0) die("%s", err);
 }
 
 void config_format(const Config *c, const ConfigField *f, char *out, size_t size) {

@@ -64,15 +64,19 @@ extern const int config_n_fields;
 
 /* Defaults, then the preset (from the file or the command line; the command
  * line wins), then the --config file, then --key=value overrides; then
- * config_validate. Dies with one clear message on any bad input.
- * Arguments that are not --key=value are an error. */
+ * config_validate. Fails with one clear message on any bad input (the _try_
+ * version returns it, the other dies with it: common/util.h). Arguments that
+ * are not --key=value are an error. The --config file must be a regular text
+ * file of at most 1 MiB. */
+int config_try_parse_args(Config *c, int argc, char **argv, char *err, size_t err_size);
 void config_parse_args(Config *c, int argc, char **argv);
 /* Set one field from text; returns 0, or -1 with a message in err. */
 int config_set(Config *c, const char *key, const char *value, char *err, size_t err_size);
 /* Apply a preset's fields; returns -1 for an unknown preset name. */
 int config_apply_preset(Config *c, const char *name);
 void config_defaults(Config *c);
-/* Cross-field checks (dim % n_heads, ...); dies naming the keys. */
+/* Cross-field checks (dim % n_heads, ...); fails naming the keys. */
+int config_try_validate(const Config *c, char *err, size_t err_size);
 void config_validate(const Config *c);
 /* One field's value as text. */
 void config_format(const Config *c, const ConfigField *f, char *out, size_t size);

@@ -261,10 +261,9 @@ int plan_main(int argc, char **argv) {
            c.preset[0] ? c.preset : "model", gpus, per_node, mem_gib, link, link_node, net, link_net, global,
            prof.have ? "compute from the profile" : "compute estimated from FLOPs (no --profile)");
     printf("  #  dp tp pp   B    m recomp zero  mem/rank   step ms    tokens/s  comm ms  bubble  why\n");
-    int shown = 0, any_fit = 0;
+    int shown = 0;
     for (int i = 0; i < count && shown < top; i++, shown++) {
         Layout *L = &all[i];
-        any_fit |= L->fits;
         printf("%3d %3d %2d %2d %3d %4d %6s %4d %7.2f GiB %9.1f %11.0f %8.1f %6.1f%%  %s\n", i + 1, L->dp, L->tp, L->pp, L->B, L->m,
                rname[L->recompute], L->zero, L->mem_gib, L->step_ms, L->tokens_per_s, L->comm_ms, 100 * L->bubble, L->why);
     }

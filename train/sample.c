@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int sample_token(const float *logits, int V, float temperature, int top_k, Rng *rng) {
     int best = 0;
@@ -112,12 +113,10 @@ int sample_main(int argc, char **argv) {
     if (!model) die("sample: --model=DIR is required\n%s", sample_usage);
     char beside[1100];
     snprintf(beside, sizeof beside, "%s/tokenizer.bin", model);
-    FILE *probe = tok_path ? NULL : fopen(beside, "rb");
-    if (probe) { fclose(probe); tok_path = beside; }   /* an exported folder carries its vocabulary */
+    if (!tok_path && access(beside, R_OK) == 0) tok_path = beside;   /* an exported folder carries its vocabulary */
     if (!tok_path) tok_path = "data/corpus/tokenizer.bin";
-    FILE *f = fopen(tok_path, "rb");
-    if (!f) die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
-    fclose(f);
+    if (access(tok_path, R_OK) != 0)   /* not fopen: a FIFO would block it */
+        die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
     Tokenizer *tok = tokenizer_load(tok_path);
     Model m;
     Comm comm;

@@ -199,10 +199,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
             snprintf(shard, sizeof shard, "%s", tr->train.shards[0].path);
             snprintf(path, sizeof path, "%s/tokenizer.bin", dirname(shard));
         }
-        FILE *f = fopen(path, "rb");
-        if (!f) die("sample_tokens=%d needs the vocabulary the shards were made with, and '%s' cannot be read\n"
+        if (access(path, R_OK) != 0) die("sample_tokens=%d needs the vocabulary the shards were made with, and '%s' cannot be read\n"
                     "  hint: set --tokenizer=PATH, or --sample_tokens=0 to train without samples", c->sample_tokens, path);
-        fclose(f);
         tr->tokenizer = tokenizer_load(path);
         if (tokenizer_vocab_size(tr->tokenizer) > vocab)
             die("the tokenizer '%s' has %d tokens but the model's vocab_size is %d", path, tokenizer_vocab_size(tr->tokenizer), vocab);
