@@ -134,11 +134,12 @@ void comm_free(Comm *c) {
 
 /* ---- device buffers */
 
-/* A group of one rank has nothing to do — except the data-parallel group of a one-rank run that asked for a transport
- * even so (comm_backend=nccl under mpirun -np 1): its buckets go through NCCL so that path runs and is timed on one GPU.
- * (The tp sums of a dp-only run, groups of one, cost nothing.) */
+/* A group of one rank has nothing to do — except the data-parallel and world groups of a one-rank run that asked
+ * for a transport even so (comm_backend=nccl under mpirun -np 1, or the doctor): the gradient buckets and the
+ * doctor's sweep go through NCCL, so that path runs and is timed on one GPU. The tp and pp groups of one (the tp
+ * sums of every layer) cost nothing, in a run of one rank or of many. */
 static int alone(const Comm *c, CommGroup g) {
-    int exercised = c->impl && c->world_size == 1 && g == GROUP_DP;
+    int exercised = c->impl && c->world_size == 1 && (g == GROUP_DP || g == GROUP_WORLD);
     return comm_group_size(c, g) == 1 && !exercised;
 }
 static int skip(const Comm *c, CommGroup g) { return alone(c, g) || c->ablate; }

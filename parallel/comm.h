@@ -106,7 +106,8 @@ void comm_recv_host(const Comm *c, int peer, void *buf, size_t bytes);
 void comm_barrier(const Comm *c, CommGroup g);
 
 /* ---- tests only (config key fault=stall on a GPU rank of the NCCL transport): this rank's
- * device stream stops for ever (a host function that never returns is queued on it), so its
- * device collectives never complete — what a hung kernel looks like to the watchdog.
+ * comm stream stops for ever (a host function that never returns is queued on it), so its
+ * device collectives never start — what a collective waiting for a peer that never comes
+ * looks like to the watchdog, while the rest of the step runs on.
  * Returns 0, doing nothing, where there is no such stream (MPI transport, CPU). */
 int comm_fault_hang(const Comm *c);

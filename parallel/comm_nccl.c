@@ -66,8 +66,8 @@ static void flight_mark(const Comm *c, cudaStream_t st, int after) {
     if (after) flight_device(id, s->flight_start[k], s->flight_done[k]);
 }
 static void CUDART_CB wait_for_ever(void *arg) { (void)arg; for (;;) pause(); }
-int nccl_fault_hang(const Comm *c) {
-    cudaOk(cudaLaunchHostFunc(c->impl->nccl->compute, wait_for_ever, NULL));
+int nccl_fault_hang(const Comm *c) {   /* the comm stream stops: what a collective waiting for a peer that never comes looks like */
+    cudaOk(cudaLaunchHostFunc(c->impl->nccl->comm, wait_for_ever, NULL));
     return 1;
 }
 

@@ -283,7 +283,7 @@ StepStats trainer_step(Trainer *tr) {
     float dloss = total_valid > 0 ? (float)(tr->loss_scale / total_valid) : 0.0f;   /* gradients come out x loss_scale */
     if (fault_now(tr, FAULT_NAN)) dloss = NAN;
     if (fault_now(tr, FAULT_EXIT)) { fprintf(stderr, "fault: rank %d exits at step %d\n", tr->comm.rank, tr->step + 1); _exit(3); }
-    if (fault_now(tr, FAULT_STALL)) {   /* a GPU rank on NCCL: its stream stops and its collectives never complete; else it sleeps */
+    if (fault_now(tr, FAULT_STALL)) {   /* a GPU rank on NCCL: its comm stream stops, its collectives never complete; else it sleeps */
         fprintf(stderr, "fault: rank %d stalls at step %d\n", tr->comm.rank, tr->step + 1);
         if (!comm_fault_hang(&tr->comm)) for (;;) pause();
     }
