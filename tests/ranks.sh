@@ -1,16 +1,9 @@
 # tests/ranks.sh — sourced by the shell tests that start many ranks: the
-# check() tally behind their closing "N passed, N failed", a clean skip where
-# this build or machine has no Open MPI, mpirun's permission to run as root
-# and to oversubscribe the cores (CI has 2), and a scratch folder $dir that
-# goes away at the end (KEEP=1 keeps it).
-set -u
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-# the sanitizer pass (tests/test_asan.sh): ranks keep ASan and UBSan, not LeakSanitizer — Open MPI leaves
-# allocations in components it has unloaded by exit, which LSan can neither free nor name to suppress
-[ -n "${LLM3D_SANITIZER_PASS:-}" ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-passed=0; failed=0
-check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+# tally of tests/tally.sh, a clean skip where this build or machine has no
+# Open MPI, mpirun's permission to run as root and to oversubscribe the cores
+# (CI has 2), and a scratch folder $dir that goes away at the end (KEEP=1
+# keeps it).
+source "$(dirname "${BASH_SOURCE[0]}")/tally.sh"
 if ! command -v mpirun >/dev/null || ! ldd "$BUILD/train" | grep -q libmpi; then
     echo "skipped: no mpirun, or this build has no Open MPI"; echo "0 passed, 0 failed"; exit 0
 fi

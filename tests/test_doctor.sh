@@ -10,14 +10,7 @@
 #   - bad input: a timeout of 0 or below, --device=cuda without a GPU, and a
 #     bootstrap address no rank can reach (NCCL_COMM_ID) each end in words
 #     with exit 1.
-set -u
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-# the sanitizer pass (tests/test_asan.sh): ranks keep ASan and UBSan, not LeakSanitizer — Open MPI leaves
-# allocations in components it has unloaded by exit, which LSan can neither free nor name to suppress
-[ -n "${LLM3D_SANITIZER_PASS:-}" ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-passed=0; failed=0
-check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+source "$(dirname "$0")/tally.sh"
 export CUDA_VISIBLE_DEVICES=
 out=$(mktemp /tmp/llm3d_test_doctor.XXXXXX)
 trap 'rm -f "$out"' EXIT

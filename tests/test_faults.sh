@@ -12,14 +12,7 @@
 #   - SIGKILL of rank 0 in the middle of writing a checkpoint: resuming from
 #     the last complete one ends bit-exact with a run never interrupted;
 #   - bad input: comm_timeout_s of 0 or below is refused in words.
-set -u
-cd "$(dirname "$0")/.."
-BUILD=${BUILD:-build}
-# the sanitizer pass (tests/test_asan.sh): ranks keep ASan and UBSan, not LeakSanitizer — Open MPI leaves
-# allocations in components it has unloaded by exit, which LSan can neither free nor name to suppress
-[ -n "${LLM3D_SANITIZER_PASS:-}" ] && export ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0"
-passed=0; failed=0
-check() { if eval "$1"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL $2"; fi; }
+source "$(dirname "$0")/tally.sh"
 dir=$(mktemp -d /tmp/llm3d_test_faults.XXXXXX)
 trap '[ -z "${KEEP:-}" ] && rm -rf "$dir"' EXIT
 "$BUILD"/train prepare --input=tests/data/sotu_sample.txt --out="$dir/data" --train-vocab=300 >/dev/null 2>&1
