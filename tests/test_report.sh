@@ -66,6 +66,9 @@ check '[ $rc -ne 0 ] && grep -q "rank(s) with comm_backend=nccl need [12] GPUs, 
 # plot
 "$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/slow.png" > "$dir/plot.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && [ -s "$dir/slow.png" ] && grep -q "step-time split" "$dir/plot.log"' "plot draws a run's log: $(cat "$dir/plot.log")"
+# each curve is a table of its own (a line through rows of other curves would break at every one of them)
+check '[ "$(wc -l < "$dir/slow.png.split.dat")" -eq "$(grep -c compute_ms "$dir/slow.jsonl")" ] && [ "$(wc -l < "$dir/slow.png.eval.dat")" -eq "$(grep -c val_loss "$dir/slow.jsonl")" ]' \
+      "plot's tables hold every split and every evaluation of the log"
 printf '{"hello": 1}\n' > "$dir/other.jsonl"
 "$BUILD"/train plot "$dir/other.jsonl" > "$dir/plot2.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "not an llm3d log" "$dir/plot2.log"' "a JSONL that is not llm3d's is refused: $(cat "$dir/plot2.log")"

@@ -31,13 +31,15 @@ int plot_main(int argc, char **argv) {
     if (!in) die("plot: which log?\n%s", usage);
     FILE *f = fopen(in, "r");
     if (!f) die("plot: cannot read '%s'\n  hint: a run writes its log with --log_jsonl=PATH", in);
-    char png[1024], data[1100], script[1100], line[8192];
+    char png[1024], data[1100], evals_path[1100], split_path[1100], script[1100], line[8192];
     if (out) snprintf(png, sizeof png, "%s", out);
     else snprintf(png, sizeof png, "%.*s.png", (int)(strstr(in, ".jsonl") ? strstr(in, ".jsonl") - in : (long)strlen(in)), in);
-    snprintf(data, sizeof data, "%s.dat", png);
+    snprintf(data, sizeof data, "%s.dat", png);   /* three tables, so each one's lines join up: steps, evaluations, splits */
+    snprintf(evals_path, sizeof evals_path, "%s.eval.dat", png);
+    snprintf(split_path, sizeof split_path, "%s.split.dat", png);
     snprintf(script, sizeof script, "%s.gp", png);
-    FILE *d = fopen(data, "w");
-    if (!d) die("plot: cannot write '%s'", data);
+    FILE *d = fopen(data, "w"), *de = fopen(evals_path, "w"), *dp = fopen(split_path, "w");
+    if (!d || !de || !dp) die("plot: cannot write '%s' and the tables beside it", data);
     double tokens_per_step = NAN, tokens = 0;
     int steps = 0, evals = 0, split = 0, lineno = 0;
     while (fgets(line, sizeof line, f)) {
@@ -48,35 +50,39 @@ int plot_main(int argc, char **argv) {
         double step = field(line, "step");
         if (isnan(step)) die("plot: '%s' line %d has no \"step\": this is not an llm3d log", in, lineno);
         double val = field(line, "val_loss"), loss = field(line, "loss");
-        if (!isnan(val)) { fprintf(d, "E %g %g %g\n", step, isnan(tokens_per_step) ? NAN : step * tokens_per_step, val); evals++; continue; }
+        if (!isnan(val)) { fprintf(de, "%g %g %g\n", step, isnan(tokens_per_step) ? NAN : step * tokens_per_step, val); evals++; continue; }
         if (isnan(loss)) continue;
         double tps = field(line, "tokens_per_s"), ms = field(line, "ms");
         tokens = isnan(tokens_per_step) ? tokens + tps * ms / 1e3 : step * tokens_per_step;
         double c = field(line, "compute_ms"), e = field(line, "comm_exposed_ms"), b = field(line, "bubble_ms"), o = field(line, "optimizer_ms"),
                da = field(line, "data_ms"), h = field(line, "host_ms");
-        if (!isnan(c)) split++;
-        fprintf(d, "S %g %g %g %g %g %g %g %g %g %g\n", step, tokens, loss, tps, c, e, b, o, da, h);
+        fprintf(d, "%g %g %g %g\n", step, tokens, loss, tps);
+        if (!isnan(c)) {   /* every log_every steps */
+            fprintf(dp, "%g %g %g %g %g %g %g\n", step, c, e, b, o, da, h);
+            split++;
+        }
         steps++;
     }
     fclose(f);
     fclose(d);
+    fclose(de);
+    fclose(dp);
     if (!steps) die("plot: '%s' holds no training steps: this is not an llm3d log, or the run logged nothing", in);
     FILE *g = fopen(script, "w");
     if (!g) die("plot: cannot write '%s'", script);
     fprintf(g, "set terminal pngcairo size 1200,%d font ',10'\nset output '%s'\nset multiplot layout %d,2\nset grid\nset key top right\n",
             split ? 800 : 420, png, split ? 2 : 1);
     fprintf(g, "set title 'loss by step'\nset xlabel 'step'\nset ylabel 'nats per token'\n"
-               "plot '%s' using (strcol(1) eq 'S' ? $2 : 1/0):4 with lines title 'train'%s\n", data,
-            evals ? ", '' using (strcol(1) eq 'E' ? $2 : 1/0):4 with linespoints title 'val'" : "");
+               "plot '%s' using 1:3 with lines title 'train'%s%s%s\n", data,
+            evals ? ", '" : "", evals ? evals_path : "", evals ? "' using 1:3 with linespoints title 'val'" : "");
     fprintf(g, "set title 'loss by token'\nset xlabel 'tokens'\n"
-               "plot '%s' using (strcol(1) eq 'S' ? $3 : 1/0):4 with lines title 'train'%s\n", data,
-            evals ? ", '' using (strcol(1) eq 'E' ? $3 : 1/0):4 with linespoints title 'val'" : "");
-    fprintf(g, "set title 'throughput'\nset xlabel 'step'\nset ylabel 'tokens/s'\nplot '%s' using (strcol(1) eq 'S' ? $2 : 1/0):5 with lines notitle\n", data);
+               "plot '%s' using 2:3 with lines title 'train'%s%s%s\n", data,
+            evals ? ", '" : "", evals ? evals_path : "", evals ? "' using 2:3 with linespoints title 'val'" : "");
+    fprintf(g, "set title 'throughput'\nset xlabel 'step'\nset ylabel 'tokens/s'\nplot '%s' using 1:4 with lines notitle\n", data);
     if (split)
         fprintf(g, "set title 'where the step went (slowest rank)'\nset ylabel 'ms'\nset key outside right\n"
-                   "plot '%s' using (strcol(1) eq 'S' ? $2 : 1/0):6 with lines title 'compute', '' using (strcol(1) eq 'S' ? $2 : 1/0):7 with lines title 'comm exposed', "
-                   "'' using (strcol(1) eq 'S' ? $2 : 1/0):8 with lines title 'bubble', '' using (strcol(1) eq 'S' ? $2 : 1/0):9 with lines title 'optimizer', "
-                   "'' using (strcol(1) eq 'S' ? $2 : 1/0):10 with lines title 'data', '' using (strcol(1) eq 'S' ? $2 : 1/0):11 with lines title 'host'\n", data);
+                   "plot '%s' using 1:2 with lines title 'compute', '' using 1:3 with lines title 'comm exposed', '' using 1:4 with lines title 'bubble', "
+                   "'' using 1:5 with lines title 'optimizer', '' using 1:6 with lines title 'data', '' using 1:7 with lines title 'host'\n", split_path);
     fprintf(g, "unset multiplot\n");
     fclose(g);
     if (system("command -v gnuplot >/dev/null 2>&1") != 0)
