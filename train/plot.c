@@ -4,7 +4,7 @@
  * step, one an evaluation, a first line saying what ran) into gnuplot's
  * columns and a short script, and gnuplot draws: the loss and validation loss
  * against steps and against tokens, tokens/s, and where each logged step's
- * time went (the split of the slowest rank, on runs of many ranks). */
+ * time went (the split of the slowest rank). */
 #include "trainer.h"
 #include <math.h>
 #include <stdlib.h>
