@@ -19,7 +19,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; fi
 
 need=()
-# clang, its sanitizer/libFuzzer runtimes and libomp: `make asan`, the fuzz harnesses (tests/fuzz/)
+# the C toolchain, OpenBLAS (OpenMP build), Open MPI, gnuplot (`build/train plot`), and clang with its
+# sanitizer/libFuzzer runtimes and libomp (`make asan`, the fuzz harnesses of tests/fuzz/)
 for p in build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-dev libomp-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
@@ -63,7 +64,7 @@ if [ ${#need[@]} -gt 0 ]; then
         exit 1
     fi
     t0=$SECONDS
-    echo "setup: installing ${need[*]} with apt (the C compiler, OpenBLAS, Open MPI, Node.js); this can take a few minutes"
+    echo "setup: installing ${need[*]} with apt (the C compilers, OpenBLAS, Open MPI, gnuplot, clang's sanitizers, Node.js); this can take a few minutes"
     echo "setup: apt-get update (refreshing the package lists)"
     apt_run update -qq
     echo "setup: apt-get install ${need[*]}"
