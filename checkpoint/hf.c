@@ -28,15 +28,13 @@ static const char *st_dtype_name(int dtype) { return dtype == CKPT_F32 ? "F32" :
 static int st_dtype(const char *s) {
     return !strcmp(s, "F32") ? CKPT_F32 : !strcmp(s, "BF16") ? CKPT_BF16 : !strcmp(s, "F16") ? CKPT_F16 : -1;
 }
-/* bytes per element of every safetensors dtype, for bounds checks of tensors we do not load */
+/* bytes per element of every safetensors dtype, for bounds checks of tensors we do not load (0: unknown) */
 static int st_any_size(const char *s) {
-    const char *one = "BOOL U8 I8 F8_E4M3 F8_E5M2", *two = "F16 BF16 I16 U16", *four = "F32 I32 U32", *eight = "F64 I64 U64";
-    const char *lists[4] = {one, two, four, eight};
-    int sizes[4] = {1, 2, 4, 8};
-    size_t n = strlen(s);
-    for (int k = 0; k < 4; k++)
-        for (const char *p = lists[k]; (p = strstr(p, s)); p += n)
-            if ((p == lists[k] || p[-1] == ' ') && (p[n] == ' ' || !p[n])) return sizes[k];
+    static const struct { const char *name; int size; } table[] = {
+        {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"F16", 2}, {"BF16", 2}, {"I16", 2}, {"U16", 2},
+        {"F32", 4}, {"I32", 4}, {"U32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8}};
+    for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
+        if (!strcmp(s, table[k].name)) return table[k].size;
     return 0;
 }
 

@@ -285,6 +285,11 @@ static void test_safetensors(void) {
         {"{\"a\":{\"dtype\":\"F64\",\"shape\":[2147483648,2147483648],\"data_offsets\":[0,0]}}", 0, "too large to count"},
         {"{\"__metadata__\":{\"format\":1},\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "not a string"},
         {"{\"\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "not valid UTF-8"},
+        /* an empty dtype looped forever (a substring search advancing by its length, 0: found by fuzz_safetensors) */
+        {"{\"a\":{\"dtype\":\"\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"\\u0000\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"F1\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"I8 U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *d = hf_folder(bad[i].json, bad[i].data, 0);
