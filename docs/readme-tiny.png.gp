@@ -6,16 +6,16 @@ set key top right
 set title 'loss by step'
 set xlabel 'step'
 set ylabel 'nats per token'
-plot 'docs/readme-tiny.png.dat' using (strcol(1) eq 'S' ? $2 : 1/0):4 with lines title 'train', '' using (strcol(1) eq 'E' ? $2 : 1/0):4 with linespoints title 'val'
+plot 'docs/readme-tiny.png.dat' using 1:3 with lines title 'train', 'docs/readme-tiny.png.eval.dat' using 1:3 with linespoints title 'val'
 set title 'loss by token'
 set xlabel 'tokens'
-plot 'docs/readme-tiny.png.dat' using (strcol(1) eq 'S' ? $3 : 1/0):4 with lines title 'train', '' using (strcol(1) eq 'E' ? $3 : 1/0):4 with linespoints title 'val'
+plot 'docs/readme-tiny.png.dat' using 2:3 with lines title 'train', 'docs/readme-tiny.png.eval.dat' using 2:3 with linespoints title 'val'
 set title 'throughput'
 set xlabel 'step'
 set ylabel 'tokens/s'
-plot 'docs/readme-tiny.png.dat' using (strcol(1) eq 'S' ? $2 : 1/0):5 with lines notitle
+plot 'docs/readme-tiny.png.dat' using 1:4 with lines notitle
 set title 'where the step went (slowest rank)'
 set ylabel 'ms'
 set key outside right
-plot 'docs/readme-tiny.png.dat' using (strcol(1) eq 'S' ? $2 : 1/0):6 with lines title 'compute', '' using (strcol(1) eq 'S' ? $2 : 1/0):7 with lines title 'comm exposed', '' using (strcol(1) eq 'S' ? $2 : 1/0):8 with lines title 'bubble', '' using (strcol(1) eq 'S' ? $2 : 1/0):9 with lines title 'optimizer', '' using (strcol(1) eq 'S' ? $2 : 1/0):10 with lines title 'data', '' using (strcol(1) eq 'S' ? $2 : 1/0):11 with lines title 'host'
+plot 'docs/readme-tiny.png.split.dat' using 1:2 with lines title 'compute', '' using 1:3 with lines title 'comm exposed', '' using 1:4 with lines title 'bubble', '' using 1:5 with lines title 'optimizer', '' using 1:6 with lines title 'data', '' using 1:7 with lines title 'host'
 unset multiplot
