@@ -100,8 +100,8 @@ static void emu_rmsnorm_backward(void *dinp, float *dw, const void *dout, const 
     rmsnorm_backward_cpu(dinp, dw, dout, inp, w, rstd, N, C);
     round_to(dinp, (size_t)N * C);
 }
-static void emu_matmul_forward(void *out, const void *inp, const void *w, int N, int IC, int OC) {
-    matmul_forward_cpu(out, inp, w, N, IC, OC);
+static void emu_matmul_forward(void *out, const void *inp, const void *w, int N, int IC, int OC, const void *add) {
+    matmul_forward_cpu(out, inp, w, N, IC, OC, add);
     round_to(out, (size_t)N * OC);
 }
 static void emu_matmul_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC) {

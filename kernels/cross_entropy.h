@@ -20,12 +20,14 @@
  *       if dloss != 0: logits[n,:] <- (softmax - onehot(target)) * dloss on the real columns,
  *                      0 on padding columns and on ignored rows
  * dloss is d(total loss)/d(loss of one token): 1 / (valid tokens in the whole step).
- * One rank holding the whole vocabulary: n_parts = 1, v0 = 0, V = v_valid = vocab size. */
+ * One rank holding the whole vocabulary: n_parts = 1, v0 = 0, V = v_valid = vocab size,
+ * and stats = NULL: pass 2 computes the row's statistics itself (one pass, one
+ * launch; the same numbers as pass 1's). */
 #pragma once
 typedef void CrossEntropyStats(float *stats /* (3,N) */, const void *logits /* (N,V) */, const int *targets /* (N) */, int N, int V,
                                int v0, int v_valid);
 typedef void CrossEntropyLoss(float *losses /* (N) */, void *logits /* (N,V), becomes dlogits */,
-                              const float *stats /* (n_parts,3,N) */, int n_parts, const int *targets /* (N) */, int N, int V,
+                              const float *stats /* (n_parts,3,N) or NULL */, int n_parts, const int *targets /* (N) */, int N, int V,
                               int v0, int v_valid, float dloss, int ignore_index);
 CrossEntropyStats cross_entropy_stats_cpu, cross_entropy_stats_cuda;
 CrossEntropyLoss cross_entropy_loss_cpu, cross_entropy_loss_cuda;

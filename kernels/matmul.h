@@ -1,11 +1,12 @@
 /* kernels/matmul.h — the linear layer without bias, weights stored (out, in)
  * as PyTorch and Hugging Face store them.
- *   forward:  out = inp @ weight^T
+ *   forward:  out = inp @ weight^T  (+ add, when add is not NULL: a residual
+ *             stream added to the fp32 product before it is rounded; add is not out)
  *   backward: dinp = dout @ weight (overwritten; skipped when dinp is NULL)
  *             dweight += dout^T @ inp (fp32, accumulated across micro-batches) */
 #pragma once
 typedef void MatmulForward(void *out /* (N,OC) */, const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */,
-                           int N, int IC, int OC);
+                           int N, int IC, int OC, const void *add /* (N,OC) or NULL */);
 typedef void MatmulBackward(void *dinp /* (N,IC) or NULL */, float *dweight /* (OC,IC) += */, const void *dout /* (N,OC) */,
                             const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */, int N, int IC, int OC);
 MatmulForward matmul_forward_cpu, matmul_forward_cuda;

@@ -65,6 +65,21 @@ static void *tp_sum_tokens(Model *m, void *partial, int N) {
     return m->gathered;
 }
 
+/* A row-parallel matmul back into the residual stream: out (Ns,C) = res
+ * (Ns,C) + g(x (N,K) @ w^T), w this rank's (C,K) slice. With tp = 1 there is
+ * no partial sum to reduce, and the residual rides in the matmul's epilogue
+ * (one rounding, no add kernel); otherwise the partial sum, g, then the add. */
+static void row_parallel_residual(Model *m, void *out, const void *x, const void *w, int N, int K, const void *res) {
+    const Backend *be = m->be;
+    if (m->part.tp == 1) {
+        be->matmul_forward(out, x, w, N, K, m->C, res);
+        return;
+    }
+    be->matmul_forward(m->tmp, x, w, N, K, m->C, NULL);                /* a partial sum */
+    void *y = tp_sum_tokens(m, m->tmp, N);                             /* g */
+    be->add(out, res, y, (size_t)stream_tokens(m, N) * m->C);
+}
+
 /* The vocab-parallel embedding: ids (N) -> res0 (Ns,C). Each rank looks up
  * the ids of its block of the vocabulary (zero rows for the others); the sum
  * over tp (g) completes every row. */
@@ -86,26 +101,22 @@ static void block_forward(Model *m, ActSlot *S, int i, int j, int B, int T, int 
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
     int N = B * T, Ns = stream_tokens(m, N), C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
-    void *W = m->params_compute, *x, *y;
+    void *W = m->params_compute, *x;
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
     be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln1, N);                                   /* f: q|k|v are column-parallel */
-    be->matmul_forward(L->qkv, x, act_at(m, W, o->wqkv), N, C, QKV);
+    be->matmul_forward(L->qkv, x, act_at(m, W, o->wqkv), N, C, QKV, NULL);
     be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, pos0);
     if (cached) be->attention_cached(L->att, m->kcache[i], m->vcache[i], L->qkv, B, T, pos0, m->T, NH, NKV, HD);
     else be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
-    be->matmul_forward(m->tmp, L->att, act_at(m, W, o->wo), N, NH * HD, C);   /* row-parallel: a partial sum */
-    y = tp_sum_tokens(m, m->tmp, N);                                   /* g */
-    be->add(L->res_mid, S->res[j], y, (size_t)Ns * C);
+    row_parallel_residual(m, L->res_mid, L->att, act_at(m, W, o->wo), N, NH * HD, S->res[j]);
     be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln2, N);                                   /* f: gate|up are column-parallel */
-    be->matmul_forward(L->h13, x, act_at(m, W, o->w13), N, C, 2 * F);
+    be->matmul_forward(L->h13, x, act_at(m, W, o->w13), N, C, 2 * F, NULL);
     be->swiglu_forward(L->hs, L->h13, N, F);
     if (for_backward) return;   /* full recompute: the block's output res[j+1] is not needed again */
-    be->matmul_forward(m->tmp, L->hs, act_at(m, W, o->w2), N, F, C);   /* row-parallel */
-    y = tp_sum_tokens(m, m->tmp, N);                                   /* g */
-    be->add(S->res[j + 1], L->res_mid, y, (size_t)Ns * C);
+    row_parallel_residual(m, S->res[j + 1], L->hs, act_at(m, W, o->w2), N, F, L->res_mid);
 }
 
 /* [embedding] and the chunk's blocks: ids or res[0] -> res[n_layers] of the slot. */
@@ -143,10 +154,14 @@ static double head_forward(Model *m, int s, const int *targets, float dloss) {
         size_t counts[tp];
         for (int r = 0; r < tp; r++) counts[r] = 3 * (size_t)n;
         float *mine = m->ce_stats + (size_t)m->part.tp_rank * 3 * n;                        /* my (3,n) of the (tp,3,n) */
-        be->matmul_forward(m->logits, xc, Wh, n, C, V);                                     /* (n,V) this rank's block */
-        be->cross_entropy_stats(mine, m->logits, S->targets + c0, n, V, m->v0, m->v_valid);
-        comm_allgather(m->comm, GROUP_TP, mine, m->ce_stats, counts, DTYPE_FP32);           /* in place: every rank's */
-        be->cross_entropy_loss(S->losses + c0, m->logits, m->ce_stats, tp, S->targets + c0, n, V, m->v0, m->v_valid, dloss, IGNORE_INDEX);
+        be->matmul_forward(m->logits, xc, Wh, n, C, V, NULL);                               /* (n,V) this rank's block */
+        const float *stats = NULL;   /* tp = 1: the loss kernel sums up each row itself (one pass over the logits fewer) */
+        if (tp > 1) {
+            be->cross_entropy_stats(mine, m->logits, S->targets + c0, n, V, m->v0, m->v_valid);
+            comm_allgather(m->comm, GROUP_TP, mine, m->ce_stats, counts, DTYPE_FP32);       /* in place: every rank's */
+            stats = m->ce_stats;
+        }
+        be->cross_entropy_loss(S->losses + c0, m->logits, stats, tp, S->targets + c0, n, V, m->v0, m->v_valid, dloss, IGNORE_INDEX);
         if (dloss != 0) be->matmul_backward(act_at(m, m->scratch1, (size_t)c0 * C), m->grads + m->off_lm_head, m->logits, xc, Wh, n, C, V);
     }
     if (dloss != 0) {   /* scratch1 holds this rank's share of dlnf: summed, it starts the residual stream's gradient */
@@ -185,7 +200,7 @@ void model_logits(Model *m, const int *ids, int B, int T, float *out) {
     void *row = mallocCheck((size_t)m->head_chunk * V * a);
     for (int c0 = 0; c0 < N; c0 += m->head_chunk) {
         int n = N - c0 < m->head_chunk ? N - c0 : m->head_chunk;
-        be->matmul_forward(m->logits, act_at(m, S->lnf, (size_t)c0 * C), act_at(m, W, m->off_lm_head), n, C, V);
+        be->matmul_forward(m->logits, act_at(m, S->lnf, (size_t)c0 * C), act_at(m, W, m->off_lm_head), n, C, V, NULL);
         be->download(row, m->logits, (size_t)n * V * a);
         for (size_t i = 0; i < (size_t)n * V; i++) out[(size_t)c0 * V + i] = dtype_to_float(row, backend_storage(be), i);
     }
@@ -215,7 +230,7 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
     /* only the last position's logits are needed */
     void *last = act_at(m, S->res[m->n_local_layers], (size_t)(T - 1) * C);
     be->rmsnorm_forward(S->lnf, S->lnf_rstd, last, act_at(m, W, m->off_final_norm), 1, C, m->cfg.norm_eps);
-    be->matmul_forward(m->logits, S->lnf, act_at(m, W, m->off_lm_head), 1, C, m->V);
+    be->matmul_forward(m->logits, S->lnf, act_at(m, W, m->off_lm_head), 1, C, m->V, NULL);
     be->download(m->host_row, m->logits, (size_t)m->V * act_size(m));
     for (int v = 0; v < m->V; v++) m->host_logits[v] = dtype_to_float(m->host_row, backend_storage(be), v);
     return m->host_logits;

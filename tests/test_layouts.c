@@ -249,8 +249,12 @@ static void data_parallel_and_pipeline(void) {
     layout("ref", "dp2b", 2, "--dp=2 --bucket_mb=0.004", fp32);
     layout("ref8", "dp2q", 2, "--dp=2 --optimizer=adamw8bit", fp32);
     layout("ref8", "dp4zq", 4, "--dp=4 --zero=1 --optimizer=adamw8bit --bucket_mb=0.01", fp32);
-    layout("refbf", "dp2bf", 2, "--dp=2 --precision=bf16", bf16);
-    layout("refbf", "dp2zbf", 2, "--dp=2 --zero=1 --precision=bf16", bf16);
+    /* bf16: one rank adds micro-batch 2's weight gradient into micro-batch 1's inside sgemm, dp ranks add whole
+     * gradients, so step 1's fp32 gradients differ at ~1e-7; AdamW and the bf16 roundings of the next forwards
+     * (one per residual add) turn that into a few flipped bf16 values: measured losses 1e-5, tensors 4.8e-3 (the
+     * worst, a norm weight's first moment; about one bf16 ulp, 3.9e-3) */
+    layout_tol("refbf", "dp2bf", 2, "--dp=2 --precision=bf16", bf16, 1e-2);
+    layout_tol("refbf", "dp2zbf", 2, "--dp=2 --zero=1 --precision=bf16", bf16, 1e-2);
     /* gradients sent in bf16 lose precision on purpose: the losses stay within bf16 rounding, AdamW's moments within a few % */
     layout_tol("refbf", "dp2w", 2, "--dp=2 --zero=1 --precision=bf16 --grad_reduce_dtype=bf16", bf16, 5e-2);
     layout("ref", "pp2", 2, "--pp=2", fp32);

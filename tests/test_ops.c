@@ -66,7 +66,7 @@ static double fd_check(Objective f, void *ctx, float *x, const float *g, size_t 
 typedef struct { int N, IC, OC; float *inp, *w, *out, *gw; } MatmulCtx;
 static double matmul_obj(void *p) {
     MatmulCtx *c = p;
-    be->matmul_forward(c->out, c->inp, c->w, c->N, c->IC, c->OC);
+    be->matmul_forward(c->out, c->inp, c->w, c->N, c->IC, c->OC, NULL);
     return dot(c->gw, c->out, (size_t)c->N * c->OC);
 }
 static void test_matmul(void) {
@@ -83,6 +83,15 @@ static void test_matmul(void) {
     matmul_obj(&c);
     double e = max_rel(c.out, ref, (size_t)c.N * c.OC);
     CHECK(e < 1e-5, "matmul forward %dx%dx%d rel err %.3g", c.N, c.IC, c.OC, e);
+    /* a residual added in the epilogue */
+    size_t no = (size_t)c.N * c.OC;
+    float *res = randn(no, 1), *sum = mallocCheck(no * 4);
+    double *ref_add = mallocCheck(no * sizeof(double));
+    for (size_t i = 0; i < no; i++) ref_add[i] = ref[i] + res[i];
+    be->matmul_forward(sum, c.inp, c.w, c.N, c.IC, c.OC, res);
+    e = max_rel(sum, ref_add, no);
+    CHECK(e < 1e-5, "matmul forward + residual rel err %.3g", e);
+    free(res); free(sum); free(ref_add);
     float *dinp = randn((size_t)c.N * c.IC, 1), *dw0 = randn((size_t)c.OC * c.IC, 1);
     float *dw = mallocCheck(sizeof(float) * c.OC * c.IC);
     memcpy(dw, dw0, sizeof(float) * c.OC * c.IC);
@@ -92,8 +101,13 @@ static void test_matmul(void) {
     CHECK(e < FD_TOL, "matmul dinp vs finite differences: %.3g", e);
     e = fd_check(matmul_obj, &c, c.w, dw, (size_t)c.OC * c.IC, 1e-2f);
     CHECK(e < FD_TOL, "matmul dweight vs finite differences: %.3g", e);
-    be->matmul_backward(NULL, dw, c.gw, c.inp, c.w, c.N, c.IC, c.OC);   /* dinp NULL: weight gradient only */
-    CHECK(1, "matmul backward with dinp NULL");
+    float *dw2 = mallocCheck(sizeof(float) * c.OC * c.IC);   /* dinp NULL: the weight gradient alone, accumulated */
+    memcpy(dw2, dw, sizeof(float) * c.OC * c.IC);
+    be->matmul_backward(NULL, dw2, c.gw, c.inp, c.w, c.N, c.IC, c.OC);
+    double worst = 0;
+    for (size_t i = 0; i < (size_t)c.OC * c.IC; i++) worst = fmax(worst, fabs(dw2[i] - 2 * dw[i]) / (fabs(dw[i]) + 1e-3));
+    CHECK(worst < 1e-4, "matmul backward with dinp NULL adds dweight once more: %.3g", worst);
+    free(dw2);
     free(c.inp); free(c.w); free(c.out); free(c.gw); free(ref); free(dinp); free(dw); free(dw0);
 }
 
@@ -306,6 +320,14 @@ static void test_cross_entropy(void) {
     CHECK(ignored_zero, "ignored target's logit gradient is zero");
     e = fd_check(ce_obj, &c, c.logits, d, nv, 1e-2f);
     CHECK(e < FD_TOL, "cross-entropy dlogits vs finite differences (%d blocks): %.3g", c.P, e);
+    /* one rank with the whole vocabulary passes no statistics: the same losses and gradient, bit for bit */
+    float *z1 = mallocCheck(nv * 4), *z2 = mallocCheck(nv * 4), *st = mallocCheck(3 * (size_t)c.N * 4), *l2 = mallocCheck(c.N * 4);
+    memcpy(z1, c.logits, nv * 4); memcpy(z2, c.logits, nv * 4);
+    be->cross_entropy_stats(st, z1, c.targets, c.N, c.V, 0, c.V);
+    be->cross_entropy_loss(c.losses, z1, st, 1, c.targets, c.N, c.V, 0, c.V, 0.5f, -1);
+    be->cross_entropy_loss(l2, z2, NULL, 1, c.targets, c.N, c.V, 0, c.V, 0.5f, -1);
+    CHECK(!memcmp(c.losses, l2, c.N * 4) && !memcmp(z1, z2, nv * 4), "cross-entropy without statistics (one part) equals the two passes");
+    free(z1); free(z2); free(st); free(l2);
     free(c.logits); free(c.block); free(c.stats); free(c.losses); free(c.targets); free(ref); free(d);
 }
 

@@ -1,6 +1,6 @@
 /* kernels/cpu/matmul.c — fp32 linear layer through BLAS sgemm (OpenBLAS), with
  * naive OpenMP loops where no BLAS was found at build time. Row-major:
- * out(N,OC) = inp(N,IC) @ w(OC,IC)^T. */
+ * out(N,OC) = inp(N,IC) @ w(OC,IC)^T (+ add, once the product is complete). */
 #include "../matmul.h"
 #include "parallel.h"
 #include <stddef.h>
@@ -8,13 +8,15 @@
 #include <cblas.h>
 #endif
 
-void matmul_forward_cpu(void *out_, const void *inp_, const void *w_, int N, int IC, int OC) {
+void matmul_forward_cpu(void *out_, const void *inp_, const void *w_, int N, int IC, int OC, const void *add_) {
     float *out = out_;
-    const float *inp = inp_, *w = w_;
+    const float *inp = inp_, *w = w_, *add = add_;
 #ifdef LLM3D_BLAS
     int threads = cpu_blas_threads_begin((size_t)N * IC * OC);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC, 0.0f, out, OC);
     cpu_blas_threads_end(threads);
+    if (add)   /* after the product, not as sgemm's C: OpenBLAS adds C inside its K panels, an order that varies with the threads */
+        for (size_t i = 0; i < (size_t)N * OC; i++) out[i] += add[i];
 #else
 #pragma omp parallel for collapse(2) if (cpu_parallel((size_t)N * IC * OC / 64))
     for (int n = 0; n < N; n++)
@@ -22,7 +24,7 @@ void matmul_forward_cpu(void *out_, const void *inp_, const void *w_, int N, int
             const float *x = inp + (size_t)n * IC, *wr = w + (size_t)o * IC;
             float s = 0;
             for (int i = 0; i < IC; i++) s += x[i] * wr[i];
-            out[(size_t)n * OC + o] = s;
+            out[(size_t)n * OC + o] = add ? s + add[(size_t)n * OC + o] : s;
         }
 #endif
 }

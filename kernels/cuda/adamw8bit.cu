@@ -1,14 +1,18 @@
 /* kernels/cuda/adamw8bit.cu — 8-bit AdamW (kernels/adamw8bit.h) in one launch.
  *
- * The idea: every slice is cut into 256-element blocks and one CUDA block of
- * 256 threads takes one of them, a thread per element: a quantized block is
- * dequantized (map value * absmax), stepped in fp32, reduced to its new absmax
- * (block_max) and requantized by binary search over the map, which sits in
- * shared memory (copied from __constant__, where adamw8bit_maps' host table is
- * uploaded once). A block of an fp32-state slice does the plain fp32 update.
+ * The idea: every slice is cut into 256-element pieces and one warp takes one
+ * of them, a lane holding 8 elements (lane, lane + 32, ...: every load and
+ * store of the warp is one contiguous run). A quantized piece is dequantized
+ * (map value * absmax), stepped in fp32, reduced to its new absmax by warp
+ * shuffles (no barrier: the piece never leaves its warp) and requantized by
+ * binary search over the map, which sits in shared memory (copied from
+ * __constant__, where adamw8bit_maps' host table is uploaded once). The 8
+ * independent elements a lane gives the scheduler work while loads and
+ * searches wait. A piece of an fp32-state slice does the plain fp32 update.
  * The slice list is cached on the device like kernels/cuda/adamw.cu's. All
  * arithmetic goes through the _rn intrinsics, so nothing is contracted into an
- * FMA and each result is the CPU reference's, bit for bit. */
+ * FMA, and a max is exact in any order: each result is the CPU reference's,
+ * bit for bit. */
 #include "common.cuh"
 #include <math.h>
 #include <stdlib.h>
@@ -17,8 +21,6 @@ extern "C" {
 #include "../adamw8bit.h"
 #include "../../common/util.h"
 }
-
-#define Q8_THREADS ADAMW8BIT_BLOCK
 
 __constant__ float q8_map_signed[256], q8_map_unsigned[256];
 
@@ -42,50 +44,69 @@ __device__ __forceinline__ float q8_step(float p, float g, float &m, float &v, f
     return __fsub_rn(p, __fdiv_rn(__fmul_rn(step_size, m), __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps)));
 }
 
+#define Q8_WARPS 8                     /* pieces (warps) per CUDA block */
+#define Q8_PER_LANE (ADAMW8BIT_BLOCK / 32)
+
 /* params, grads (P) fp32; params_compute (P) act dtype or NULL; codes (Q) uint8, absmax (Q/256), m32/v32 (S) fp32 */
-template <typename T> __global__ void adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bitState st,
-                                                       const Q8Slice *slices, int n_slices, float lr, float b1, float b2,
-                                                       float omb1, float omb2, float eps, float gs, float step_size,
-                                                       float bc2_sqrt) {
+template <typename T> __global__ void __launch_bounds__(32 * Q8_WARPS)
+adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bitState st, const Q8Slice *slices,
+                 int n_slices, int n_pieces, float lr, float b1, float b2, float omb1, float omb2, float eps, float gs,
+                 float step_size, float bc2_sqrt) {
     __shared__ float ms[256], mu[256];
-    int lo = 0, hi = n_slices - 1;   /* last slice whose first_block <= blockIdx.x */
+    for (int k = threadIdx.x; k < 256; k += blockDim.x) {
+        ms[k] = q8_map_signed[k];
+        mu[k] = q8_map_unsigned[k];
+    }
+    __syncthreads();   /* the only barrier: from here on each warp owns its piece */
+    int lane = threadIdx.x % 32, piece = blockIdx.x * Q8_WARPS + threadIdx.x / 32;
+    if (piece >= n_pieces) return;
+    int lo = 0, hi = n_slices - 1;   /* last slice whose first piece <= piece */
     while (lo < hi) {
         int mid = (lo + hi + 1) / 2;
-        if (slices[mid].first_block <= (int)blockIdx.x) lo = mid; else hi = mid - 1;
+        if (slices[mid].first_block <= piece) lo = mid; else hi = mid - 1;
     }
     Q8Slice s = slices[lo];
     float decay = __fsub_rn(1.0f, __fmul_rn(lr, s.weight_decay));
-    size_t j = (size_t)(blockIdx.x - s.first_block) * Q8_THREADS + threadIdx.x;
-    bool valid = j < s.count;
-    size_t i = s.offset + j;
-    if (!s.quantized) {   /* whole CUDA blocks belong to one slice, so this branch is uniform per block */
-        if (!valid) return;
-        float m = st.m32[s.state + j], v = st.v32[s.state + j];
-        float p = q8_step(params[i], __fmul_rn(grads[i], gs), m, v, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
-        st.m32[s.state + j] = m;
-        st.v32[s.state + j] = v;
-        params[i] = p;
-        if (params_compute) params_compute[i] = from_f<T>(p);
+    size_t j0 = (size_t)(piece - s.first_block) * ADAMW8BIT_BLOCK;   /* the piece's first element in the slice */
+    float m[Q8_PER_LANE], v[Q8_PER_LANE];
+    if (!s.quantized) {
+#pragma unroll
+        for (int k = 0; k < Q8_PER_LANE; k++) {
+            size_t j = j0 + k * 32 + lane, i = s.offset + j;
+            if (j >= s.count) continue;
+            float mk = st.m32[s.state + j], vk = st.v32[s.state + j];
+            float p = q8_step(params[i], __fmul_rn(grads[i], gs), mk, vk, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+            st.m32[s.state + j] = mk;
+            st.v32[s.state + j] = vk;
+            params[i] = p;
+            if (params_compute) params_compute[i] = from_f<T>(p);
+        }
         return;
     }
-    ms[threadIdx.x] = q8_map_signed[threadIdx.x];
-    mu[threadIdx.x] = q8_map_unsigned[threadIdx.x];
-    size_t q = s.state + j, blk = (s.state + j - threadIdx.x) / ADAMW8BIT_BLOCK;
-    __syncthreads();
-    float m = 0.0f, v = 0.0f;
-    if (valid) {
-        m = __fmul_rn(ms[st.m_code[q]], st.m_absmax[blk]);
-        v = __fmul_rn(mu[st.v_code[q]], st.v_absmax[blk]);
-        float p = q8_step(params[i], __fmul_rn(grads[i], gs), m, v, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+    size_t q0 = s.state + j0, blk = q0 / ADAMW8BIT_BLOCK;
+    float am_old = st.m_absmax[blk], av_old = st.v_absmax[blk], am = 0.0f, av = 0.0f;
+#pragma unroll
+    for (int k = 0; k < Q8_PER_LANE; k++) {
+        size_t j = j0 + k * 32 + lane, i = s.offset + j;
+        m[k] = 0.0f; v[k] = 0.0f;
+        if (j >= s.count) continue;
+        m[k] = __fmul_rn(ms[st.m_code[q0 + k * 32 + lane]], am_old);
+        v[k] = __fmul_rn(mu[st.v_code[q0 + k * 32 + lane]], av_old);
+        float p = q8_step(params[i], __fmul_rn(grads[i], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
         params[i] = p;
         if (params_compute) params_compute[i] = from_f<T>(p);
+        am = fmaxf(am, fabsf(m[k]));
+        av = fmaxf(av, v[k]);
     }
-    float am = block_max(fabsf(m)), av = block_max(v);   /* every thread reaches both (no early return above) */
-    if (valid) {
-        st.m_code[q] = q8_nearest(ms, am > 0.0f ? __fdiv_rn(m, am) : 0.0f);
-        st.v_code[q] = q8_nearest(mu, av > 0.0f ? __fdiv_rn(v, av) : 0.0f);
+    am = warp_max(am);
+    av = warp_max(av);
+#pragma unroll
+    for (int k = 0; k < Q8_PER_LANE; k++) {
+        if (j0 + k * 32 + lane >= s.count) continue;
+        st.m_code[q0 + k * 32 + lane] = q8_nearest(ms, am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f);
+        st.v_code[q0 + k * 32 + lane] = q8_nearest(mu, av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f);
     }
-    if (threadIdx.x == 0) {
+    if (lane == 0) {
         st.m_absmax[blk] = am;
         st.v_absmax[blk] = av;
     }
@@ -117,7 +138,7 @@ extern "C" void adamw8bit_update_cuda(float *params, void *params_compute, const
             if (slices[s].quantized && slices[s].state % ADAMW8BIT_BLOCK)
                 die("internal: 8-bit AdamW slice %d starts its state at %zu, not a multiple of %d", s, slices[s].state, ADAMW8BIT_BLOCK);
             d[s] = Q8Slice{slices[s].offset, slices[s].count, slices[s].state, slices[s].weight_decay, slices[s].quantized, total_blocks};
-            total_blocks += (int)ceil_div(slices[s].count, Q8_THREADS);
+            total_blocks += (int)ceil_div(slices[s].count, ADAMW8BIT_BLOCK);
         }
         cuda_scratch(&dev, &dev_cap, n_slices * sizeof(Q8Slice), "8-bit AdamW slice list");
         cudaCheck(cudaMemcpyAsync(dev, d, n_slices * sizeof(Q8Slice), cudaMemcpyHostToDevice, cuda_stream));
@@ -129,9 +150,9 @@ extern "C" void adamw8bit_update_cuda(float *params, void *params_compute, const
     float bc1 = 1.0f - powf(h.beta1, (float)h.step), bc2_sqrt = sqrtf(1.0f - powf(h.beta2, (float)h.step));
     float step_size = h.lr / bc1, omb1 = 1.0f - h.beta1, omb2 = 1.0f - h.beta2;
     ACT_SWITCH(T, {
-        adamw8bit_kernel<T><<<total_blocks, Q8_THREADS, 0, cuda_stream>>>(
-            params, (T *)params_compute, grads, st, (const Q8Slice *)dev, n_slices, h.lr, h.beta1, h.beta2, omb1, omb2,
-            h.eps, h.grad_scale, step_size, bc2_sqrt);
+        adamw8bit_kernel<T><<<ceil_div(total_blocks, Q8_WARPS), 32 * Q8_WARPS, 0, cuda_stream>>>(
+            params, (T *)params_compute, grads, st, (const Q8Slice *)dev, n_slices, total_blocks, h.lr, h.beta1, h.beta2,
+            omb1, omb2, h.eps, h.grad_scale, step_size, bc2_sqrt);
     });
     launchCheck();
 }

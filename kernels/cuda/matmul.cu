@@ -4,7 +4,9 @@
  * W^T-op times X, so every product here is one cublasLtMatmul with no copies.
  * Inputs are in the act dtype with fp32 accumulation; out and dinp are written
  * in the act dtype, while dweight is fp32 (C = D) with beta = 1, so weight
- * gradients accumulate across micro-batches in fp32. fp32 mode runs exact fp32
+ * gradients accumulate across micro-batches in fp32. The forward can add a
+ * residual stream in the epilogue (C = the stream, D = out, beta = 1): no
+ * separate add kernel reading and writing the stream again. fp32 mode runs exact fp32
  * GEMMs unless LLM3D_TF32=1 asks for TF32 tensor cores (about 10 mantissa bits:
  * ~1e-3 relative error instead of ~1e-6). The algorithm cuBLASLt's heuristic
  * picks for each shape is cached, and the one workspace is shared by all. */
@@ -36,9 +38,10 @@ typedef struct {
 static Plan plans[MAX_PLANS];
 static int n_plans = 0;
 
-/* column-major D (m,n) ldd  =  op(A) (m,k) @ op(B) (k,n)  +  beta * D */
-static void lt_matmul(void *D, const void *A, const void *B, int m, int n, int k, int lda, int ldb, int ldd, int ta,
-                      int tb, cudaDataType_t ab_type, cudaDataType_t d_type, float beta) {
+/* column-major D (m,n) ldd  =  op(A) (m,k) @ op(B) (k,n)  +  beta * C, C of D's shape and type (NULL: D itself) */
+static void lt_matmul(void *D, const void *A, const void *B, const void *C, int m, int n, int k, int lda, int ldb, int ldd,
+                      int ta, int tb, cudaDataType_t ab_type, cudaDataType_t d_type, float beta) {
+    if (!C) C = D;
     cublasComputeType_t compute = ab_type == CUDA_R_32F ? (cuda_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F)
                                                         : CUBLAS_COMPUTE_32F;
     cublasLtMatmulDesc_t op;
@@ -55,6 +58,7 @@ static void lt_matmul(void *D, const void *A, const void *B, int m, int n, int k
     int al = alignment(A);
     if (alignment(B) < al) al = alignment(B);
     if (alignment(D) < al) al = alignment(D);
+    if (alignment(C) < al) al = alignment(C);
     Plan key;
     memset(&key, 0, sizeof key);
     key.m = m; key.n = n; key.k = k; key.lda = lda; key.ldb = ldb; key.ldd = ldd; key.ta = ta; key.tb = tb;
@@ -85,7 +89,7 @@ static void lt_matmul(void *D, const void *A, const void *B, int m, int n, int k
         plan->algo = res.algo;
     }
     float alpha = 1.0f;
-    cublasCheck(cublasLtMatmul(cuda_cublaslt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &plan->algo,
+    cublasCheck(cublasLtMatmul(cuda_cublaslt, op, &alpha, A, la, B, lb, &beta, C, ld, D, ld, &plan->algo,
                                cuda_cublaslt_workspace, cuda_cublaslt_workspace_size, cuda_stream));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
@@ -93,11 +97,12 @@ static void lt_matmul(void *D, const void *A, const void *B, int m, int n, int k
     cublasCheck(cublasLtMatmulDescDestroy(op));
 }
 
-/* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T;  column-major: out^T (OC,N) = W^T-op (OC,IC) @ inp^T (IC,N) */
-extern "C" void matmul_forward_cuda(void *out, const void *inp, const void *weight, int N, int IC, int OC) {
+/* out (N,OC) = inp (N,IC) @ weight (OC,IC)^T (+ add (N,OC), cuBLASLt's C with beta = 1: the sum is rounded once);
+ * column-major: out^T (OC,N) = W^T-op (OC,IC) @ inp^T (IC,N) */
+extern "C" void matmul_forward_cuda(void *out, const void *inp, const void *weight, int N, int IC, int OC, const void *add) {
     if (N == 0 || OC == 0) return;
     cudaDataType_t t = act_cuda_type();
-    lt_matmul(out, weight, inp, OC, N, IC, IC, IC, OC, 1, 0, t, t, 0.0f);
+    lt_matmul(out, weight, inp, add, OC, N, IC, IC, IC, OC, 1, 0, t, t, add ? 1.0f : 0.0f);
 }
 
 /* dinp (N,IC) = dout (N,OC) @ weight (OC,IC);  column-major: dinp^T (IC,N) = W_c (IC,OC) @ dout^T (OC,N)
@@ -106,6 +111,6 @@ extern "C" void matmul_backward_cuda(void *dinp, float *dweight, const void *dou
                                      int N, int IC, int OC) {
     if (N == 0 || OC == 0 || IC == 0) return;
     cudaDataType_t t = act_cuda_type();
-    if (dinp) lt_matmul(dinp, weight, dout, IC, N, OC, IC, OC, IC, 0, 0, t, t, 0.0f);
-    lt_matmul(dweight, inp, dout, IC, OC, N, IC, OC, IC, 0, 1, t, CUDA_R_32F, 1.0f);
+    if (dinp) lt_matmul(dinp, weight, dout, NULL, IC, N, OC, IC, OC, IC, 0, 0, t, t, 0.0f);
+    lt_matmul(dweight, inp, dout, NULL, IC, OC, N, IC, OC, IC, 0, 1, t, CUDA_R_32F, 1.0f);
 }

@@ -102,18 +102,24 @@ static void test_matmul(int N, int IC, int OC) {
     float *x = rand_act((size_t)N * IC, 1), *w = rand_act((size_t)OC * IC, 0.1f), *dy = rand_act((size_t)N * OC, 1);
     float *dw0 = rand_act((size_t)OC * IC, 1);
     float *out = mallocCheck((size_t)N * OC * 4), *dx = mallocCheck((size_t)N * IC * 4), *dw = copy_f(dw0, (size_t)OC * IC);
-    cpu->matmul_forward(out, x, w, N, IC, OC);
+    cpu->matmul_forward(out, x, w, N, IC, OC, NULL);
     cpu->matmul_backward(dx, dw, dy, x, w, N, IC, OC);
     void *gx = up_act(x, (size_t)N * IC), *gw = up_act(w, (size_t)OC * IC), *gdy = up_act(dy, (size_t)N * OC);
     void *gout = gpu->alloc((size_t)N * OC * dtype_size(act), "t"), *gdx = gpu->alloc((size_t)N * IC * dtype_size(act), "t");
     float *gdw = up_f32(dw0, (size_t)OC * IC);
     poison(gout, (size_t)N * OC * dtype_size(act));
     poison(gdx, (size_t)N * IC * dtype_size(act));
-    gpu->matmul_forward(gout, gx, gw, N, IC, OC);
+    gpu->matmul_forward(gout, gx, gw, N, IC, OC, NULL);
     gpu->matmul_backward(gdx, gdw, gdy, gx, gw, N, IC, OC);
     float *h = mallocCheck(((size_t)N * OC + (size_t)N * IC + (size_t)OC * IC) * 4);
     down_act(h, gout, (size_t)N * OC);
     compare("matmul_forward", h, out, (size_t)N * OC, tol_matmul, shape);
+    /* a residual in the epilogue (dy stands in for it) */
+    cpu->matmul_forward(out, x, w, N, IC, OC, dy);
+    poison(gout, (size_t)N * OC * dtype_size(act));
+    gpu->matmul_forward(gout, gx, gw, N, IC, OC, gdy);
+    down_act(h, gout, (size_t)N * OC);
+    compare("matmul_forward + residual", h, out, (size_t)N * OC, tol_matmul, shape);
     down_act(h, gdx, (size_t)N * IC);
     compare("matmul_backward dinp", h, dx, (size_t)N * IC, tol_matmul, shape);
     gpu->download(h, gdw, (size_t)OC * IC * 4);
@@ -319,6 +325,16 @@ static void test_cross_entropy(int N, int V, int parts) {
         compare("cross_entropy_loss dlogits", h, zc, nb, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
         down_act(h, gz2, nb);
         compare("cross_entropy_loss logits kept", h, z + p * nb, nb, 0, shape);
+        if (parts == 1) {   /* one part without statistics: the kernel sums up each row itself */
+            gpu->free(gz2);
+            gz2 = up_act(z, nb);
+            poison(gl, N * 4);
+            gpu->cross_entropy_loss(gl, gz2, NULL, 1, gy, N, Vb, 0, V, dloss, -100);
+            gpu->download(h, gl, N * 4);
+            compare("cross_entropy_loss, no stats: loss", h, loss, N, 1e-5, shape);
+            down_act(h, gz2, nb);
+            compare("cross_entropy_loss, no stats: dlogits", h, zc, nb, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+        }
         gpu->free(gz); gpu->free(gz2);
         free(zc);
     }
