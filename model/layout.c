@@ -1,6 +1,7 @@
 /* model/layout.c — where everything of a Model lives: the parameter layout of
  * this rank's part (named tensors, per-layer offsets, gradient units), the
- * activation slots carved out of one allocation, init and host copies.
+ * activation slots carved out of one allocation (buffers whose lives never
+ * overlap sharing memory), init and host copies.
  *
  * The parameter buffer holds, in forward order: the embedding (first chunk of
  * the model), each chunk's layers, the final norm and LM head (last chunk).
@@ -115,7 +116,25 @@ static void build_layout(Model *m) {
  * what the recompute mode recomputes lives once, in m->shared: full keeps only
  * each block's input (res), selective also keeps the matmul outputs (qkv,
  * h13), the attention statistics (lse) and res_mid, and recomputes the norms,
- * the attention output and the SwiGLU activation. */
+ * the attention output and the SwiGLU activation.
+ *
+ * Buffers whose lives never overlap share memory; each case rests on what
+ * model/llama.c reads and writes when:
+ *  - the recompute buffers (m->shared) hold only what one call on one block
+ *    writes and then reads: block_forward's temporaries, or what
+ *    recompute_block brings back for the block_backward that called it.
+ *  - the head buffers (lnf, logits, ce_stats) are written and read only inside
+ *    one call of head_forward or model_logits' / model_decode's head, and none
+ *    of those runs a block: they lie over the recompute buffers. lnf is one
+ *    buffer for every slot for the same reason.
+ *  - ln1 and ln2 (recompute on): the forward reads ln1 only in the qkv matmul,
+ *    before ln2 is written; the backward reads ln2 (w13's gradient) before it
+ *    needs ln1, which block_backward then brings back into the same buffer.
+ *  - scratch2, dqkv (recompute on), lies in hs: block_backward reads hs last
+ *    in w2's gradient, then writes dqkv in the attention backward and reads it
+ *    last in wqkv's gradient; the next write of hs is the next block's call.
+ *  - tmp is scratch1: the forward's tmp is dead whenever the backward's
+ *    scratch1 is live, and vice versa. */
 static size_t layout_activations(Model *m, char *base) {
     size_t B = m->B, T = m->T, N = B * T, a = act_size(m), at = 0;
     size_t Ns = m->sp ? N / m->part.tp : N;   /* the stream tokens: sequence parallelism keeps N/tp */
@@ -124,14 +143,14 @@ static size_t layout_activations(Model *m, char *base) {
     if ((size_t)m->F > S1) S1 = m->F;
     if ((size_t)m->NH * m->HD > S1) S1 = (size_t)m->NH * m->HD;
 #define TAKE(bytes) (at += ((bytes) + 255) & ~(size_t)255, base ? (void *)(base + at - (((bytes) + 255) & ~(size_t)255)) : NULL)
-    int sel = m->recompute == RECOMPUTE_SELECTIVE, full = m->recompute == RECOMPUTE_FULL;
+    int sel = m->recompute == RECOMPUTE_SELECTIVE, full = m->recompute == RECOMPUTE_FULL, head = m->part.has_head;
     LayerActs *sh = &m->shared;
     memset(sh, 0, sizeof *sh);
+    size_t region = at;   /* the recompute buffers, then the head buffers over them */
     if (sel || full) {
-        sh->ln1 = TAKE(Ns * m->C * a);
+        sh->ln1 = sh->ln2 = TAKE(Ns * m->C * a);
         sh->ln1_rstd = TAKE(Ns * 4);
         sh->att = TAKE(N * m->NH * m->HD * a);
-        sh->ln2 = TAKE(Ns * m->C * a);
         sh->ln2_rstd = TAKE(Ns * 4);
         sh->hs = TAKE(N * m->F * a);
     }
@@ -141,6 +160,12 @@ static size_t layout_activations(Model *m, char *base) {
         sh->res_mid = TAKE(Ns * m->C * a);
         sh->h13 = TAKE(N * 2 * m->F * a);
     }
+    size_t region_end = at;
+    at = region;
+    void *lnf = head ? TAKE(Ns * m->C * a) : NULL;
+    m->logits = head ? TAKE((size_t)m->head_chunk * m->V * a) : NULL;
+    m->ce_stats = head ? TAKE((size_t)m->part.tp * 3 * m->head_chunk * 4) : NULL;
+    if (at < region_end) at = region_end;
     for (int s = 0; s < m->part.n_slots; s++) {
         ActSlot *S = &m->slots[s];
         for (int j = 0; j <= m->chunk_layers; j++) S->res[j] = TAKE(Ns * m->C * a);
@@ -157,8 +182,8 @@ static size_t layout_activations(Model *m, char *base) {
             L->h13 = full ? sh->h13 : TAKE(N * 2 * m->F * a);
             L->hs = sel || full ? sh->hs : TAKE(N * m->F * a);
         }
-        if (m->part.has_head) {
-            S->lnf = TAKE(Ns * m->C * a);
+        if (head) {
+            S->lnf = lnf;
             S->lnf_rstd = TAKE(Ns * 4);
             S->losses = TAKE(N * 4);
             S->targets = TAKE(N * 4);
@@ -166,11 +191,9 @@ static size_t layout_activations(Model *m, char *base) {
         if (m->part.has_embedding) S->ids = TAKE(N * 4);
         S->dres = TAKE(Ns * m->C * a);
     }
-    m->logits = m->part.has_head ? TAKE((size_t)m->head_chunk * m->V * a) : NULL;
-    m->ce_stats = m->part.has_head ? TAKE((size_t)m->part.tp * 3 * m->head_chunk * 4) : NULL;
     m->scratch1 = TAKE(N * S1 * a);
-    m->tmp = m->scratch1;   /* the forward's tmp is dead whenever the backward's scratch1 is live, and vice versa */
-    m->scratch2 = TAKE(N * m->QKV * a);
+    m->tmp = m->scratch1;
+    m->scratch2 = (sel || full) && m->QKV <= m->F ? sh->hs : TAKE(N * m->QKV * a);
     m->gathered = m->sp ? TAKE(N * m->C * a) : NULL;
 #undef TAKE
     return at;

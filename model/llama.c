@@ -247,7 +247,7 @@ static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     LayerActs *L = &S->acts[j];
     if (m->recompute == RECOMPUTE_FULL) block_forward(m, S, i, j, B, T, 0, 0, 1);
     if (m->recompute != RECOMPUTE_SELECTIVE) return;
-    be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), Ns, C, m->cfg.norm_eps);
+    /* not ln1: it shares ln2's buffer, and block_backward brings it back once the MLP is done with ln2 */
     be->attention_forward(L->att, L->lse, L->qkv, B, T, m->NH, m->NKV, m->HD);
     be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), Ns, C, m->cfg.norm_eps);
     be->swiglu_forward(L->hs, L->h13, N, m->F);
@@ -279,6 +279,8 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     be->matmul_backward(s1, G + o->wo, dy, L->att, act_at(m, W, o->wo), N, NH * HD, C);            /* s1 = datt (N,NH*HD) */
     be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD);                     /* s2 = dqkv (N,QKV) */
     be->rope_backward(s2, B, T, NH, NKV, HD, c->rope_theta, 0);
+    if (L->ln1 == L->ln2)   /* recompute on: ln1 shares the buffer ln2 held until w13's gradient (model/layout.c) */
+        be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln1, N);
     be->matmul_backward(s1, G + o->wqkv, s2, x, act_at(m, W, o->wqkv), N, C, QKV);                 /* s1 = dln1, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);

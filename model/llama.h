@@ -92,7 +92,7 @@ typedef struct {            /* the activations one layer keeps for its backward 
 typedef struct {            /* one micro-batch in flight through one chunk */
     void **res;             /* (chunk_layers+1) x (Ns,C) residual stream at each layer boundary: res[0] is the chunk's input */
     LayerActs *acts;        /* (chunk_layers) */
-    void *lnf;              /* (Ns,C)    final-norm output (head chunk) */
+    void *lnf;              /* (Ns,C)    final-norm output (head chunk); one buffer for every slot: the head's call alone reads it */
     float *lnf_rstd;        /* (Ns) */
     float *losses;          /* (N)       per-token loss (head chunk) */
     void *dres;             /* (Ns,C)    gradient of the residual stream: d(output) in, d(input) out */
@@ -129,12 +129,12 @@ typedef struct {
     void *act_memory;                   /* the one allocation the views below point into */
     size_t act_bytes;
     ActSlot *slots;                     /* (part.n_slots) */
-    LayerActs shared;                   /* what recompute brings back, once for all layers (recompute != none) */
-    void *logits;                       /* (head_chunk,V) one chunk of logits, then their gradient */
+    LayerActs shared;                   /* what recompute brings back, once for all layers (recompute != none); ln1 is ln2 */
+    void *logits;                       /* (head_chunk,V) one chunk of logits, then their gradient (over shared: model/layout.c) */
     int head_chunk;                     /* tokens per LM-head chunk */
     float *ce_stats;                    /* (tp,3,n) every tp rank's cross-entropy statistics of a chunk of n <= head_chunk tokens */
     void *scratch1;                     /* (N,max(C,F,NH*HD)) backward: dlnf, dhs, datt, dln (partial sums over tp) */
-    void *scratch2;                     /* (N,QKV) backward: dqkv */
+    void *scratch2;                     /* (N,QKV) backward: dqkv (in shared.hs when recompute is on and QKV <= F) */
     void *tmp;                          /* (N,C) forward: a row-parallel matmul's or the embedding's partial output (aliases scratch1) */
     void *gathered;                     /* (N,C) sequence parallel: a norm output or gradient gathered over tp, or a reduce-scatter's result */
     /* generation */
