@@ -1,7 +1,8 @@
 /* model/layout.c — where everything of a Model lives: the parameter layout of
  * this rank's part (named tensors, per-layer offsets, gradient units), the
  * activation slots carved out of one allocation (buffers whose lives never
- * overlap sharing memory), init and host copies.
+ * overlap sharing memory), the places per-layer compute weights are cast
+ * into, init and host copies.
  *
  * The parameter buffer holds, in forward order: the embedding (first chunk of
  * the model), each chunk's layers, the final norm and LM head (last chunk).
@@ -123,8 +124,9 @@ static void build_layout(Model *m) {
  *  - the recompute buffers (m->shared) hold only what one call on one block
  *    writes and then reads: block_forward's temporaries, or what
  *    recompute_block brings back for the block_backward that called it.
- *  - the head buffers (lnf, logits, ce_stats) are written and read only inside
- *    one call of head_forward or model_logits' / model_decode's head, and none
+ *  - the head buffers (lnf, logits, ce_stats and, with per-layer weights, the
+ *    embedding's and head's places) are written and read only inside one call
+ *    of embed, head_forward or model_logits' / model_decode's head, and none
  *    of those runs a block: they lie over the recompute buffers. lnf is one
  *    buffer for every slot for the same reason.
  *  - ln1 and ln2 (recompute on): the forward reads ln1 only in the qkv matmul,
@@ -165,6 +167,7 @@ static size_t layout_activations(Model *m, char *base) {
     void *lnf = head ? TAKE(Ns * m->C * a) : NULL;
     m->logits = head ? TAKE((size_t)m->head_chunk * m->V * a) : NULL;
     m->ce_stats = head ? TAKE((size_t)m->part.tp * 3 * m->head_chunk * 4) : NULL;
+    if (m->part.weights_per_layer && (sel || full)) m->vocab_weights = TAKE(m->vocab_weights_bytes);
     if (at < region_end) at = region_end;
     for (int s = 0; s < m->part.n_slots; s++) {
         ActSlot *S = &m->slots[s];
@@ -198,6 +201,49 @@ static size_t layout_activations(Model *m, char *base) {
 #undef TAKE
     return at;
 }
+
+/* ------------------------------------------------ per-layer compute weights */
+
+#define PLACE_ALIGN 256   /* bytes: cuBLASLt picks a matmul's algorithm by its pointers' alignment up to 256 (kernels/cuda/matmul.cu) */
+
+static size_t place_align(size_t bytes) { return (bytes + PLACE_ALIGN - 1) / PLACE_ALIGN * PLACE_ALIGN; }
+/* A unit's cast starts this far into its place: its own byte offset in a whole compute copy, modulo 256, so
+ * every tensor keeps the alignment it has there and the kernels and matmul algorithms of compute_weights=keep run. */
+static size_t unit_skew(const Model *m, int u) { return m->units[u].offset * act_size(m) % PLACE_ALIGN; }
+static size_t unit_span(const Model *m, int u) { return unit_skew(m, u) + m->units[u].count * act_size(m); }
+static int is_embedding_unit(const Model *m, int u) { return m->part.has_embedding && u == 0; }
+static int is_head_unit(const Model *m, int u) { return m->part.has_head && u == m->n_units - 1; }
+
+/* What the compute-dtype weights take: a whole copy (keep; none in fp32, where the master is read), or the places
+ * per-layer casts go to: one for every layer, sized for the largest, and one for the embedding and the head. */
+static void plan_weights(Model *m) {
+    if (m->be->act == DTYPE_FP32) m->part.weights_per_layer = 0;   /* nothing to cast: the master is the compute copy */
+    if (m->part.weights_per_layer && m->part.master_in_shard)
+        die("internal: per-layer compute weights are cast from a whole fp32 master, and ZeRO-1 holds it in shards");
+    if (!m->part.weights_per_layer) {
+        m->weight_bytes = m->be->act == DTYPE_FP32 ? 0 : m->n_params * act_size(m);
+        return;
+    }
+    size_t emb = 0, head = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        size_t span = place_align(unit_span(m, u));
+        if (is_embedding_unit(m, u)) emb = span;
+        else if (is_head_unit(m, u)) head = span;
+        else if (span > m->layer_weights_bytes) m->layer_weights_bytes = span;
+    }
+    m->vocab_weights_bytes = m->cfg.tie_embeddings ? emb + head : emb > head ? emb : head;
+    m->weight_bytes = m->layer_weights_bytes + (m->recompute == RECOMPUTE_NONE ? m->vocab_weights_bytes : 0);
+}
+
+void *model_unit_place(const Model *m, int u) {
+    char *place = m->layer_weights;
+    if (is_embedding_unit(m, u)) place = m->vocab_weights;
+    else if (is_head_unit(m, u))   /* tied: after the embedding's place, since the head reads both */
+        place = (char *)m->vocab_weights + (m->cfg.tie_embeddings ? place_align(unit_span(m, 0)) : 0);
+    return place + unit_skew(m, u);
+}
+
+void model_master_changed(Model *m) { m->layer_weights_unit = -1; }
 
 void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, const ModelPart *part, int B, int T,
                 int recompute) {
@@ -245,6 +291,7 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     }
     m->slot_B = callocCheck(p->n_slots, sizeof(int));
     m->slot_T = callocCheck(p->n_slots, sizeof(int));
+    plan_weights(m);
     m->act_bytes = layout_activations(m, NULL);
 }
 
@@ -254,7 +301,14 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
     size_t P = m->n_params;
     if (m->part.master_in_shard && be->act == DTYPE_FP32) die("internal: the master weights are the compute weights in fp32");
     m->params = m->part.master_in_shard ? NULL : be->alloc(P * sizeof(float), "fp32 master weights");
-    m->params_compute = be->act == DTYPE_FP32 ? (void *)m->params : be->alloc(P * act_size(m), "compute-dtype weights");
+    if (be->act == DTYPE_FP32) m->params_compute = m->params;
+    else if (!m->part.weights_per_layer) m->params_compute = be->alloc(P * act_size(m), "compute-dtype weights");
+    else if (m->weight_bytes) {   /* the places; the embedding's and head's lie in act_memory with recompute */
+        m->weight_buffer = be->alloc(m->weight_bytes, "per-layer compute-dtype weights");
+        m->layer_weights = m->weight_buffer;
+        if (m->recompute == RECOMPUTE_NONE) m->vocab_weights = (char *)m->weight_buffer + m->layer_weights_bytes;
+    }
+    m->layer_weights_unit = -1;
     m->grads = be->alloc(P * sizeof(float), "gradients");
     m->act_memory = be->alloc(m->act_bytes, "activations");
     layout_activations(m, m->act_memory);
@@ -270,7 +324,8 @@ void model_plan_free(Model *m) {
 
 void model_free(Model *m) {
     const Backend *be = m->be;
-    if (m->params_compute != (void *)m->params) be->free(m->params_compute);
+    if (m->params_compute && m->params_compute != (void *)m->params) be->free(m->params_compute);
+    if (m->weight_buffer) be->free(m->weight_buffer);
     if (m->params) be->free(m->params);
     be->free(m->grads);
     be->free(m->act_memory);
@@ -329,7 +384,8 @@ void model_init_weights(Model *m, uint64_t seed, float init_std) {
 void model_set_params(Model *m, const float *host) {
     float *master = m->params ? m->params : m->grads;   /* no master here: the values pass through the gradient buffer */
     m->be->upload(master, host, m->n_params * sizeof(float));
-    if (m->params_compute != (void *)master) m->be->cast_from_fp32(m->params_compute, master, m->n_params);
+    if (m->params_compute && m->params_compute != (void *)master) m->be->cast_from_fp32(m->params_compute, master, m->n_params);
+    model_master_changed(m);
 }
 
 void model_get_params(const Model *m, float *host) {

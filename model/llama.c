@@ -25,6 +25,46 @@
 static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
 static void *act_at(const Model *m, void *base, size_t elements) { return (char *)base + elements * act_size(m); }
 
+/* ------------------------------------------------------------------ weights */
+
+/* The model units (llama.h): the embedding first when this part holds it, the layers, the head last. */
+static int layer_unit(const Model *m, int i) { return m->part.has_embedding + i; }
+static int head_unit(const Model *m) { return m->n_units - 1; }
+#define EMBEDDING_UNIT 0
+
+/* One unit's weights in the compute dtype: the tensor at element o of the
+ * parameter buffer is at base + (o - first) elements (tensor_at). */
+typedef struct { const char *base; size_t first; } UnitWeights;
+
+/* The weights unit u runs with. compute_weights=keep: the compute copy,
+ * refreshed by the optimizer. per_layer: the unit's place (model_unit_place),
+ * cast there from the fp32 master now, unless it is the layer the layer place
+ * already holds (the recompute and the backward of one block; a pipeline
+ * stage's forward then backward of the same layer) and the master has not
+ * changed since (model_master_changed). The embedding and the head are cast at
+ * each use: their place may lie over the recompute buffers, which every block
+ * writes. Either way the values are the same bits: the cast rounds as the
+ * optimizer's refresh of the copy does. */
+static UnitWeights unit_weights(Model *m, int u) {
+    if (!m->part.weights_per_layer) return (UnitWeights){m->params_compute, 0};
+    const ModelUnit *unit = &m->units[u];
+    char *place = model_unit_place(m, u);
+    int layer = u >= m->part.has_embedding && u < m->n_units - m->part.has_head;
+    if (!layer || m->layer_weights_unit != u) {
+        m->be->cast_from_fp32(place, m->params + unit->offset, unit->count);
+        if (layer) m->layer_weights_unit = u;
+    }
+    return (UnitWeights){place, unit->offset};
+}
+
+static const void *tensor_at(const Model *m, UnitWeights w, size_t offset) { return w.base + (offset - w.first) * act_size(m); }
+
+/* The LM head (V,C), given the head unit's weights W: in W, or with tied
+ * embeddings the embedding's (per_layer casts it beside the head's, both kept). */
+static const void *lm_head(Model *m, UnitWeights W) {
+    return tensor_at(m, m->cfg.tie_embeddings ? unit_weights(m, EMBEDDING_UNIT) : W, m->off_lm_head);
+}
+
 /* The tokens of the residual stream on this rank: all N, or N/tp with sequence parallelism. */
 static int stream_tokens(const Model *m, int N) { return m->sp ? N / m->part.tp : N; }
 
@@ -85,7 +125,8 @@ static void row_parallel_residual(Model *m, void *out, const void *x, const void
  * over tp (g) completes every row. */
 static void embed(Model *m, const int *ids, void *res0, int N) {
     const Backend *be = m->be;
-    be->embedding_forward(m->tmp, ids, act_at(m, m->params_compute, m->off_embedding), N, m->C, m->v0, m->v_valid);
+    UnitWeights W = unit_weights(m, EMBEDDING_UNIT);
+    be->embedding_forward(m->tmp, ids, tensor_at(m, W, m->off_embedding), N, m->C, m->v0, m->v_valid);
     void *x = tp_sum_tokens(m, m->tmp, N);
     be->copy(res0, x, (size_t)stream_tokens(m, N) * m->C * act_size(m));
 }
@@ -101,22 +142,23 @@ static void block_forward(Model *m, ActSlot *S, int i, int j, int B, int T, int 
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
     int N = B * T, Ns = stream_tokens(m, N), C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
-    void *W = m->params_compute, *x;
+    UnitWeights W = unit_weights(m, layer_unit(m, i));
+    void *x;
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
-    be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
+    be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln1, N);                                   /* f: q|k|v are column-parallel */
-    be->matmul_forward(L->qkv, x, act_at(m, W, o->wqkv), N, C, QKV, NULL);
+    be->matmul_forward(L->qkv, x, tensor_at(m, W, o->wqkv), N, C, QKV, NULL);
     be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, pos0);
     if (cached) be->attention_cached(L->att, m->kcache[i], m->vcache[i], L->qkv, B, T, pos0, m->T, NH, NKV, HD);
     else be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
-    row_parallel_residual(m, L->res_mid, L->att, act_at(m, W, o->wo), N, NH * HD, S->res[j]);
-    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), Ns, C, c->norm_eps);
+    row_parallel_residual(m, L->res_mid, L->att, tensor_at(m, W, o->wo), N, NH * HD, S->res[j]);
+    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln2, N);                                   /* f: gate|up are column-parallel */
-    be->matmul_forward(L->h13, x, act_at(m, W, o->w13), N, C, 2 * F, NULL);
+    be->matmul_forward(L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F, NULL);
     be->swiglu_forward(L->hs, L->h13, N, F);
     if (for_backward) return;   /* full recompute: the block's output res[j+1] is not needed again */
-    row_parallel_residual(m, S->res[j + 1], L->hs, act_at(m, W, o->w2), N, F, L->res_mid);
+    row_parallel_residual(m, S->res[j + 1], L->hs, tensor_at(m, W, o->w2), N, F, L->res_mid);
 }
 
 /* [embedding] and the chunk's blocks: ids or res[0] -> res[n_layers] of the slot. */
@@ -144,8 +186,9 @@ static double head_forward(Model *m, int s, const int *targets, float dloss) {
     ActSlot *S = &m->slots[s];
     int N = m->slot_B[s] * m->slot_T[s], Ns = stream_tokens(m, N), C = m->C, V = m->V, tp = m->part.tp;
     int nl = m->part.chunks[m->part.n_chunks - 1].n_layers;
-    void *W = m->params_compute, *Wh = act_at(m, W, m->off_lm_head);
-    be->rmsnorm_forward(S->lnf, S->lnf_rstd, S->res[nl], act_at(m, W, m->off_final_norm), Ns, C, m->cfg.norm_eps);
+    UnitWeights W = unit_weights(m, head_unit(m));
+    const void *norm = tensor_at(m, W, m->off_final_norm), *Wh = lm_head(m, W);
+    be->rmsnorm_forward(S->lnf, S->lnf_rstd, S->res[nl], norm, Ns, C, m->cfg.norm_eps);
     void *x = tp_all_tokens(m, S->lnf, N);   /* f: the head is column-parallel */
     be->upload(S->targets, targets, (size_t)N * sizeof(int));
     for (int c0 = 0; c0 < N; c0 += m->head_chunk) {
@@ -167,8 +210,7 @@ static double head_forward(Model *m, int s, const int *targets, float dloss) {
     if (dloss != 0) {   /* scratch1 holds this rank's share of dlnf: summed, it starts the residual stream's gradient */
         void *dx = tp_sum_tokens(m, m->scratch1, N);
         be->zero(S->dres, (size_t)Ns * C * act_size(m));
-        be->rmsnorm_backward(S->dres, m->grads + m->off_final_norm, dx, S->res[nl], act_at(m, W, m->off_final_norm),
-                             S->lnf_rstd, Ns, C);
+        be->rmsnorm_backward(S->dres, m->grads + m->off_final_norm, dx, S->res[nl], norm, S->lnf_rstd, Ns, C);
     }
     be->download(m->host_losses, S->losses, (size_t)N * sizeof(float));
     double sum = 0;
@@ -195,12 +237,13 @@ void model_logits(Model *m, const int *ids, int B, int T, float *out) {
     ActSlot *S = &m->slots[0];
     int N = B * T, C = m->C, V = m->V;
     size_t a = act_size(m);
-    void *W = m->params_compute;
-    be->rmsnorm_forward(S->lnf, S->lnf_rstd, S->res[m->n_local_layers], act_at(m, W, m->off_final_norm), N, C, m->cfg.norm_eps);
+    UnitWeights W = unit_weights(m, head_unit(m));
+    const void *Wh = lm_head(m, W);
+    be->rmsnorm_forward(S->lnf, S->lnf_rstd, S->res[m->n_local_layers], tensor_at(m, W, m->off_final_norm), N, C, m->cfg.norm_eps);
     void *row = mallocCheck((size_t)m->head_chunk * V * a);
     for (int c0 = 0; c0 < N; c0 += m->head_chunk) {
         int n = N - c0 < m->head_chunk ? N - c0 : m->head_chunk;
-        be->matmul_forward(m->logits, act_at(m, S->lnf, (size_t)c0 * C), act_at(m, W, m->off_lm_head), n, C, V, NULL);
+        be->matmul_forward(m->logits, act_at(m, S->lnf, (size_t)c0 * C), Wh, n, C, V, NULL);
         be->download(row, m->logits, (size_t)n * V * a);
         for (size_t i = 0; i < (size_t)n * V; i++) out[(size_t)c0 * V + i] = dtype_to_float(row, backend_storage(be), i);
     }
@@ -223,14 +266,15 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
         m->host_row = mallocCheck((size_t)m->V * act_size(m));
     }
     ActSlot *S = &m->slots[0];
-    void *W = m->params_compute;
     be->upload(S->ids, ids, (size_t)T * sizeof(int));
     embed(m, S->ids, S->res[0], T);
     for (int i = 0; i < m->n_local_layers; i++) block_forward(m, S, i, i, 1, T, pos0, 1, 0);
     /* only the last position's logits are needed */
     void *last = act_at(m, S->res[m->n_local_layers], (size_t)(T - 1) * C);
-    be->rmsnorm_forward(S->lnf, S->lnf_rstd, last, act_at(m, W, m->off_final_norm), 1, C, m->cfg.norm_eps);
-    be->matmul_forward(m->logits, S->lnf, act_at(m, W, m->off_lm_head), 1, C, m->V, NULL);
+    UnitWeights W = unit_weights(m, head_unit(m));
+    const void *Wh = lm_head(m, W);
+    be->rmsnorm_forward(S->lnf, S->lnf_rstd, last, tensor_at(m, W, m->off_final_norm), 1, C, m->cfg.norm_eps);
+    be->matmul_forward(m->logits, S->lnf, Wh, 1, C, m->V, NULL);
     be->download(m->host_row, m->logits, (size_t)m->V * act_size(m));
     for (int v = 0; v < m->V; v++) m->host_logits[v] = dtype_to_float(m->host_row, backend_storage(be), v);
     return m->host_logits;
@@ -242,14 +286,14 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
 static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     const Backend *be = m->be;
     int N = B * T, Ns = stream_tokens(m, N), C = m->C;
-    void *W = m->params_compute;
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
     if (m->recompute == RECOMPUTE_FULL) block_forward(m, S, i, j, B, T, 0, 0, 1);
     if (m->recompute != RECOMPUTE_SELECTIVE) return;
+    UnitWeights W = unit_weights(m, layer_unit(m, i));
     /* not ln1: it shares ln2's buffer, and block_backward brings it back once the MLP is done with ln2 */
     be->attention_forward(L->att, L->lse, L->qkv, B, T, m->NH, m->NKV, m->HD);
-    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, act_at(m, W, o->ffn_norm), Ns, C, m->cfg.norm_eps);
+    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns, C, m->cfg.norm_eps);
     be->swiglu_forward(L->hs, L->h13, N, m->F);
 }
 
@@ -261,30 +305,31 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
     int N = B * T, Ns = stream_tokens(m, N), C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
-    void *W = m->params_compute, *s1 = m->scratch1, *s2 = m->scratch2, *dres = S->dres, *dy, *x, *dx;
+    void *s1 = m->scratch1, *s2 = m->scratch2, *dres = S->dres, *dy, *x, *dx;
     float *G = m->grads;
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
     recompute_block(m, S, i, j, B, T);
+    UnitWeights W = unit_weights(m, layer_unit(m, i));   /* held since the recompute: no second cast */
     /* MLP: dres is d(res[j+1]) */
     dy = tp_all_tokens(m, dres, N);                                                                  /* g's backward */
-    be->matmul_backward(s1, G + o->w2, dy, L->hs, act_at(m, W, o->w2), N, F, C);                    /* s1 = dhs (N,F) */
+    be->matmul_backward(s1, G + o->w2, dy, L->hs, tensor_at(m, W, o->w2), N, F, C);                 /* s1 = dhs (N,F) */
     be->swiglu_backward(L->h13, s1, L->h13, N, F);                   /* dh13 (N,2F) over h13: its last use */
     x = tp_all_tokens(m, L->ln2, N);
-    be->matmul_backward(s1, G + o->w13, L->h13, x, act_at(m, W, o->w13), N, C, 2 * F);            /* s1 = dln2, this rank's share (N,C) */
+    be->matmul_backward(s1, G + o->w13, L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);         /* s1 = dln2, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);                                                                    /* f's backward */
-    be->rmsnorm_backward(dres, G + o->ffn_norm, dx, L->res_mid, act_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C);
+    be->rmsnorm_backward(dres, G + o->ffn_norm, dx, L->res_mid, tensor_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C);
     /* attention: dres is now d(res_mid) */
     dy = tp_all_tokens(m, dres, N);
-    be->matmul_backward(s1, G + o->wo, dy, L->att, act_at(m, W, o->wo), N, NH * HD, C);            /* s1 = datt (N,NH*HD) */
+    be->matmul_backward(s1, G + o->wo, dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);         /* s1 = datt (N,NH*HD) */
     be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD);                     /* s2 = dqkv (N,QKV) */
     be->rope_backward(s2, B, T, NH, NKV, HD, c->rope_theta, 0);
     if (L->ln1 == L->ln2)   /* recompute on: ln1 shares the buffer ln2 held until w13's gradient (model/layout.c) */
-        be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], act_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
+        be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln1, N);
-    be->matmul_backward(s1, G + o->wqkv, s2, x, act_at(m, W, o->wqkv), N, C, QKV);                 /* s1 = dln1, this rank's share (N,C) */
+    be->matmul_backward(s1, G + o->wqkv, s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);              /* s1 = dln1, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);
-    be->rmsnorm_backward(dres, G + o->attn_norm, dx, S->res[j], act_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C);
+    be->rmsnorm_backward(dres, G + o->attn_norm, dx, S->res[j], tensor_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C);
 }
 
 void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {

@@ -7,6 +7,8 @@
  * (Hugging Face names), laid out layer by layer; inside a layer q,k,v are
  * adjacent rows, so they form one fused (NH+2*NKV)*HD x C matrix, and gate,up
  * form one 2F x C matrix. Gradients and optimizer state mirror that buffer.
+ * The model runs with compute-dtype weights: a copy of the whole buffer, or
+ * (part.weights_per_layer) each unit cast from the fp32 master as it runs.
  *
  * What a rank holds is a ModelPart: its tensor-parallel share of every layer,
  * and one or more CHUNKS of consecutive layers (one per pipeline stage; several
@@ -51,6 +53,8 @@ typedef struct {            /* which part of the model this rank holds, and how 
     int has_head;           /* the final norm, LM head and loss run at the end of the last chunk */
     int n_slots;            /* activation slots: micro-batches in flight at once */
     int master_in_shard;    /* 1: no fp32 master copy here — ZeRO-1 keeps it in shards (parallel/ddp.h); compute dtype != fp32 only */
+    int weights_per_layer;  /* 1: no compute-dtype copy of the weights; each unit is cast from the fp32 master just before
+                             * it runs (config key compute_weights=per_layer); ignored in fp32, where the master is the copy */
 } ModelPart;
 
 typedef struct {            /* one named tensor of the parameter buffer */
@@ -113,7 +117,8 @@ typedef struct {
     int chunk_layers;                   /* the most layers in one chunk: what a slot holds */
     int *chunk_first;                   /* (n_chunks+1) local index of each chunk's first layer */
     int recompute;                      /* RECOMPUTE_*: which activations the backward recomputes */
-    /* parameters: fp32 master, the act-dtype compute copy (== params when act is fp32), fp32 grads */
+    /* parameters: fp32 master, the act-dtype compute copy (== params when act is fp32; NULL with
+     * part.weights_per_layer, which casts each unit into its place below instead), fp32 grads */
     ParamTensor *tensors;
     int n_tensors;
     size_t n_params;
@@ -122,8 +127,16 @@ typedef struct {
     ModelUnit *units;                   /* (n_units) in buffer order */
     int n_units;
     float *params;                      /* (n_params) NULL when part.master_in_shard */
-    void *params_compute;               /* (n_params) */
+    void *params_compute;               /* (n_params) or NULL */
     float *grads;                       /* (n_params) */
+    /* part.weights_per_layer: the places units are cast into, act dtype (model_unit_place) */
+    void *layer_weights;                /* (layer_weights_bytes) every layer's place */
+    void *vocab_weights;                /* (vocab_weights_bytes) the embedding's place and the head's (after the embedding's
+                                         * when tied: the head reads both); in act_memory when recompute is on */
+    size_t layer_weights_bytes, vocab_weights_bytes;
+    void *weight_buffer;                /* the allocation of layer_weights (and of vocab_weights when recompute is none) */
+    size_t weight_bytes;                /* what the compute-dtype weights allocate: 0 in fp32, the whole copy, or weight_buffer */
+    int layer_weights_unit;             /* the unit layer_weights holds, fresh from the master; -1: none */
     /* activations, for micro-batches of at most B x T */
     int B, T;
     void *act_memory;                   /* the one allocation the views below point into */
@@ -175,8 +188,15 @@ void model_init_values(const Model *m, uint64_t seed, float init_std, float *hos
 void model_set_params(Model *m, const float *host);
 void model_get_params(const Model *m, float *host);
 void model_get_grads(const Model *m, float *host);
+/* The fp32 master weights were written outside the model (an optimizer
+ * step): a per-layer cast held from before is stale. model_set_params says so itself. */
+void model_master_changed(Model *m);
 void model_zero_grads(Model *m);
 const ParamTensor *model_find_tensor(const Model *m, const char *name);
+/* part.weights_per_layer: where unit u's weights are cast to. The tensor at
+ * element o of the parameter buffer lies at the result + (o - units[u].offset)
+ * elements, with the alignment modulo 256 bytes it has in a whole compute copy. */
+void *model_unit_place(const Model *m, int u);
 
 /* Forward of chunk k for the micro-batch held in slot s (B' <= B, T' <= T).
  * The chunk's input is ids (embedded here) when it holds the embedding, else

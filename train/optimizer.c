@@ -216,6 +216,7 @@ double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale) {
     } else {
         be->adamw_update(v->master, v->compute, v->grads, o->m, o->v, o->slices, o->n_slices, h);
     }
+    model_master_changed(m);   /* compute_weights=per_layer: the layer cast from the old master is stale */
     return norm;
 }
 
