@@ -54,17 +54,29 @@ static void test_memory(const char *small, const char *good) {
           "memory l124m on cuda: the plan (want '%s'), no GPU needed, nothing trained (rc %d):\n%s", want, rc, out);
     snprintf(want, sizeof want, "weights (compute copy) %s | ", format_bytes(2.0 * P, b, sizeof b));
     CHECK(strstr(out, want) != NULL, "bf16: a 2-byte compute copy of the %zu parameters (want '%s')", P, want);
-    double total[3][2] = {{0}};
+    double total[3][2][2] = {{{0}}};   /* [recompute][optimizer][compute_weights] */
     int rows = 0;
     for (const char *l = strstr(out, "  --recompute="); l; l = strstr(l + 1, "  --recompute=")) {
-        char r[16], o[16], t[32];
-        if (sscanf(l, "  --recompute=%15s --optimizer=%15s total %31[^\n(]", r, o, t) != 3) continue;
-        int ri = !strcmp(r, "none") ? 0 : !strcmp(r, "selective") ? 1 : 2, oi = !strcmp(o, "adamw8bit");
-        total[ri][oi] = parse_bytes(t);
+        char r[16], o[16], w[16], t[32];
+        if (sscanf(l, "  --recompute=%15s --optimizer=%15s --compute_weights=%15s total %31[^\n(]", r, o, w, t) != 4) continue;
+        int ri = !strcmp(r, "none") ? 0 : !strcmp(r, "selective") ? 1 : 2, oi = !strcmp(o, "adamw8bit"), wi = !strcmp(w, "per_layer");
+        total[ri][oi][wi] = parse_bytes(t);
         rows++;
     }
-    CHECK(rows == 6 && total[0][0] > total[1][0] && total[1][0] > total[2][0] && total[0][1] < total[0][0] && total[2][1] < total[2][0],
-          "the other switches: recompute and adamw8bit each need less (%d rows)", rows);
+    CHECK(rows == 12 && total[0][0][0] > total[1][0][0] && total[1][0][0] > total[2][0][0] && total[0][1][0] < total[0][0][0] &&
+          total[2][1][0] < total[2][0][0] && total[0][0][1] < total[0][0][0] && total[2][1][1] < total[2][1][0],
+          "the other switches: recompute, adamw8bit and per-layer compute weights each need less (%d rows):\n%s", rows, out);
+    rc = run("memory --preset=l350m --device=cuda --precision=bf16 --recompute=full --compute_weights=per_layer");
+    const char *line = strstr(out, "weights (compute copy) ");
+    double copy = line ? parse_bytes(line + 23) : -1;
+    CHECK(rc == 0 && copy > 20 * 1048576.0 && copy < 23 * 1048576.0 && strstr(out, "compute weights per_layer"),
+          "l350m, compute_weights=per_layer: the compute line is one layer's 21.5 MiB, not the 641 MiB copy (rc %d):\n%s", rc, out);
+    rc = run("memory --preset=l124m --dp=2 --zero=1 --device=cuda --precision=bf16");
+    CHECK(rc == 0 && strstr(out, "  --recompute=full      --optimizer=adamw     total") && !strstr(out, "--compute_weights="),
+          "zero=1 with dp=2: per_layer is no switch there, and the list says none (rc %d):\n%s", rc, out);
+    expect_error("--dp=2 --zero=1 --precision=bf16 --compute_weights=per_layer", "compute_weights=per_layer");
+    CHECK(strstr(out, "zero=1") && strstr(out, "--compute_weights=keep") && strstr(out, "--zero=0"),
+          "per_layer with zero=1: the message names both keys and both ways out:\n%s", out);
     snprintf(want, sizeof want, "%s/memrun", dir);
     CHECK(access(want, F_OK) != 0, "memory writes nothing to run_dir");
     expect_error(ARGS("memory --train_data=%s/nothing_*.bin", dir), "vocab_size=0 means the vocabulary of the train shards");

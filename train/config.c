@@ -47,6 +47,7 @@ const ConfigField config_fields[] = {
     F(device, FIELD_CHOICE, "cpu", 0, 0, "cpu|cuda", "system", "where the model runs"),
     F(precision, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16|fp16", "system", "compute dtype (master weights and gradients stay fp32); on cpu, bf16/fp16 are emulated"),
     F(recompute, FIELD_CHOICE, "none", 0, 0, "none|selective|full", "system", "activations the backward recomputes instead of keeping: selective = norms, attention output, SwiGLU; full = everything but each block's input"),
+    F(compute_weights, FIELD_CHOICE, "keep", 0, 0, "keep|per_layer", "system", "the bf16/fp16 weights the model runs with: keep = a compute-dtype copy of all of them, refreshed by the optimizer; per_layer = no copy: each layer, the embedding and the head are cast from the fp32 master just before they run (forward, recompute, backward) into a buffer for one layer (the embedding's and head's place lies in the recompute buffers when recompute is on): the same results, ~2 bytes/param less; not with zero=1 and dp > 1. No effect in fp32, where the master is the compute copy"),
     F(loss_scale_init, FIELD_FLOAT, "65536", 1, 1e30, NULL, "system", "fp16 only: starting dynamic loss scale (x2 after 2000 clean steps, x0.5 and the step skipped on overflow)"),
     F(dp, FIELD_INT, "1", 1, 65536, NULL, "parallel", "data-parallel ranks: each trains on its own part of every step's batch (world = dp * pp * tp)"),
     F(tp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "tensor-parallel ranks: every layer's heads and FFN columns and the vocabulary split tp ways (Megatron); tp must divide n_heads, n_kv_heads and ffn_dim; keep it within the GPUs of one host"),
@@ -338,6 +339,10 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
     if (c->grad_reduce_dtype == GRAD_REDUCE_BF16 && c->precision != PRECISION_BF16)
         FAIL("grad_reduce_dtype=bf16 sends the gradients in the compute dtype, and precision=%s\n"
              "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", c->precision == PRECISION_FP16 ? "fp16" : "fp32");
+    if (c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && c->zero && c->dp > 1 && c->precision != PRECISION_FP32)
+        FAIL("compute_weights=per_layer casts each layer's weights from this rank's whole fp32 master, and zero=1 keeps only a "
+             "1/dp shard of the master on each of the dp=%d ranks\n"
+             "  hint: use --compute_weights=keep with --zero=1, or --zero=0 with --compute_weights=per_layer", c->dp);
     if (c->comm_timeout_s <= 0)
         FAIL("comm_timeout_s=%g: a collective needs a deadline (> 0 seconds), or one stalled rank hangs every other rank for ever\n"
              "  hint: the default is 100; give a slow setup more, e.g. --comm_timeout_s=1800", c->comm_timeout_s);

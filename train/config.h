@@ -13,6 +13,7 @@ enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };
 enum { SCHEDULE_COSINE, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
 enum { OPTIMIZER_ADAMW, OPTIMIZER_ADAMW8BIT };
 enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
+enum { COMPUTE_WEIGHTS_KEEP, COMPUTE_WEIGHTS_PER_LAYER };
 
 typedef struct {
     char preset[32];
@@ -27,7 +28,7 @@ typedef struct {
     char train_data[1024], val_data[1024];
     int eval_every, eval_batches;
     /* system */
-    int device, precision, recompute;
+    int device, precision, recompute, compute_weights;
     float loss_scale_init;
     /* parallel (parallel/) */
     int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate, sequence_parallel;

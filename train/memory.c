@@ -5,11 +5,13 @@
 #include <stdlib.h>
 
 MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, const ModelPart *part,
-                       int recompute, int optimizer, int batch_size) {
+                       int recompute, int optimizer, int compute_weights, int batch_size) {
     Model m;
-    model_plan(&m, mc, be, comm, part, batch_size, c->seq_len, recompute);
+    ModelPart q = part ? *part : model_part_whole(mc);
+    q.weights_per_layer = compute_weights == COMPUTE_WEIGHTS_PER_LAYER;   /* model_plan drops it in fp32 */
+    model_plan(&m, mc, be, comm, &q, batch_size, c->seq_len, recompute);
     MemoryPlan p = {0};
-    size_t P = m.n_params, act = dtype_size(backend_storage(be));
+    size_t P = m.n_params;
     Config oc = *c;
     oc.optimizer = optimizer;
     OptimizerCut cut = {&m, &oc};
@@ -17,7 +19,7 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     DdpOptions dopt = {c->bucket_mb, c->zero, c->grad_reduce_dtype == GRAD_REDUCE_BF16, optimizer_cut_rule, &cut};
     ddp_plan(&d, &m, comm, &dopt);
     p.master = d.zero && be->act != DTYPE_FP32 ? 0 : P * 4;   /* zero=1: in the shard */
-    p.compute = be->act == DTYPE_FP32 ? 0 : P * act;
+    p.compute = m.weight_bytes;
     p.grads = P * 4;
     p.shards = ddp_buffer_bytes(&d, be);
     OptPiece *pieces = NULL;
@@ -37,6 +39,8 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     model_plan_free(&m);
     return p;
 }
+
+int memory_per_layer_switch(const Config *c, const Backend *be) { return be->act != DTYPE_FP32 && !(c->zero && c->dp > 1); }
 
 Backend memory_plan_backend(const Config *c) {
     DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
@@ -95,23 +99,26 @@ void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *
     memory_print(p, 0, stderr);
     fprintf(stderr, "  settings that fit, by the same prediction (fewest changes first):\n");
     static const char *rname[] = {"none", "selective", "full"}, *oname[] = {"adamw", "adamw8bit"};
-    int shown = 0;
-    for (int changes = 1; changes <= 3 && shown < 6; changes++)
+    int shown = 0, last_w = memory_per_layer_switch(c, be) ? COMPUTE_WEIGHTS_PER_LAYER : c->compute_weights;
+    for (int changes = 1; changes <= 4 && shown < 6; changes++)
         for (int b = c->batch_size; b >= 1 && shown < 6; b /= 2)
             for (int r = c->recompute; r <= RECOMPUTE_FULL && shown < 6; r++)
-                for (int o = c->optimizer; o <= OPTIMIZER_ADAMW8BIT && shown < 6; o++) {
-                    int n = (b != c->batch_size) + (r != c->recompute) + (o != c->optimizer);
-                    if (n != changes) continue;
-                    MemoryPlan q = memory_plan(c, mc, be, comm, part, r, o, b);
-                    if (q.total > avail) continue;
-                    fprintf(stderr, "    ");
-                    if (r != c->recompute) fprintf(stderr, "--recompute=%s ", rname[r]);
-                    if (o != c->optimizer) fprintf(stderr, "--optimizer=%s ", oname[o]);
-                    if (b != c->batch_size) fprintf(stderr, "--batch_size=%d --total_batch_tokens=%ld ", b,
-                                                    c->total_batch_tokens ? (long)c->total_batch_tokens : (long)c->batch_size * c->seq_len);
-                    fprintf(stderr, "(%s)\n", format_bytes((double)q.total, need, sizeof need));
-                    shown++;
-                }
-    if (!shown) fprintf(stderr, "    none of recompute, adamw8bit or a smaller batch_size: use a smaller model or more GPUs\n");
+                for (int o = c->optimizer; o <= OPTIMIZER_ADAMW8BIT && shown < 6; o++)
+                    for (int w = c->compute_weights; w <= last_w && shown < 6; w++) {
+                        int n = (b != c->batch_size) + (r != c->recompute) + (o != c->optimizer) + (w != c->compute_weights);
+                        if (n != changes) continue;
+                        MemoryPlan q = memory_plan(c, mc, be, comm, part, r, o, w, b);
+                        if (q.total > avail) continue;
+                        fprintf(stderr, "    ");
+                        if (r != c->recompute) fprintf(stderr, "--recompute=%s ", rname[r]);
+                        if (o != c->optimizer) fprintf(stderr, "--optimizer=%s ", oname[o]);
+                        if (w != c->compute_weights) fprintf(stderr, "--compute_weights=per_layer ");
+                        if (b != c->batch_size) fprintf(stderr, "--batch_size=%d --total_batch_tokens=%ld ", b,
+                                                        c->total_batch_tokens ? (long)c->total_batch_tokens : (long)c->batch_size * c->seq_len);
+                        fprintf(stderr, "(%s)\n", format_bytes((double)q.total, need, sizeof need));
+                        shown++;
+                    }
+    if (!shown)
+        fprintf(stderr, "    none of recompute, adamw8bit, compute_weights=per_layer or a smaller batch_size: use a smaller model or more GPUs\n");
     exit(1);
 }

@@ -5,8 +5,8 @@
  * the layout already knows (model_plan), so the prediction is the same
  * arithmetic the allocation will do, plus the libraries' workspaces. The report
  * sets it next to the allocator's measured peak; on out-of-memory the same
- * prediction, redone for recompute / 8-bit AdamW / smaller micro-batches, says
- * which switches would fit. */
+ * prediction, redone for recompute / 8-bit AdamW / per-layer compute weights /
+ * smaller micro-batches, says which switches would fit. */
 #pragma once
 #include <stdio.h>
 #include "config.h"
@@ -14,7 +14,7 @@
 
 typedef struct {
     size_t master;        /* fp32 master weights */
-    size_t compute;       /* act-dtype copy of the weights (0 in fp32: the master is used) */
+    size_t compute;       /* act-dtype copy of the weights (0 in fp32: the master is used); compute_weights=per_layer: the places one layer's is cast to */
     size_t grads;         /* fp32 gradients */
     size_t optimizer;     /* AdamW m, v (fp32) or 8-bit codes + absmax + small tensors' fp32 state (zero=1: this rank's shard) */
     size_t shards;        /* data parallel: zero=1's shards (reduced gradients, fp32 master, updated copy); the bf16 copy of the gradients sent */
@@ -24,9 +24,14 @@ typedef struct {
 } MemoryPlan;
 
 /* The plan of this rank (its part of the model, part NULL: the whole model on
- * one rank) for config c with the given recompute mode, optimizer and micro-batch. */
+ * one rank) for config c with the given recompute mode, optimizer, compute
+ * weights (COMPUTE_WEIGHTS_*, over the part's) and micro-batch. */
 MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, const ModelPart *part,
-                       int recompute, int optimizer, int batch_size);
+                       int recompute, int optimizer, int compute_weights, int batch_size);
+/* Whether compute_weights=per_layer is a switch for this run, for the lists of
+ * other switches: in bf16/fp16 (fp32 has no copy), unless ZeRO-1 shards the
+ * master (zero=1 with dp > 1: config validation refuses per_layer there). */
+int memory_per_layer_switch(const Config *c, const Backend *be);
 /* The backend a plan describes, without opening the device: what memory_plan
  * reads of it is the name, the activation dtype and the fixed workspace, so a
  * GPU's plan is made on any machine. */

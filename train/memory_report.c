@@ -51,32 +51,37 @@ int memory_main(int argc, char **argv) {
     comm_init_one(&comm);
     comm.dp = c.dp; comm.tp = c.tp; comm.pp = c.pp; comm.world_size = c.dp * c.tp * c.pp;
     Backend be = memory_plan_backend(&c);
-    static const char *rname[] = {"none", "selective", "full"}, *oname[] = {"adamw", "adamw8bit"};
+    static const char *rname[] = {"none", "selective", "full"}, *oname[] = {"adamw", "adamw8bit"}, *wname[] = {"keep", "per_layer"};
     printf("memory | plan of %s%s: %zu parameters, vocab %d | device %s (%s) | batch %d x %d | recompute %s | optimizer %s | "
-           "%d rank%s (dp %d x pp %d x tp %d)\n", c.preset[0] ? "preset " : "", c.preset[0] ? c.preset : "these settings",
+           "compute weights %s | %d rank%s (dp %d x pp %d x tp %d)\n", c.preset[0] ? "preset " : "", c.preset[0] ? c.preset : "these settings",
            model_count_params(&mc), vocab, be.name, dtype_name(be.act), c.batch_size, c.seq_len, rname[c.recompute], oname[c.optimizer],
-           comm.world_size, comm.world_size > 1 ? "s" : "", c.dp, c.pp, c.tp);
+           be.act == DTYPE_FP32 ? "the fp32 master" : wname[c.compute_weights], comm.world_size, comm.world_size > 1 ? "s" : "",
+           c.dp, c.pp, c.tp);
     Schedule s;
     trainer_schedule(&s, &c, &mc, &comm, &be);
     ModelPart part = trainer_part(&c, &mc, &s, 0, 0, be.act);   /* stage 0; every stage below when there are several */
-    MemoryPlan p = memory_plan(&c, &mc, &be, &comm, &part, c.recompute, c.optimizer, c.batch_size);
+    MemoryPlan p = memory_plan(&c, &mc, &be, &comm, &part, c.recompute, c.optimizer, c.compute_weights, c.batch_size);
     memory_print(&p, 0, stdout);
     for (int st = 1; st < c.pp; st++) {
         ModelPart q = trainer_part(&c, &mc, &s, st, 0, be.act);
         comm.pp_rank = st;
-        MemoryPlan ps = memory_plan(&c, &mc, &be, &comm, &q, c.recompute, c.optimizer, c.batch_size);
+        MemoryPlan ps = memory_plan(&c, &mc, &be, &comm, &q, c.recompute, c.optimizer, c.compute_weights, c.batch_size);
         char t[32];
         printf("memory | pipeline stage %d: total %s\n", st, format_bytes((double)ps.total, t, sizeof t));
     }
     comm.pp_rank = 0;
     printf("memory | the same run with other switches, by the same prediction (stage 0):\n");
-    char b[32];
+    char b[32], w_key[64] = "";
+    int switch_w = memory_per_layer_switch(&c, &be);   /* the compute_weights column only where it changes something */
+    int first_w = switch_w ? COMPUTE_WEIGHTS_KEEP : c.compute_weights, last_w = switch_w ? COMPUTE_WEIGHTS_PER_LAYER : c.compute_weights;
     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++)
-        for (int o = OPTIMIZER_ADAMW; o <= OPTIMIZER_ADAMW8BIT; o++) {
-            MemoryPlan q = memory_plan(&c, &mc, &be, &comm, &part, r, o, c.batch_size);
-            printf("  --recompute=%-9s --optimizer=%-9s total %10s%s\n", rname[r], oname[o], format_bytes((double)q.total, b, sizeof b),
-                   r == c.recompute && o == c.optimizer ? "   (this run)" : "");
-        }
+        for (int o = OPTIMIZER_ADAMW; o <= OPTIMIZER_ADAMW8BIT; o++)
+            for (int w = first_w; w <= last_w; w++) {
+                MemoryPlan q = memory_plan(&c, &mc, &be, &comm, &part, r, o, w, c.batch_size);
+                if (switch_w) snprintf(w_key, sizeof w_key, " --compute_weights=%-9s", wname[w]);
+                printf("  --recompute=%-9s --optimizer=%-9s%s total %10s%s\n", rname[r], oname[o], w_key,
+                       format_bytes((double)q.total, b, sizeof b), r == c.recompute && o == c.optimizer && w == c.compute_weights ? "   (this run)" : "");
+            }
     if (c.device == DEVICE_CPU)
         printf("memory | nothing was trained; --memory_report=1 on a training command runs one step and measures the peak\n");
     else

@@ -131,7 +131,7 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
     for (int st = 0; st < L->pp; st++) {
         ModelPart part = trainer_part(&c, mc, &s, st, 0, be->act);
         grid.pp_rank = st;
-        MemoryPlan p = memory_plan(&c, mc, be, &grid, &part, c.recompute, c.optimizer, c.batch_size);
+        MemoryPlan p = memory_plan(&c, mc, be, &grid, &part, c.recompute, c.optimizer, c.compute_weights, c.batch_size);
         if (p.total > most) most = p.total;
         int layers = 0;
         for (int k = 0; k < part.n_chunks; k++) layers += part.chunks[k].n_layers;

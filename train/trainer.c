@@ -72,6 +72,7 @@ ModelPart trainer_part(const Config *c, const ModelConfig *mc, const Schedule *s
     part.n_slots = s->slots[stage];
     if (c->pp > 1 && part.n_slots < 2) part.n_slots = 2;   /* evaluation receives the next micro-batch while sending the last */
     part.master_in_shard = c->zero && c->dp > 1 && act != DTYPE_FP32;
+    part.weights_per_layer = c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && act != DTYPE_FP32;
     return part;
 }
 
@@ -154,7 +155,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     build_schedule(tr);
     ModelPart part = trainer_part(c, &tr->model_cfg, &tr->schedule, tr->comm.pp_rank, tr->comm.tp_rank, act);
     int zero = c->zero && tr->comm.dp > 1;
-    tr->memory = memory_plan(c, &tr->model_cfg, tr->be, &tr->comm, &part, c->recompute, c->optimizer, c->batch_size);
+    tr->memory = memory_plan(c, &tr->model_cfg, tr->be, &tr->comm, &part, c->recompute, c->optimizer, c->compute_weights, c->batch_size);
     memory_check_fits(&tr->memory, c, &tr->model_cfg, tr->be, &tr->comm, &part);   /* before allocating: say what would fit */
     model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, &part, c->batch_size, c->seq_len, c->recompute);
     OptimizerCut cut = {&tr->model, &tr->cfg};

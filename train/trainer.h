@@ -86,7 +86,8 @@ void plan_write_profile(const Trainer *tr, const char *path);
 int schedule_main(int argc, char **argv);
 /* What the rank at (stage, tp_rank) holds and keeps under config c: its part
  * of the model, the activation slots its schedule s needs, where its master
- * weights live. Training allocates it; the memory plans predict it. */
+ * weights live, whether it keeps a compute copy of them. Training allocates
+ * it; the memory plans predict it. */
 ModelPart trainer_part(const Config *c, const ModelConfig *mc, const Schedule *s, int stage, int tp_rank, DType act);
 /* Opens the data, builds and initialises the model and optimizer. */
 void trainer_init(Trainer *tr, const Config *cfg);

@@ -89,7 +89,7 @@ static void *cuda_alloc(size_t bytes, const char *what) {
         cudaMemGetInfo(&free_b, &total_b);
         char b1[32], b2[32], b3[32];
         die("out of GPU memory allocating %s for %s (%s free of %s): %s\n"
-            "  hint: try a smaller batch_size, recompute, or optimizer=adamw8bit",
+            "  hint: try a smaller batch_size, recompute, optimizer=adamw8bit or compute_weights=per_layer",
             format_bytes((double)bytes, b1, sizeof b1), what, format_bytes((double)free_b, b2, sizeof b2),
             format_bytes((double)total_b, b3, sizeof b3), cudaGetErrorString(e));
     }
