@@ -13,7 +13,9 @@
  * (61: no tp divides it, so every tp run pads it), with GQA at n_kv_heads = tp
  * and 2*tp, tied and untied, with and without sequence parallelism; its Hugging
  * Face export equals the one-rank run's, and the memory plan of every rank
- * equals what that rank allocated. LLM3D_TEST_ARGS adds settings to every run
+ * equals what that rank allocated. compute_weights=per_layer (each layer cast
+ * from the fp32 master just before it runs) gives the very bits of keep under
+ * data, tensor and pipeline parallelism. LLM3D_TEST_ARGS adds settings to every run
  * (tests/gpu/parallel.sh: "--device=cuda --comm_backend=mpi", one GPU shared by the ranks). */
 #include "test.h"
 #include "../common/util.h"
@@ -266,6 +268,10 @@ static void data_parallel_and_pipeline(void) {
     layout("refbf", "pp2bf", 2, "--pp=2 --precision=bf16 --recompute=full", bf16);
     layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
     layout("ref8", "dp2pp2q", 4, "--dp=2 --pp=2 --zero=1 --optimizer=adamw8bit --bucket_mb=0.01", fp32);
+    /* per-layer compute weights: the same bits as the compute copy the run above kept */
+    layout_tol("dp2bf", "dp2bfw", 2, "--dp=2 --precision=bf16 --compute_weights=per_layer", 0, 0);
+    layout_tol("pp2bf", "pp2bfw", 2, "--pp=2 --precision=bf16 --recompute=full --compute_weights=per_layer", 0, 0);
+    layout_tol("pp2f16", "pp2f16w", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective --compute_weights=per_layer", 0, 0);
     /* resume across layouts */
     resume("ref", "r21", 2, "--dp=2", 1, "");
     resume("ref", "r14", 1, "", 4, "--dp=4");
@@ -273,6 +279,7 @@ static void data_parallel_and_pipeline(void) {
     resume("ref", "rp", 2, "--pp=2", 4, "--pp=4");
     resume("ref", "rpi", 2, "--pp=2 --pp_schedule=interleaved", 2, "--dp=2 --zero=1");
     resume("ref8", "r8", 4, "--dp=4 --zero=1 --optimizer=adamw8bit --bucket_mb=0.01", 1, "--optimizer=adamw8bit");
+    resume("refbf", "rbw", 1, "--precision=bf16", 1, "--precision=bf16 --compute_weights=per_layer");
 }
 
 /* Tensor parallel on the odd vocabulary (61 rows: padded at every tp), with and without sequence
@@ -299,6 +306,10 @@ static void tensor_parallel(void) {
     /* bf16: each rank's partial sums are rounded to bf16 before they are summed over tp (as in Megatron), so the
      * losses stay within bf16 rounding and AdamW's moments of small gradients within a few % */
     layout_tol("refbf", "tp2sbf", 2, "--tp=2 --sequence_parallel=1 --precision=bf16", bf16, 5e-2);
+    /* per-layer compute weights, bit for bit: with sequence parallelism; tied, with full recompute */
+    layout_tol("tp2sbf", "tp2sbfw", 2, "--tp=2 --sequence_parallel=1 --precision=bf16 --compute_weights=per_layer", 0, 0);
+    if (train("tp2tbf", 2, "--tp=2 --tie_embeddings=1 --precision=bf16 --recompute=full") != 0) CHECK(0, "tp=2 tied bf16 failed to run");
+    layout_tol("tp2tbf", "tp2tbfw", 2, "--tp=2 --tie_embeddings=1 --precision=bf16 --recompute=full --compute_weights=per_layer", 0, 0);
     export_same("ref", "tp2s", "--tp=2 --sequence_parallel=1 --recompute=full", 0);
     export_same("ref88t", "tp4kt", "--tp=4 --tie_embeddings=1 " H88, 1);
     resume("ref", "rt21", 2, "--tp=2 --sequence_parallel=1", 1, "");
@@ -307,6 +318,11 @@ static void tensor_parallel(void) {
     size_t plain = memory_same(2, "--tp=2"), sp = memory_same(2, "--tp=2 --sequence_parallel=1");
     memory_same(4, "--dp=2 --tp=2 --sequence_parallel=1 --zero=1 --precision=bf16");
     CHECK(sp < plain, "sequence parallelism saves memory: %zu bytes vs %zu without", sp, plain);
+    /* per-layer compute weights: the places of a layer and of the vocabulary units, on stages with and without them */
+    size_t keep = memory_same(4, "--tp=2 --pp=2 --precision=bf16 --recompute=full");
+    size_t layer = memory_same(4, "--tp=2 --pp=2 --precision=bf16 --recompute=full --compute_weights=per_layer");
+    memory_same(2, "--pp=2 --precision=bf16 --compute_weights=per_layer");
+    CHECK(layer < keep, "per-layer compute weights save memory: %zu bytes vs %zu with the copy", layer, keep);
 }
 
 /* Bad launches: one clear line, every rank out. */
@@ -324,6 +340,7 @@ static void launches_refused(void) {
     refused(2, "--dp=2 --bucket_mb=0", "bucket_mb");
     refused(2, "--pp=2 --pp_layers=3,3", "adds up to 6 layers");
     refused(2, "--dp=2 --grad_reduce_dtype=bf16", "grad_reduce_dtype=bf16 sends the gradients in the compute dtype");
+    refused(2, "--dp=2 --zero=1 --precision=bf16 --compute_weights=per_layer", "compute_weights=per_layer casts each layer's weights");
     /* ranks launched with different configs (MPMD: one command line per rank) */
     char a[4096], cmd[4096];
     snprintf(cmd, sizeof cmd, "timeout 60 %s -np 1 build/train --dp=2 " BASE " --train_data=%s/train.bin --val_data=%s/val.bin --lr=1e-3 : -np 1 build/train",

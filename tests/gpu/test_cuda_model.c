@@ -7,7 +7,9 @@
  *   4. 20 training steps on the GPU track the CPU's loss curve (fp32 1e-4,
  *      bf16 2e-2 per step);
  *   5. fp16 with a forced overflow (starting scale 2^40) skips steps, halves the
- *      scale and recovers; no NaN reaches the weights.
+ *      scale and recovers; no NaN reaches the weights;
+ *   6. compute_weights=per_layer gives keep's losses, weights and decode logits
+ *      bit for bit (bf16 and fp16, full recompute, tied and untied).
  * Built by `make gpu`, run by tests/gpu/run.sh; ends with "N passed, N failed".
  * LLM3D_TEST_QUICK=1 runs part 1 only (for compute-sanitizer). */
 #include "../test.h"
@@ -174,6 +176,36 @@ static void test_fp16_overflow(void) {
     trainer_free(&tr);
 }
 
+static void test_per_layer(int precision, int tie) {
+    Trainer tr[2];
+    for (int k = 0; k < 2; k++) {
+        Config c;
+        small_config(&c, DEVICE_CUDA, precision);
+        c.recompute = RECOMPUTE_FULL; c.tie_embeddings = tie; c.compute_weights = k; c.max_steps = 5;
+        trainer_init(&tr[k], &c);
+    }
+    const char *pn = precision == PRECISION_BF16 ? "bf16" : "fp16";
+    int same_loss = 1;
+    for (int s = 0; s < 5; s++) {
+        StepStats a = trainer_step(&tr[0]), b = trainer_step(&tr[1]);
+        same_loss &= a.loss == b.loss;
+    }
+    size_t P = tr[0].model.n_params;
+    float *a = mallocCheck(P * 4), *b = mallocCheck(P * 4);
+    model_get_params(&tr[0].model, a);
+    model_get_params(&tr[1].model, b);
+    int ids[3] = {1, 2, 3}, V = tr[0].model.V;
+    float *la = mallocCheck(V * 4);
+    memcpy(la, model_decode(&tr[0].model, ids, 3, 0), V * 4);
+    int same_decode = !memcmp(la, model_decode(&tr[1].model, ids, 3, 0), V * 4);
+    CHECK(same_loss && !memcmp(a, b, P * 4) && same_decode, "%s tie=%d per_layer vs keep: losses %d, weights %d, decode %d bit-identical",
+          pn, tie, same_loss, !memcmp(a, b, P * 4), same_decode);
+    printf("compute_weights=per_layer %s tie=%d: 5 steps and a decode bit-identical to keep: %s; weights %zu bytes vs %zu\n", pn, tie,
+           same_loss && !memcmp(a, b, P * 4) && same_decode ? "yes" : "NO", tr[1].model.weight_bytes, tr[0].model.weight_bytes);
+    free(a); free(b); free(la);
+    for (int k = 0; k < 2; k++) trainer_free(&tr[k]);
+}
+
 int main(void) {
     for (int i = 0; i < 3; i++) test_fixture(dtypes[i]);
     if (getenv("LLM3D_TEST_QUICK")) return test_summary();   /* the memcheck run: the fixture part only */
@@ -183,6 +215,9 @@ int main(void) {
     test_curve(PRECISION_FP32);
     test_curve(PRECISION_BF16);
     test_fp16_overflow();
+    test_per_layer(PRECISION_BF16, 0);
+    test_per_layer(PRECISION_BF16, 1);
+    test_per_layer(PRECISION_FP16, 0);
     unlink(shard);
     return test_summary();
 }
