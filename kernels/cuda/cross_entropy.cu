@@ -7,15 +7,20 @@
  * statistics into the log-sum-exp over the whole vocabulary, then rereads the
  * row and writes (softmax - onehot) * dloss over it. One rank holding the
  * whole vocabulary passes no statistics: the loss kernel runs pass 1 on its
- * row itself, so the reread comes from L2 while it is still there (two
- * kernels cost 1.04 ms at l124m, this one 0.91; H200, 2026-12-03). No probability
- * tensor exists. */
+ * row itself, so the reread comes from L2 while it is still there. A row is
+ * 256 threads, so 8 rows share an SM and one's reductions overlap the others'
+ * loads; the kernel is bound by instruction issue (Nsight Compute: 84% of the
+ * SM's issue slots with 1024 threads a row and expf), so the exponentials are
+ * __expf: ex2.approx of the multi-function unit, a few ulp (measured times in
+ * docs/performance.md). No probability tensor exists. */
 #include "common.cuh"
 extern "C" {
 #include "../cross_entropy.h"
 }
 
-#define CE_THREADS 1024
+#ifndef CE_THREADS
+#define CE_THREADS 256   /* threads per row (a block): 8 blocks an SM overlap one row's reductions with others' loads */
+#endif
 
 /* The block's (max, sum of exp(z - max)) over the real columns of one row z,
  * returned to every thread. */
@@ -26,13 +31,13 @@ template <typename T, int P> __device__ __forceinline__ void row_stats(const T *
         float m2 = mx;
 #pragma unroll
         for (int k = 0; k < P; k++) if (i + k < v_valid) m2 = fmaxf(m2, v.v[k]);
-        sum *= expf(mx - m2);   /* mx == -inf only while sum == 0; expf(-inf) = 0 */
+        sum *= __expf(mx - m2);   /* mx == -inf only while sum == 0; expf(-inf) = 0 */
 #pragma unroll
-        for (int k = 0; k < P; k++) if (i + k < v_valid) sum += expf(v.v[k] - m2);
+        for (int k = 0; k < P; k++) if (i + k < v_valid) sum += __expf(v.v[k] - m2);
         mx = m2;
     }
     bmx = block_max(mx);
-    bsum = block_sum(mx == -INFINITY ? 0.0f : sum * expf(mx - bmx));
+    bsum = block_sum(mx == -INFINITY ? 0.0f : sum * __expf(mx - bmx));
 }
 
 /* stats (3,N): the block's max, sum of exp(z - max) and target logit per row */
@@ -72,7 +77,7 @@ cross_entropy_loss_kernel(float *losses, T *logits, const float *stats, int n_pa
         for (int p = 0; p < n_parts; p++) M = fmaxf(M, stats[p * part + n]);
         for (int p = 0; p < n_parts; p++) {
             float s = stats[p * part + N + n];
-            if (s > 0) sum += s * expf(stats[p * part + n] - M);
+            if (s > 0) sum += s * __expf(stats[p * part + n] - M);
             zt += stats[p * part + 2 * (size_t)N + n];
         }
     }
@@ -84,7 +89,7 @@ cross_entropy_loss_kernel(float *losses, T *logits, const float *stats, int n_pa
         Vec<T, P> v = vload<T, P>(z + i);
 #pragma unroll
         for (int k = 0; k < P; k++)
-            v.v[k] = i + k < v_valid ? expf(v.v[k] - lse) * dloss - (i + k == yl ? dloss : 0.0f) : 0.0f;
+            v.v[k] = i + k < v_valid ? __expf(v.v[k] - lse) * dloss - (i + k == yl ? dloss : 0.0f) : 0.0f;
         vstore<T, P>(z + i, v);
     }
 }

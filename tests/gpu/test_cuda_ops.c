@@ -334,6 +334,14 @@ static void test_cross_entropy(int N, int V, int parts) {
             compare("cross_entropy_loss, no stats: loss", h, loss, N, 1e-5, shape);
             down_act(h, gz2, nb);
             compare("cross_entropy_loss, no stats: dlogits", h, zc, nb, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+            gpu->free(gz2);
+            gz2 = up_act(z, nb);
+            poison(gl, N * 4);
+            gpu->cross_entropy_loss(gl, gz2, NULL, 1, gy, N, Vb, 0, V, 0.0f, -100);   /* losses only: logits kept */
+            gpu->download(h, gl, N * 4);
+            compare("cross_entropy_loss, no stats (dloss=0): loss", h, loss, N, 1e-5, shape);
+            down_act(h, gz2, nb);
+            compare("cross_entropy_loss, no stats (dloss=0): logits kept", h, z, nb, 0, shape);
         }
         gpu->free(gz); gpu->free(gz2);
         free(zc);
@@ -437,6 +445,9 @@ int main(int argc, char **argv) {
         test_rmsnorm(300, 768);
         test_rmsnorm(17, 37);
         test_rmsnorm(1000, 8);
+        test_rmsnorm(2000, 1024);   /* the one-pass backward: 32 blocks of rows, the widest it holds */
+        test_rmsnorm(130, 512);
+        test_rmsnorm(70, 4096);     /* wider: the two-pass backward */
         test_rope(2, 37, 4, 2, 64, 0);
         test_rope(1, 9, 3, 1, 6, 1000);
         test_rope(2, 1024, 2, 1, 128, 0);
@@ -453,6 +464,7 @@ int main(int argc, char **argv) {
         test_cross_entropy(40, 1000, 1);
         test_cross_entropy(7, 32001, 1);
         test_cross_entropy(3, 5, 1);
+        test_cross_entropy(9, 32000, 1);   /* l124m's vocabulary */
         test_cross_entropy(7, 32001, 2);   /* vocab-parallel: tp = 2, the last block padded */
         test_cross_entropy(13, 61, 4);
         test_cross_entropy(3, 5, 4);       /* a block of padding only */
