@@ -62,7 +62,7 @@ ifneq ($(NVCC),)
   endif
 endif
 ifneq ($(NVCC),)
-  CUDA_ARCH ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80
+  CUDA_ARCH ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80
   NVCCFLAGS ?= -O3
   LLM3D_NVCCFLAGS := -std=c++17 $(CUDA_ARCH) --expt-relaxed-constexpr -Xcompiler -Wall,-Werror,-fPIC
   CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/obj/%.o)
@@ -133,6 +133,16 @@ $(BUILD)/gpu/test_%: $(BUILD)/obj/tests/gpu/test_%.o $(BUILD)/libllm3d.a
 $(BUILD)/gpu/bench_%: $(BUILD)/obj/bench/gpu/bench_%.o $(BUILD)/libllm3d.a
 	@mkdir -p $(dir $@)
 	$(LINK) $^ -o $@ $(LIBS)
+# the launch-gap tracer (bench/gpu/trace_gaps.c): a CUPTI injection library, built only when asked
+CUPTI_SO := $(firstword $(wildcard $(addsuffix /libcupti.so,$(CUDA_HOME)/extras/CUPTI/lib64 $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib \
+                                     $(CUDA_HOME)/targets/x86_64-linux/lib)))
+.PHONY: trace
+trace: $(BUILD)/gpu/libtrace_gaps.so
+$(BUILD)/gpu/libtrace_gaps.so: bench/gpu/trace_gaps.c
+	@test -n "$(CUPTI_SO)" || { echo "error: make trace needs CUPTI (libcupti.so under CUDA_HOME=$(CUDA_HOME))"; exit 1; }
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -I$(CUDA_HOME)/include -I$(CUDA_HOME)/extras/CUPTI/include $< -o $@ \
+	  -L$(dir $(CUPTI_SO)) -Wl,-rpath,$(dir $(CUPTI_SO)) -lcupti
 
 LIB_SRC  := $(wildcard common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c data/*.c checkpoint/*.c train/*.c)
 LIB_SRC  := $(filter-out train/main.c,$(LIB_SRC))

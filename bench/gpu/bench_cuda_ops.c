@@ -6,7 +6,7 @@
  * The idea: random inputs, 3 warm-ups, then the median of 15 synchronized runs
  * of each op; the step estimate is 12 x (one layer forward + backward) plus
  * embedding, final norm, LM head, loss and AdamW. Usage:
- *   build/gpu/bench_cuda_ops [fp32|bf16|fp16] */
+ *   build/gpu/bench_cuda_ops [fp32|bf16|fp16] [only the ops whose name holds this] */
 #include "../../kernels/backend.h"
 #include "../../kernels/cuda/cuda_extras.h"
 #include "../../common/util.h"
@@ -21,7 +21,9 @@ static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, 
 
 #define REPS 15
 /* times `call` (a statement), prints ms, and the achieved rate given flops or bytes; `times` counts it into the step */
+static const char *only;   /* argv[2]: run only the ops whose name holds it */
 #define BENCH(name, flops, bytes, times, call) do { \
+    if (only && !strstr(name, only)) break; \
     for (int w_ = 0; w_ < 3; w_++) { call; } g->synchronize(); \
     double t_[REPS]; \
     for (int r_ = 0; r_ < REPS; r_++) { double s_ = now_seconds(); call; g->synchronize(); t_[r_] = now_seconds() - s_; } \
@@ -53,12 +55,13 @@ static void *rand_dev(size_t n, int fp32, float scale, const char *what) {
 int main(int argc, char **argv) {
     DType act = DTYPE_BF16;
     if (argc > 1) act = !strcmp(argv[1], "fp32") ? DTYPE_FP32 : !strcmp(argv[1], "fp16") ? DTYPE_FP16 : DTYPE_BF16;
+    if (argc > 2) only = argv[2];
     g = backend_cuda(act);
     const int B = 16, T = 1024, C = 768, NH = 12, NKV = 4, HD = 64, F = 2048, V = 32000, L = 12;
     const int N = B * T, QKV = (NH + 2 * NKV) * HD;
     size_t es = dtype_size(act);
     printf("l124m op times, %s, B=%d T=%d C=%d NH=%d NKV=%d HD=%d F=%d V=%d, attention path: %s\n", dtype_name(act), B, T, C,
-           NH, NKV, HD, F, V, cuda_attention_simple ? "simple" : "fast");
+           NH, NKV, HD, F, V, cuda_attention_simple ? "simple" : cuda_attention_wgmma ? "wgmma" : "mma");
     /* activations (act dtype) */
     void *x = rand_dev((size_t)N * C, 0, 1, "x (N,C)"), *y = rand_dev((size_t)N * C, 0, 1, "y (N,C)");
     void *dx = rand_dev((size_t)N * C, 0, 1, "dx (N,C)");
@@ -95,6 +98,12 @@ int main(int argc, char **argv) {
     double attf = 4.0 * B * NH * (double)T * T * HD / 2;   /* causal: half the (T,T) square */
     BENCH("attention_forward", attf, 0, L, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
     BENCH("attention_backward", 2.5 * attf, 0, L, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD));
+    if (cuda_attention_wgmma) {   /* the portable tensor-core kernels beside the Hopper ones */
+        cuda_attention_wgmma = 0;
+        BENCH("  (mma attention fwd)", attf, 0, 0, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
+        BENCH("  (mma attention bwd)", 2.5 * attf, 0, 0, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD));
+        cuda_attention_wgmma = 1;
+    }
     BENCH("  (simple attention fwd)", attf, 0, 0, attention_forward_cuda_simple(att, lse, qkv, B, T, NH, NKV, HD));
     BENCH("  (simple attention bwd)", 2.5 * attf, 0, 0,
           attention_backward_cuda_simple(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD));

@@ -12,8 +12,10 @@
  * heads of the group), so no atomics are needed and results are deterministic.
  * All arithmetic is fp32; storage is the act dtype. HD <= 128, even.
  * attention_forward_cuda / attention_backward_cuda run the tensor-core kernels
- * of attention_mma.cu where they apply (bf16/fp16, HD = 64) unless
- * LLM3D_ATTENTION=simple, and these readable kernels everywhere else. */
+ * where they apply (bf16/fp16, HD = 64): Hopper's wgmma kernels of
+ * attention_wgmma.cu on an sm_90 GPU with sm_90a code in the binary, else the
+ * mma.sync kernels of attention_mma.cu; LLM3D_ATTENTION=mma or =simple forces
+ * the portable or the readable path. These readable kernels run everywhere else. */
 #include "common.cuh"
 #include <math.h>
 extern "C" {
@@ -271,12 +273,19 @@ extern "C" void attention_forward_mma(void *out, float *lse, const void *qkv, in
 extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                        float *Dsum, int B, int T, int NH, int NKV);
 
+/* the Hopper path of attention_wgmma.cu: the same shapes, sm_90a */
+extern "C" int attention_wgmma_available(void);
+extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
+extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                         float *Dsum, int B, int T, int NH, int NKV);
+
 int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=simple */
+int cuda_attention_wgmma = 0;    /* set by backend_cuda: Hopper kernels available and not LLM3D_ATTENTION=mma */
 
 extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HD) {
     check_shape(NH, NKV, HD);
     if (!cuda_attention_simple && attention_mma_supported(HD, out, qkv, qkv)) {
-        if (B > 0 && T > 0) attention_forward_mma(out, lse, qkv, B, T, NH, NKV);
+        if (B > 0 && T > 0) (cuda_attention_wgmma ? attention_forward_wgmma : attention_forward_mma)(out, lse, qkv, B, T, NH, NKV);
         return;
     }
     attention_forward_cuda_simple(out, lse, qkv, B, T, NH, NKV, HD);
@@ -291,7 +300,8 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
     }
     if (B * T_ == 0) return;
     /* the dq kernel computes Dsum itself (no separate pass) and leaves it in the buffer for the dk/dv kernel */
-    attention_backward_mma(dqkv, dout, qkv, out, lse, attention_dsum_buffer(B, T_, NH), B, T_, NH, NKV);
+    (cuda_attention_wgmma ? attention_backward_wgmma : attention_backward_mma)(dqkv, dout, qkv, out, lse,
+                                                                               attention_dsum_buffer(B, T_, NH), B, T_, NH, NKV);
 }
 
 /* ---- generation through a KV cache --------------------------------------------------------------

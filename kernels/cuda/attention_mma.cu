@@ -27,6 +27,7 @@
  * and out (0.048 ms at l124m). Rows and keys past T
  * are zero-filled and masked, so any T works. */
 #include "common.cuh"
+#include "tensor_core.cuh"
 #include <math.h>
 extern "C" {
 #include "../attention.h"
@@ -36,18 +37,8 @@ extern "C" {
 #define FA_BN 64                 /* rows of a streamed tile (keys, or queries in the dk/dv kernel) */
 #define FA_LD (FA_HD + 8)        /* shared row pitch in elements: +16 bytes spreads the banks */
 #define FA_TILE (FA_BN * FA_LD)  /* elements of one staged tile */
-#define LOG2E 1.4426950408889634f
 
 /* ---- fragments ---------------------------------------------------------------- */
-template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi);
-template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-template <> __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
 /* c (16x8 fp32) += a (16x16) @ b (16x8) */
 template <typename T> __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], const uint32_t b[2]) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value)
@@ -59,7 +50,6 @@ template <typename T> __device__ __forceinline__ void mma(float c[4], const uint
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 /* A fragment of rows r0..r0+15, k0..k0+15 of a row-major shared matrix */
 template <typename T> __device__ __forceinline__ void load_a(uint32_t a[4], const T *M, int r0, int k0, int ld) {
     int l = threadIdx.x % 32;
@@ -117,16 +107,7 @@ template <typename T, int NT> __device__ __forceinline__ void scores_times_tile(
     }
 }
 
-/* ---- asynchronous tile loads (cp.async: global -> shared without registers) ---------- */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {   /* zero-fills when !valid */
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
+/* ---- asynchronous tile loads (cp.async, tensor_core.cuh) ---------------------------- */
 /* rows r0..r0+nrows-1 of a (rows, stride) global tensor into shared (nrows, FA_LD); rows >= nvalid are zero */
 template <typename T> __device__ __forceinline__ void load_rows_async(T *dst, const T *src, int r0, int nrows, int nvalid, size_t stride) {
     for (int e = threadIdx.x; e < nrows * FA_HD / 8; e += blockDim.x) {

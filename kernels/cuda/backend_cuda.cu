@@ -209,8 +209,23 @@ extern "C" const Backend *backend_cuda(DType act) {
         cuda_num_sms = prop.multiProcessorCount;
         const char *t = getenv("LLM3D_TF32");
         cuda_tf32 = t && atoi(t) != 0;
+        /* attention path: wgmma (Hopper, the default where it runs), mma (portable tensor cores), simple (readable) */
         const char *a = getenv("LLM3D_ATTENTION");
+        if (a && *a && strcmp(a, "simple") && strcmp(a, "mma") && strcmp(a, "wgmma"))
+            die("LLM3D_ATTENTION=%s is not an attention path\n  hint: use wgmma (Hopper), mma (any GPU from sm_80) or simple "
+                "(the readable kernels), or unset it", a);
         cuda_attention_simple = a && strcmp(a, "simple") == 0;
+        int hopper = attention_wgmma_available();
+        if (a && strcmp(a, "wgmma") == 0 && !hopper)
+            die("LLM3D_ATTENTION=wgmma, but GPU %d (%s, sm_%d%d) cannot run this build's Hopper kernels\n"
+                "  hint: they need an sm_90 GPU and a build whose CUDA_ARCH has -gencode=arch=compute_90a,code=sm_90a; "
+                "unset LLM3D_ATTENTION to use the portable kernels", dev, prop.name, prop.major, prop.minor);
+        cuda_attention_wgmma = hopper && !(a && *a && strcmp(a, "wgmma"));
+        if (!cuda_attention_wgmma && !cuda_attention_simple) {   /* said once, at start-up */
+            if (hopper) fprintf(stderr, "llm3d: attention: LLM3D_ATTENTION=mma; the portable mma.sync kernels run\n");
+            else fprintf(stderr, "llm3d: attention: GPU %d (%s, sm_%d%d) %s; the portable mma.sync kernels run\n", dev, prop.name,
+                         prop.major, prop.minor, prop.major == 9 && prop.minor == 0 ? "runs no sm_90a code of this build" : "has no wgmma");
+        }
         cublasCheck(cublasLtCreate(&cuda_cublaslt));
         cuda_cublaslt_workspace = cuda_alloc(cuda_cublaslt_workspace_size, "the cuBLASLt workspace");
         for (int d = 0; d < 3; d++) {

@@ -3,7 +3,9 @@
 # GPU: builds the CUDA backend and the GPU programs (`make gpu`), runs the op
 # test (every CUDA op against the CPU reference, fp32/bf16/fp16), then the same
 # test with TF32 matmuls, then the op test under compute-sanitizer memcheck.
-# Then the whole-model test (tests/gpu/test_cuda_model.c), also under memcheck.
+# Then the whole-model test (tests/gpu/test_cuda_model.c), also under memcheck,
+# and again with the portable attention forced (LLM3D_ATTENTION=mma: what a GPU
+# without Hopper's wgmma runs), and a misspelt LLM3D_ATTENTION refused.
 # `--bench` also times every op at the l124m shape (bench/gpu/bench_cuda_ops).
 # Logs go to build/gpu/*.log. Not part of `make test`: CI has no GPU.
 # Ends with the summed "N passed, N failed"; exits non-zero on any failure.
@@ -73,6 +75,17 @@ if command -v compute-sanitizer >/dev/null; then
     grep -E '^FAIL|^error|=========' build/gpu/test_cuda_model_memcheck.log | head -30
     tally build/gpu/test_cuda_model_memcheck.log $rc
 fi
+
+echo "== the portable attention forced on this GPU (LLM3D_ATTENTION=mma): model test, said once at start-up"
+LLM3D_ATTENTION=mma LLM3D_TEST_QUICK=1 build/gpu/test_cuda_model >build/gpu/test_cuda_model_mma.log 2>&1; rc=$?
+grep -E '^FAIL|^error|hint|llm3d: attention' build/gpu/test_cuda_model_mma.log | head -10
+tally build/gpu/test_cuda_model_mma.log $rc
+said=$(grep -c 'llm3d: attention: .*the portable mma.sync kernels run' build/gpu/test_cuda_model_mma.log)
+if [ "$said" -eq 1 ]; then passed=$((passed + 1)); else echo "FAIL: the portable path was announced $said times, not once"; failed=$((failed + 1)); fi
+echo "== a misspelt LLM3D_ATTENTION is refused with one message"
+LLM3D_ATTENTION=wgma build/gpu/test_cuda_ops >build/gpu/attention_env.log 2>&1; rc=$?
+if [ $rc -ne 0 ] && grep -q 'LLM3D_ATTENTION=wgma is not an attention path' build/gpu/attention_env.log; then passed=$((passed + 1))
+else echo "FAIL: LLM3D_ATTENTION=wgma gave rc $rc:"; tail -3 build/gpu/attention_env.log; failed=$((failed + 1)); fi
 
 if [ $bench = 1 ]; then
     echo "== l124m op timings (bf16)"

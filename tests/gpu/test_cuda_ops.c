@@ -243,6 +243,20 @@ static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T,
     snprintf(name, sizeof name, "attention_bwd %s", path);
     down_act(h, gdqkv, nq);
     compare(name, h, dqkv, nq, tol, shape);
+    {   /* deterministic: a second backward gives the same bits (no atomics on any path) */
+        size_t bytes = nq * dtype_size(act);
+        void *again = gpu->alloc(bytes, "t");
+        char *a = mallocCheck(bytes), *b = mallocCheck(bytes);
+        poison(again, bytes);
+        bwd(again, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD);
+        gpu->download(a, gdqkv, bytes);
+        gpu->download(b, again, bytes);
+        int same = memcmp(a, b, bytes) == 0;
+        printf("%s %-5s attention_bwd %-12s deterministic %s\n", same ? "ok  " : "FAIL", dtype_name(act), path, shape);
+        CHECK(same, "%s attention_bwd %s %s: a second backward gave different bits", dtype_name(act), path, shape);
+        gpu->free(again);
+        free(a); free(b);
+    }
     gpu->free(gqkv); gpu->free(gdy); gpu->free(gout_cpu); gpu->free(gout); gpu->free(gdqkv); gpu->free(glse); gpu->free(glse_cpu);
     free(qkv); free(dy); free(out); free(lse); free(dqkv); free(h);
 }
@@ -433,7 +447,7 @@ int main(int argc, char **argv) {
         tol_act = 1e-2;
         tol_matmul = act == DTYPE_FP32 ? (cuda_tf32 ? 2e-3 : 1e-5) : tol_act;
         if (di == 0) printf("cuda backend: peak %.0f TFLOP/s (fp32%s), attention path: %s\n", gpu->peak_flops / 1e12,
-                            cuda_tf32 ? ", TF32" : "", cuda_attention_simple ? "simple" : "fast");
+                            cuda_tf32 ? ", TF32" : "", cuda_attention_simple ? "simple" : cuda_attention_wgmma ? "wgmma" : "mma");
         test_matmul(64, 48, 80);
         test_matmul(37, 29, 53);
         test_matmul(1, 7, 3);
@@ -452,12 +466,20 @@ int main(int argc, char **argv) {
         test_rope(1, 9, 3, 1, 6, 1000);
         test_rope(2, 1024, 2, 1, 128, 0);
         const int shapes[][5] = {{2, 64, 4, 2, 64}, {1, 37, 3, 1, 16}, {2, 100, 6, 3, 32}, {1, 130, 2, 2, 128}, {1, 1, 2, 1, 8},
-                                 {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64}};
-        for (int s = 0; s < 9; s++) {
+                                 {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64},
+                                 {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}};
+        for (int s = 0; s < 11; s++) {
             const int *q = shapes[s];
             test_attention("simple", attention_forward_cuda_simple, attention_backward_cuda_simple, q[0], q[1], q[2], q[3], q[4]);
-            if (!cuda_attention_simple)
-                test_attention("fast", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4]);
+            if (cuda_attention_simple) continue;
+            int hopper = cuda_attention_wgmma;   /* both tensor-core paths where the GPU has both */
+            cuda_attention_wgmma = 0;
+            test_attention("mma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4]);
+            if (hopper) {
+                cuda_attention_wgmma = 1;
+                test_attention("wgmma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4]);
+            }
+            cuda_attention_wgmma = hopper;
         }
         test_swiglu(64, 256);
         test_swiglu(13, 37);

@@ -1,0 +1,512 @@
+/* kernels/cuda/attention_wgmma.cu — the Hopper path of causal GQA attention for
+ * bf16 and fp16 with HD = 64: the same flash-attention algorithm as
+ * attention_mma.cu (forward with online softmax; a deterministic backward in two
+ * kernels that each own what they write), with every product issued by a
+ * warpgroup (4 warps, 128 threads) as wgmma m64n64k16 instead of per-warp
+ * mma.sync m16n8k16.
+ *
+ * The idea: a warpgroup owns 64 rows (queries in the forward and the dq kernel,
+ * keys in the dk/dv kernel). Its 64 x 64 products are asynchronous wgmma
+ * instructions that read their B operand (and, for the first product of a pair,
+ * their A operand) straight from shared memory through a descriptor, so no warp
+ * loads fragments with ldmatrix; the scores come back in registers in the same
+ * layout mma.sync uses and are packed into the A operand of the next product
+ * (P @ V, dS @ K, P^T @ dout, dS^T @ q) without touching shared memory.
+ * Shared tiles are 64 rows of 64 elements (128 bytes a row) in wgmma's 128-byte
+ * swizzle: the eight 16-byte chunks of row r sit at chunk c ^ (r % 8), so the
+ * tensor cores read 8 rows without bank conflicts. One layout serves both
+ * ways a tile is read: "K-major" (rows of the tile are the rows of B^T: k in
+ * q k^T, v in dout v^T, q and dout in the dk/dv kernel's scores) and
+ * "MN-major" (rows are the reduction index: v in P @ V, k in dS @ K, dout and
+ * q in the dk/dv products), the second through the instruction's transpose bit.
+ * Tiles are copied with cp.async two stages deep, like the mma.sync path (no
+ * TMA, no producer warps: every thread issues copies, then computes).
+ *
+ * This needs sm_90a (the build's default CUDA_ARCH compiles it); on any other
+ * GPU, or in a binary without sm_90a code, attention_wgmma_available() is 0
+ * and attention.cu runs the mma.sync kernels, saying so once. */
+#include "common.cuh"
+#include "tensor_core.cuh"
+#include <math.h>
+#include <stdio.h>
+extern "C" {
+#include "../attention.h"
+}
+
+#define WG_HD 64                      /* head dim of this path */
+#define WG_BN 64                      /* rows of a tile (one warpgroup's rows, or a streamed tile) */
+#define WG_TILE (WG_BN * WG_HD * 2)   /* bytes of one tile: 64 rows x 128 bytes */
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ON 1   /* compiling device code for sm_90a: wgmma exists */
+#else
+#define WG_ON 0
+#endif
+
+/* ---- wgmma ---------------------------------------------------------------------------- */
+/* descriptor of a tile at shared address a (1024-aligned, or offset along k inside a row): 128-byte swizzle,
+ * 1024 bytes between groups of 8 rows (both offsets: only the one the operand's major-ness uses is read) */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t a) {
+    return (uint64_t)((a & 0x3FFFF) >> 4) | ((uint64_t)(1024 >> 4) << 16) | ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+#define WG_D32 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}"
+#define WG_OUT32(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+    "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+    "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+    "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
+/* d (64x64 fp32, this thread's 32) (+)= A (64x16, K-major in shared) @ B (16x64; B^T K-major in shared); acc = 0: d = A @ B */
+template <typename T> __device__ __forceinline__ void wg_ss(float d[32], uint64_t a, uint64_t b, int acc) {
+#if WG_ON
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : WG_OUT32(d) : "l"(a), "l"(b), "r"(acc));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : WG_OUT32(d) : "l"(a), "l"(b), "r"(acc));
+#endif
+}
+/* d (64x64) += A (64x16 from registers, mma.sync's A-fragment layout per warp) @ B (16x64, MN-major in shared) */
+template <typename T> __device__ __forceinline__ void wg_rs(float d[32], const uint32_t a[4], uint64_t b) {
+#if WG_ON
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32 ", {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n"
+                     : WG_OUT32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_D32 ", {%32,%33,%34,%35}, %36, 1, 1, 1, 1;\n"
+                     : WG_OUT32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
+/* before the first wgmma of a batch (registers it reads were written), after issuing it, and waiting for it */
+__device__ __forceinline__ void wg_fence() {
+#if WG_ON
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_commit_wait() {
+#if WG_ON
+    asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+/* the compiler must neither read an accumulator nor reuse an A register before the wait: pin them after it */
+template <int N> __device__ __forceinline__ void wg_keep(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void wg_keep(uint32_t (&a)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 16; i++) asm volatile("" : "+r"(a[i / 4][i % 4])::"memory");
+}
+/* shared memory written by cp.async (the generic proxy) is read by wgmma (the async proxy): fence before the barrier */
+__device__ __forceinline__ void fence_to_async() {
+#if WG_ON
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/* the four 16-column A operands (k-steps) of a 64-column score tile held as wgmma accumulators */
+template <typename T> __device__ __forceinline__ void scores_as_a4(uint32_t a[4][4], const float s[32]) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+        a[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        a[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        a[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        a[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+/* d = X (64 x 64, K-major tile at x) @ Y^T (Y: 64 x 64, K-major tile at y): four k-steps of 16 columns (32 bytes) */
+template <typename T> __device__ __forceinline__ void wg_rows_times_rows(float d[32], uint32_t x, uint32_t y) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wg_ss<T>(d, wg_desc(x + 32 * kk), wg_desc(y + 32 * kk), kk);
+}
+/* d += A (64 x 64 in registers) @ M (64 x 64 MN-major tile at m): four k-steps of 16 rows (2048 bytes) */
+template <typename T> __device__ __forceinline__ void wg_regs_times_tile(float d[32], const uint32_t a[4][4], uint32_t m) {
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) wg_rs<T>(d, a[kk], wg_desc(m + 2048 * kk));
+}
+
+/* rows r0..r0+nrows-1 of a (rows, stride) global tensor into the swizzled tile(s) at shared address dst; rows >= nvalid are zero */
+template <typename T> __device__ __forceinline__ void load_tile_sw(uint32_t dst, const T *src, int r0, int nrows, int nvalid, size_t stride) {
+    for (int e = threadIdx.x; e < nrows * 8; e += blockDim.x) {
+        int r = e >> 3, c = e & 7;
+        bool ok = r0 + r < nvalid;
+        cp_async16_to(dst + r * 128 + ((c ^ (r & 7)) << 4), src + (ok ? (size_t)(r0 + r) * stride + c * 8 : 0), ok);
+    }
+}
+/* shared base of the dynamic tiles, rounded up to 1024 bytes (the swizzle repeats every 8 rows of 128 bytes) */
+__device__ __forceinline__ uint32_t tiles_base(const void *sm) { return (smem_addr(sm) + 1023) & ~1023u; }
+
+/* ---- forward ---------------------------------------------------------------------------- */
+/* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD); block = NWG warpgroups = 64*NWG queries of one (b, h);
+ * grid (B*NH, query tiles), the last (longest) query tile first. Shared: q (NWG tiles), then k, v of stage 0, 1. */
+template <typename T, int NWG> __global__ void __launch_bounds__(NWG * 128) wg_forward_kernel(T *out, float *lse, const T *qkv, int T_,
+                                                                                          int NH, int NKV, float scale) {
+#if WG_ON
+    extern __shared__ uint8_t smraw[];
+    constexpr int BQ = 64 * NWG;
+    uint32_t sQ = tiles_base(smraw), sKV = sQ + NWG * WG_TILE;   /* stage st: k at sKV + 2*st*WG_TILE, v after it */
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
+    int wg = threadIdx.x / 128, w = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD;
+    const T *base = qkv + (size_t)b * T_ * QKV, *Kg = base + (NH + kvh) * WG_HD, *Vg = base + (NH + NKV + kvh) * WG_HD;
+    float sl2 = scale * LOG2E;
+    int nk = (min(q0 + BQ, T_) + WG_BN - 1) / WG_BN;
+    load_tile_sw<T>(sQ, base + h * WG_HD, q0, BQ, T_, QKV);
+    load_tile_sw<T>(sKV, Kg, 0, WG_BN, T_, QKV);
+    load_tile_sw<T>(sKV + WG_TILE, Vg, 0, WG_BN, T_, QKV);
+    cp_commit();
+    float o[32] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0};   /* m: running max of the raw scores */
+    int rw = q0 + wg * 64, row[2] = {rw + w * 16 + g, rw + w * 16 + g + 8};
+    for (int j = 0; j < nk; j++) {
+        int k0 = j * WG_BN;
+        if (j + 1 < nk) {   /* prefetch tile j+1 into the other stage (freed by the barrier closing iteration j-1) */
+            uint32_t st = sKV + ((j + 1) & 1) * 2 * WG_TILE;
+            load_tile_sw<T>(st, Kg, k0 + WG_BN, WG_BN, T_, QKV);
+            load_tile_sw<T>(st + WG_TILE, Vg, k0 + WG_BN, WG_BN, T_, QKV);
+        }
+        cp_commit();
+        cp_wait<1>();
+        fence_to_async();
+        __syncthreads();
+        uint32_t sK = sKV + (j & 1) * 2 * WG_TILE, sV = sK + WG_TILE;
+        if (k0 <= rw + 63) {   /* else every key of the tile is after every row of this warpgroup */
+            float s[32];
+            wg_fence();
+            wg_rows_times_rows<T>(s, sQ + wg * WG_TILE, sK);   /* s = q k^T */
+            wg_commit_wait();
+            wg_keep(s);
+            if (k0 + WG_BN - 1 > rw || k0 + WG_BN > T_) {   /* the tile crosses the diagonal or the end: mask */
+#pragma unroll
+                for (int i = 0; i < 32; i++) {
+                    int col = k0 + i / 4 * 8 + 2 * t + (i & 1);
+                    if (col > row[i % 4 / 2] || col >= T_) s[i] = -INFINITY;
+                }
+            }
+            float mx[2] = {m[0], m[1]}, corr[2], ms[2], sum[2] = {0, 0};
+#pragma unroll
+            for (int i = 0; i < 32; i++) mx[i % 4 / 2] = fmaxf(mx[i % 4 / 2], s[i]);
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                corr[r] = exp2f((m[r] - mx[r]) * sl2);   /* m = -inf on the first tile: 0 (mx is finite: key 0 is seen) */
+                m[r] = mx[r];
+                ms[r] = mx[r] * sl2;
+            }
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                s[i] = exp2f(fmaf(s[i], sl2, -ms[i % 4 / 2]));
+                sum[i % 4 / 2] += s[i];
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + sum[r];   /* per-thread partial sums: reduced at the end */
+#pragma unroll
+            for (int i = 0; i < 32; i++) o[i] *= corr[i % 4 / 2];
+            uint32_t pa[4][4];
+            scores_as_a4<T>(pa, s);
+            wg_fence();
+            wg_regs_times_tile<T>(o, pa, sV);   /* o += P @ V */
+            wg_commit_wait();
+            wg_keep(o);
+            wg_keep(pa);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (row[r] >= T_) continue;
+        T *y = out + ((size_t)b * T_ + row[r]) * NH * WG_HD + h * WG_HD;
+        float inv = 1.0f / l[r];
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+            *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[4 * nt + 2 * r] * inv, o[4 * nt + 2 * r + 1] * inv);
+        if (t == 0) lse[((size_t)b * NH + h) * T_ + row[r]] = m[r] * scale + logf(l[r]);
+    }
+#endif
+}
+
+/* ---- backward ----------------------------------------------------------------------------- */
+/* dq part of dqkv: block = 64*NWG queries of one (b, h), key tiles 0..the diagonal; grid (B*NH, query tiles), longest
+ * first. With out given, Dsum = rowwise dout . out is computed here and stored for the dk/dv kernel.
+ * Shared: q (NWG tiles), dout (NWG tiles), then k, v of stage 0, 1. */
+template <typename T, int NWG> __global__ void __launch_bounds__(NWG * 128) wg_backward_dq_kernel(T *dqkv, const T *dout, const T *qkv,
+                                                                                              const T *out, const float *lse, float *Dsum,
+                                                                                              int T_, int NH, int NKV, float scale) {
+#if WG_ON
+    extern __shared__ uint8_t smraw[];
+    __shared__ float Dsm[64 * NWG];
+    constexpr int BQ = 64 * NWG;
+    uint32_t sQ = tiles_base(smraw), sDO = sQ + NWG * WG_TILE, sKV = sDO + NWG * WG_TILE;
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
+    int wg = threadIdx.x / 128, w = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, OS = (size_t)NH * WG_HD;
+    const T *base = qkv + (size_t)b * T_ * QKV, *Kg = base + (NH + kvh) * WG_HD, *Vg = base + (NH + NKV + kvh) * WG_HD;
+    const T *dO = dout + (size_t)b * T_ * OS + h * WG_HD;
+    float sl2 = scale * LOG2E;
+    int nk = (min(q0 + BQ, T_) + WG_BN - 1) / WG_BN;
+    load_tile_sw<T>(sQ, base + h * WG_HD, q0, BQ, T_, QKV);
+    load_tile_sw<T>(sDO, dO, q0, BQ, T_, OS);
+    load_tile_sw<T>(sKV, Kg, 0, WG_BN, T_, QKV);
+    load_tile_sw<T>(sKV + WG_TILE, Vg, 0, WG_BN, T_, QKV);
+    cp_commit();
+    float *Dg = Dsum + ((size_t)b * NH + h) * T_;
+    if (out) {   /* D of row tid/2: threads 2r and 2r+1 sum half a row each (16-byte loads) */
+        int rr = threadIdx.x / 2, q = q0 + rr;
+        float d = 0;
+        if (q < T_) {
+            const T *y = out + ((size_t)b * T_ + q) * OS + h * WG_HD + threadIdx.x % 2 * 32, *dy = dO + (size_t)q * OS + threadIdx.x % 2 * 32;
+#pragma unroll
+            for (int c = 0; c < 32; c += 8) {
+                Vec<T, 8> a = vload<T, 8>(dy + c), o = vload<T, 8>(y + c);
+#pragma unroll
+                for (int e = 0; e < 8; e++) d += a.v[e] * o.v[e];
+            }
+        }
+        d += __shfl_xor_sync(0xffffffffu, d, 1);
+        if (threadIdx.x % 2 == 0) {
+            Dsm[rr] = d;
+            if (q < T_) Dg[q] = d;
+        }
+    } else {
+        for (int r = threadIdx.x; r < BQ; r += blockDim.x) Dsm[r] = q0 + r < T_ ? Dg[q0 + r] : 0.0f;
+    }
+    __syncthreads();
+    int rw = q0 + wg * 64, lr = wg * 64 + w * 16 + g, row[2] = {q0 + lr, q0 + lr + 8};
+    float D[2] = {Dsm[lr], Dsm[lr + 8]}, L[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) L[r] = row[r] < T_ ? lse[((size_t)b * NH + h) * T_ + row[r]] * LOG2E : 0.0f;
+    float dq[32] = {};
+    for (int j = 0; j < nk; j++) {
+        int k0 = j * WG_BN;
+        if (j + 1 < nk) {
+            uint32_t st = sKV + ((j + 1) & 1) * 2 * WG_TILE;
+            load_tile_sw<T>(st, Kg, k0 + WG_BN, WG_BN, T_, QKV);
+            load_tile_sw<T>(st + WG_TILE, Vg, k0 + WG_BN, WG_BN, T_, QKV);
+        }
+        cp_commit();
+        cp_wait<1>();
+        fence_to_async();
+        __syncthreads();
+        uint32_t sK = sKV + (j & 1) * 2 * WG_TILE, sV = sK + WG_TILE;
+        if (k0 <= rw + 63) {
+            float s[32], dp[32];
+            wg_fence();
+            wg_rows_times_rows<T>(s, sQ + wg * WG_TILE, sK);     /* s = q k^T */
+            wg_rows_times_rows<T>(dp, sDO + wg * WG_TILE, sV);   /* dp = dout v^T */
+            wg_commit_wait();
+            wg_keep(s);
+            wg_keep(dp);
+            bool edge = k0 + WG_BN - 1 > rw || k0 + WG_BN > T_;
+#pragma unroll
+            for (int i = 0; i < 32; i++) {   /* s becomes ds = p * (dp - D) * scale */
+                int col = k0 + i / 4 * 8 + 2 * t + (i & 1), r = i % 4 / 2;
+                float p = exp2f(fmaf(s[i], sl2, -L[r]));
+                if (edge && (col > row[r] || col >= T_)) p = 0.0f;
+                s[i] = p * (dp[i] - D[r]) * scale;
+            }
+            uint32_t da[4][4];
+            scores_as_a4<T>(da, s);
+            wg_fence();
+            wg_regs_times_tile<T>(dq, da, sK);   /* dq += dS @ K */
+            wg_commit_wait();
+            wg_keep(dq);
+            wg_keep(da);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (row[r] >= T_) continue;
+        T *y = dqkv + ((size_t)b * T_ + row[r]) * QKV + h * WG_HD;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
+    }
+#endif
+}
+
+/* dk, dv parts of dqkv: block = 64*NWG keys of one (b, kv head); every head of the group, query tiles from the diagonal,
+ * streamed as one sequence of (head, query tile) items; grid (B*NKV, key tiles), the first (longest) key tile first.
+ * Shared: k (NWG tiles), v (NWG tiles), then q, dout of stage 0, 1. */
+template <typename T, int NWG, int MINB> __global__ void __launch_bounds__(NWG * 128, MINB) wg_backward_dkv_kernel(T *dqkv, const T *dout, const T *qkv,
+                                                                                               const float *lse, const float *Dsum,
+                                                                                               int T_, int NH, int NKV, float scale) {
+#if WG_ON
+    extern __shared__ uint8_t smraw[];
+    __shared__ float LD[2][2][WG_BN];   /* [stage][lse * log2 e, Dsum][query] */
+    constexpr int BK = 64 * NWG;
+    uint32_t sK = tiles_base(smraw), sV = sK + NWG * WG_TILE, sQD = sV + NWG * WG_TILE;   /* stage st: q at sQD + 2*st*WG_TILE, dout after */
+    int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV;
+    int k0 = blockIdx.y * BK;
+    int wg = threadIdx.x / 128, w = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, OS = (size_t)NH * WG_HD;
+    const T *base = qkv + (size_t)b * T_ * QKV;
+    float sl2 = scale * LOG2E;
+    load_tile_sw<T>(sK, base + (NH + kvh) * WG_HD, k0, BK, T_, QKV);
+    load_tile_sw<T>(sV, base + (NH + NKV + kvh) * WG_HD, k0, BK, T_, QKV);
+    int nq = (T_ - k0 + WG_BN - 1) / WG_BN, items = G * nq;   /* query tiles q0 = k0, k0+64, ... of each head */
+    /* item i: head kvh*G + i/nq, queries q0 = k0 + (i%nq)*64 .. +63, with their lse and Dsum */
+    auto load_item = [&](int i, int st) {
+        int h = kvh * G + i / nq, q0 = k0 + i % nq * WG_BN;
+        uint32_t sq = sQD + st * 2 * WG_TILE;
+        load_tile_sw<T>(sq, base + h * WG_HD, q0, WG_BN, T_, QKV);
+        load_tile_sw<T>(sq + WG_TILE, dout + (size_t)b * T_ * OS + h * WG_HD, q0, WG_BN, T_, OS);
+        if (threadIdx.x < 2 * WG_BN) {
+            int which = threadIdx.x / WG_BN, c = threadIdx.x % WG_BN;
+            const float *src = (which ? Dsum : lse) + ((size_t)b * NH + h) * T_;
+            cp_async4(&LD[st][which][c], src + (q0 + c < T_ ? q0 + c : 0), q0 + c < T_);
+        }
+    };
+    load_item(0, 0);
+    cp_commit();
+    int kw = k0 + wg * 64, key[2] = {kw + w * 16 + g, kw + w * 16 + g + 8};
+    float dk[32] = {}, dv[32] = {};
+    for (int i = 0; i < items; i++) {
+        int q0 = k0 + i % nq * WG_BN;
+        if (i + 1 < items) load_item(i + 1, (i + 1) & 1);
+        cp_commit();
+        cp_wait<1>();
+        fence_to_async();
+        __syncthreads();
+        uint32_t sQ = sQD + (i & 1) * 2 * WG_TILE, sD = sQ + WG_TILE;
+        const float *Ls = LD[i & 1][0], *Dl = LD[i & 1][1];
+        if (q0 + WG_BN - 1 >= kw) {   /* else every query of the tile is before every key of this warpgroup */
+            float s[32], dp[32];   /* transposed: rows are keys, columns queries */
+            wg_fence();
+            wg_rows_times_rows<T>(s, sK + wg * WG_TILE, sQ);    /* s = k q^T */
+            wg_rows_times_rows<T>(dp, sV + wg * WG_TILE, sD);   /* dp = v dout^T */
+            wg_commit_wait();
+            wg_keep(s);
+            wg_keep(dp);
+            bool edge = q0 < kw + 63 || q0 + WG_BN > T_;
+#pragma unroll
+            for (int e = 0; e < 32; e++) {   /* s becomes p, dp becomes ds */
+                int c = e / 4 * 8 + 2 * t + (e & 1), q = q0 + c, r = e % 4 / 2;
+                float p = exp2f(fmaf(s[e], sl2, -Ls[c] * LOG2E));
+                if (edge && (q < key[r] || q >= T_)) p = 0.0f;
+                s[e] = p;
+                dp[e] = p * (dp[e] - Dl[c]) * scale;
+            }
+            uint32_t pa[4][4], da[4][4];
+            scores_as_a4<T>(pa, s);
+            scores_as_a4<T>(da, dp);
+            wg_fence();
+            wg_regs_times_tile<T>(dv, pa, sD);   /* dv += P^T @ dout */
+            wg_regs_times_tile<T>(dk, da, sQ);   /* dk += dS^T @ q */
+            wg_commit_wait();
+            wg_keep(dv);
+            wg_keep(dk);
+            wg_keep(pa);
+            wg_keep(da);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (key[r] >= T_) continue;
+        T *yk = dqkv + ((size_t)b * T_ + key[r]) * QKV + (NH + kvh) * WG_HD, *yv = yk + (size_t)NKV * WG_HD;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            *reinterpret_cast<uint32_t *>(yk + nt * 8 + 2 * t) = pack2<T>(dk[4 * nt + 2 * r], dk[4 * nt + 2 * r + 1]);
+            *reinterpret_cast<uint32_t *>(yv + nt * 8 + 2 * t) = pack2<T>(dv[4 * nt + 2 * r], dv[4 * nt + 2 * r + 1]);
+        }
+    }
+#endif
+}
+
+/* ---- launchers (attention.cu decides when this path applies) ---- */
+__global__ void wg_probe_kernel(int *on) { *on = WG_ON; }
+
+/* 1 when this binary carries sm_90a code and the GPU runs it (asked once) */
+extern "C" int attention_wgmma_available(void) {
+    static int known = -1;
+    if (known >= 0) return known;
+    int dev = 0, major = 0, minor = 0;
+    cudaCheck(cudaGetDevice(&dev));
+    cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    cudaCheck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    known = 0;
+    if (major == 9 && minor == 0) {
+        int *on, h = 0;
+        cudaCheck(cudaMalloc(&on, sizeof(int)));
+        wg_probe_kernel<<<1, 1>>>(on);
+        launchCheck();
+        cudaCheck(cudaMemcpy(&h, on, sizeof(int), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaFree(on));
+        known = h;
+    }
+    return known;
+}
+
+/* warpgroups a block: forward (queries), dq (queries), dk/dv (keys; 3: one, registers capped for 3 blocks an SM);
+ * LLM3D_WGMMA_BLOCKS="f,q,k" overrides them for tuning */
+static int wg_blocks[3] = {1, 1, 3};   /* measured best of six on the H200 (l124m shapes) */
+static void wg_read_blocks(void) {
+    static int done = 0;
+    if (done) return;
+    done = 1;
+    const char *e = getenv("LLM3D_WGMMA_BLOCKS");
+    int f, q, k;
+    if (e && sscanf(e, "%d,%d,%d", &f, &q, &k) == 3 && f >= 1 && f <= 2 && q >= 1 && q <= 2 && k >= 1 && k <= 3) {
+        wg_blocks[0] = f, wg_blocks[1] = q, wg_blocks[2] = k;
+    }
+}
+
+/* launch with `smem` bytes of dynamic shared memory, raising the kernel's limit the first time it is needed */
+#define WG_LAUNCH(kernel, grid, threads, smem, ...) do { \
+        static size_t raised_ = 0; \
+        if (raised_ < (smem)) { cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem))); raised_ = (smem); } \
+        kernel<<<grid, threads, smem, cuda_stream>>>(__VA_ARGS__); \
+        launchCheck(); \
+    } while (0)
+
+template <typename T, int NWG> static void forward_n(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV, float scale) {
+    size_t smem = (size_t)(NWG + 4) * WG_TILE + 1024;
+    WG_LAUNCH((wg_forward_kernel<T, NWG>), dim3(B * NH, ceil_div(T_, 64 * NWG)), NWG * 128, smem, (T *)out, lse, (const T *)qkv, T_, NH,
+              NKV, scale);
+}
+template <typename T, int NWG> static void dq_n(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                                float *Dsum, int B, int T_, int NH, int NKV, float scale) {
+    size_t smem = (size_t)(2 * NWG + 4) * WG_TILE + 1024;
+    WG_LAUNCH((wg_backward_dq_kernel<T, NWG>), dim3(B * NH, ceil_div(T_, 64 * NWG)), NWG * 128, smem, (T *)dqkv, (const T *)dout,
+              (const T *)qkv, (const T *)out, lse, Dsum, T_, NH, NKV, scale);
+}
+template <typename T, int NWG, int MINB> static void dkv_n(void *dqkv, const void *dout, const void *qkv, const float *lse,
+                                                           const float *Dsum, int B, int T_, int NH, int NKV, float scale) {
+    size_t smem = (size_t)(2 * NWG + 4) * WG_TILE + 1024;
+    WG_LAUNCH((wg_backward_dkv_kernel<T, NWG, MINB>), dim3(B * NKV, ceil_div(T_, 64 * NWG)), NWG * 128, smem, (T *)dqkv, (const T *)dout,
+              (const T *)qkv, lse, Dsum, T_, NH, NKV, scale);
+}
+
+template <typename T> static void forward(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV, float scale) {
+    if (wg_blocks[0] == 2) forward_n<T, 2>(out, lse, qkv, B, T_, NH, NKV, scale);
+    else forward_n<T, 1>(out, lse, qkv, B, T_, NH, NKV, scale);
+}
+template <typename T> static void backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                           float *Dsum, int B, int T_, int NH, int NKV, float scale) {
+    if (wg_blocks[1] == 2) dq_n<T, 2>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale);
+    else dq_n<T, 1>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale);
+    if (wg_blocks[2] == 2) dkv_n<T, 2, 1>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, scale);
+    else if (wg_blocks[2] == 3) dkv_n<T, 1, 3>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, scale);   /* capped for 3 blocks an SM */
+    else dkv_n<T, 1, 1>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, scale);
+}
+
+/* the same contracts as attention_forward_mma / attention_backward_mma (attention_mma_supported() decides the shapes) */
+extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV) {
+    float scale = 1.0f / sqrtf((float)WG_HD);
+    wg_read_blocks();
+    if (cuda_act == DTYPE_BF16) forward<__nv_bfloat16>(out, lse, qkv, B, T_, NH, NKV, scale);
+    else forward<__half>(out, lse, qkv, B, T_, NH, NKV, scale);
+}
+extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
+                                         float *Dsum, int B, int T_, int NH, int NKV) {
+    float scale = 1.0f / sqrtf((float)WG_HD);
+    wg_read_blocks();
+    if (cuda_act == DTYPE_BF16) backward<__nv_bfloat16>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale);
+    else backward<__half>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale);
+}
