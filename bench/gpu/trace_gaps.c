@@ -95,6 +95,8 @@ static void report(void) {
     double *span_us = malloc(steps * sizeof(double)), *idle_us = malloc(steps * sizeof(double)), tot_span = 0, tot_idle = 0;
     Gap top[8] = {{0}};
     size_t kernels = 0;
+    const double edges[5] = {2, 5, 20, 100, 1e30};   /* gap sizes in us: a histogram of count and time */
+    double hist_n[5] = {0}, hist_us[5] = {0};
     for (int s = 0; s < steps; s++) {
         size_t a = marks[first + s], b = marks[first + s + 1];
         uint64_t t0 = spans[a].end, t1 = spans[b].end, covered = t0;   /* covered: busy up to here */
@@ -103,6 +105,9 @@ static void report(void) {
             if (spans[i].start > covered) {
                 double g = (spans[i].start - covered) / 1e3;
                 idle += g;
+                int hb = 0;
+                while (g >= edges[hb]) hb++;
+                hist_n[hb]++, hist_us[hb] += g;
                 for (int k = 0; k < 8; k++)   /* keep the 8 largest */
                     if (g > top[k].us) { memmove(top + k + 1, top + k, (7 - k) * sizeof(Gap)); top[k] = (Gap){g, i - 1}; break; }
             }
@@ -119,6 +124,10 @@ static void report(void) {
     printf("trace_gaps: %d steps (ending at each *%s* kernel), %.0f kernels/copies a step\n", steps, mark, (double)kernels / steps);
     printf("trace_gaps: step span median %.3f ms; GPU idle median %.3f ms; idle in all %d steps %.3f of %.3f ms = %.2f%%\n",
            span_us[steps / 2] / 1e3, idle_us[steps / 2] / 1e3, steps, tot_idle / 1e3, tot_span / 1e3, 100 * tot_idle / tot_span);
+    const char *label[5] = {"< 2 us", "2-5 us", "5-20 us", "20-100 us", ">= 100 us"};
+    for (int k = 0; k < 5; k++)
+        if (hist_n[k] > 0)
+            printf("trace_gaps: gaps %-9s %6.1f a step, %8.3f ms a step in all\n", label[k], hist_n[k] / steps, hist_us[k] / steps / 1e3);
     for (int k = 0; k < 8 && top[k].us > 0; k++)
         printf("trace_gaps: gap %.1f us after %.60s, before %.60s\n", top[k].us, short_name(spans[top[k].after].name),
                short_name(spans[top[k].after + 1].name));
