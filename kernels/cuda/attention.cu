@@ -273,8 +273,7 @@ extern "C" void attention_forward_mma(void *out, float *lse, const void *qkv, in
 extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                        float *Dsum, int B, int T, int NH, int NKV);
 
-/* the Hopper path of attention_wgmma.cu: the same shapes, sm_90a */
-extern "C" int attention_wgmma_available(void);
+/* the Hopper path of attention_wgmma.cu: the same shapes, sm_90a (attention_wgmma_available() in cuda_extras.h) */
 extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
 extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                          float *Dsum, int B, int T, int NH, int NKV);

@@ -197,6 +197,16 @@ template <typename T> __device__ __forceinline__ void online_softmax(float s[32]
     scores_as_a4<T>(pa, s);
 }
 
+/* key tile j (k at stage j % 3, v after it) of the nk a block streams, as one commit group (empty past the end) */
+template <typename T> __device__ __forceinline__ void load_kv_tile(uint32_t sKV, const T *Kg, const T *Vg, int j, int nk, int T_, size_t QKV) {
+    if (j < nk) {
+        uint32_t st = sKV + j % WG_STAGES * 2 * WG_TILE;
+        load_tile_sw<T>(st, Kg, j * WG_BN, WG_BN, T_, QKV);
+        load_tile_sw<T>(st + WG_TILE, Vg, j * WG_BN, WG_BN, T_, QKV);
+    }
+    cp_commit();
+}
+
 /* ---- forward ---------------------------------------------------------------------------- */
 /* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD); block = 64 queries of one (b, h); grid (B*NH, query
  * tiles), the last (longest) first. Shared: q, then k, v of stages 0..2. Key tiles 0..nk-1 all meet the block's
@@ -213,17 +223,9 @@ template <typename T> __global__ void __launch_bounds__(128) wg_forward_kernel(T
     const T *base = qkv + (size_t)b * T_ * QKV, *Kg = base + (NH + kvh) * WG_HD, *Vg = base + (NH + NKV + kvh) * WG_HD;
     float sl2 = scale * LOG2E;
     int nk = q0 / WG_BN + 1;
-    auto load_kv = [&](int j) {   /* one commit group per tile, empty past the end */
-        if (j < nk) {
-            uint32_t st = sKV + j % WG_STAGES * 2 * WG_TILE;
-            load_tile_sw<T>(st, Kg, j * WG_BN, WG_BN, T_, QKV);
-            load_tile_sw<T>(st + WG_TILE, Vg, j * WG_BN, WG_BN, T_, QKV);
-        }
-        cp_commit();
-    };
     load_tile_sw<T>(sQ, base + h * WG_HD, q0, WG_BN, T_, QKV);
-    load_kv(0);
-    load_kv(1);
+    load_kv_tile<T>(sKV, Kg, Vg, 0, nk, T_, QKV);
+    load_kv_tile<T>(sKV, Kg, Vg, 1, nk, T_, QKV);
     cp_wait<1>();
     fence_to_async();
     __syncthreads();
@@ -239,7 +241,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_forward_kernel(T
     for (int j = 0; j < nk; j++) {
         bool more = j + 1 < nk;
         __syncthreads();   /* every warp is past tile j-1's products: its stage takes tile j+2 */
-        load_kv(j + 2);
+        load_kv_tile<T>(sKV, Kg, Vg, j + 2, nk, T_, QKV);
         cp_wait<1>();      /* tile j+1 has landed */
         fence_to_async();
         __syncthreads();
@@ -321,18 +323,10 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
     const T *dO = dout + (size_t)b * T_ * OS + h * WG_HD;
     float sl2 = scale * LOG2E;
     int nk = q0 / WG_BN + 1;
-    auto load_kv = [&](int j) {
-        if (j < nk) {
-            uint32_t st = sKV + j % WG_STAGES * 2 * WG_TILE;
-            load_tile_sw<T>(st, Kg, j * WG_BN, WG_BN, T_, QKV);
-            load_tile_sw<T>(st + WG_TILE, Vg, j * WG_BN, WG_BN, T_, QKV);
-        }
-        cp_commit();
-    };
     load_tile_sw<T>(sQ, base + h * WG_HD, q0, WG_BN, T_, QKV);
     load_tile_sw<T>(sDO, dO, q0, WG_BN, T_, OS);
-    load_kv(0);
-    load_kv(1);
+    load_kv_tile<T>(sKV, Kg, Vg, 0, nk, T_, QKV);
+    load_kv_tile<T>(sKV, Kg, Vg, 1, nk, T_, QKV);
     float *Dg = Dsum + ((size_t)b * NH + h) * T_;
     if (out) {   /* D of row tid/2: threads 2r and 2r+1 sum half a row each (16-byte loads) */
         int rr = threadIdx.x / 2, q = q0 + rr;
@@ -374,7 +368,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
     for (int j = 0; j < nk; j++) {
         bool more = j + 1 < nk;
         __syncthreads();
-        load_kv(j + 2);
+        load_kv_tile<T>(sKV, Kg, Vg, j + 2, nk, T_, QKV);
         cp_wait<1>();
         fence_to_async();
         __syncthreads();
