@@ -462,9 +462,11 @@ int main(int argc, char **argv) {
         test_rmsnorm(2000, 1024);   /* the one-pass backward: 32 blocks of rows, the widest it holds */
         test_rmsnorm(130, 512);
         test_rmsnorm(70, 4096);     /* wider: the two-pass backward */
+        test_rmsnorm(301, 640);     /* an odd last row of a pair, the third pack of a row partly past C */
         test_rope(2, 37, 4, 2, 64, 0);
         test_rope(1, 9, 3, 1, 6, 1000);
         test_rope(2, 1024, 2, 1, 128, 0);
+        test_rope(3, 50, 5, 2, 64, 7);   /* 7 rotated heads: a group of 4 and one of 3 */
         const int shapes[][5] = {{2, 64, 4, 2, 64}, {1, 37, 3, 1, 16}, {2, 100, 6, 3, 32}, {1, 130, 2, 2, 128}, {1, 1, 2, 1, 8},
                                  {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64},
                                  {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}};
