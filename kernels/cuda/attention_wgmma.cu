@@ -73,6 +73,23 @@ template <typename T> __device__ __forceinline__ void wg_ss(float d[32], uint64_
                      : WG_OUT32(d) : "l"(a), "l"(b), "r"(acc));
 #endif
 }
+/* d = A @ B as above, d written only: the first k-step, so no earlier value of d is kept alive for it */
+#define WG_NEW32(d) "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), \
+    "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), \
+    "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), \
+    "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+template <typename T> __device__ __forceinline__ void wg_ss_first(float d[32], uint64_t a, uint64_t b) {
+#if WG_ON
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : WG_NEW32(d) : "l"(a), "l"(b));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : WG_NEW32(d) : "l"(a), "l"(b));
+#endif
+}
 /* d (64x64) += A (64x16 from registers, mma.sync's A-fragment layout per warp) @ B (16x64, MN-major in shared) */
 template <typename T> __device__ __forceinline__ void wg_rs(float d[32], const uint32_t a[4], uint64_t b) {
 #if WG_ON
@@ -135,7 +152,8 @@ template <typename T> __device__ __forceinline__ void scores_as_a4(uint32_t a[4]
 /* d = X (64 x 64, K-major tile at x) @ Y^T (Y: 64 x 64, K-major tile at y): four k-steps of 16 columns (32 bytes) */
 template <typename T> __device__ __forceinline__ void wg_rows_times_rows(float d[32], uint32_t x, uint32_t y) {
 #pragma unroll
-    for (int kk = 0; kk < 4; kk++) wg_ss<T>(d, wg_desc(x + 32 * kk), wg_desc(y + 32 * kk), kk);
+    wg_ss_first<T>(d, wg_desc(x), wg_desc(y));
+    for (int kk = 1; kk < 4; kk++) wg_ss<T>(d, wg_desc(x + 32 * kk), wg_desc(y + 32 * kk), 1);
 }
 /* d += A (64 x 64 in registers) @ M (64 x 64 MN-major tile at m): four k-steps of 16 rows (2048 bytes) */
 template <typename T> __device__ __forceinline__ void wg_regs_times_tile(float d[32], const uint32_t a[4][4], uint32_t m) {
@@ -245,17 +263,17 @@ template <typename T> __global__ void __launch_bounds__(128) wg_forward_kernel(T
         cp_wait<1>();      /* tile j+1 has landed */
         fence_to_async();
         __syncthreads();
-        uint32_t sV = sKV + j % WG_STAGES * 2 * WG_TILE + WG_TILE, sK1 = sKV + (j + 1) % WG_STAGES * 2 * WG_TILE;
+        /* the last iteration scores tile j again, unused: every iteration issues the same products (no branch
+         * around a wgmma, which would make ptxas serialise them) */
+        uint32_t sV = sKV + j % WG_STAGES * 2 * WG_TILE + WG_TILE, sK1 = sKV + (j + more) % WG_STAGES * 2 * WG_TILE;
         wg_fence();
-        if (more) {
-            wg_rows_times_rows<T>(s, sQ, sK1);   /* scores of tile j+1 */
-            wg_commit();
-        }
+        wg_rows_times_rows<T>(s, sQ, sK1);   /* scores of tile j+1 */
+        wg_commit();
         wg_regs_times_tile<T>(o, pa, sV);   /* o += P_j @ V_j, still running while ... */
         wg_commit();
+        wg_wait<1>();
+        wg_keep(s);
         if (more) {
-            wg_wait<1>();
-            wg_keep(s);
             int k0 = (j + 1) * WG_BN;   /* ... tile j+1's probabilities are computed */
             online_softmax<T>(s, pn, m, l, corr, k0, row, T_, sl2, j + 2 == nk || k0 + WG_BN > T_);
         }
@@ -372,19 +390,17 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
         cp_wait<1>();
         fence_to_async();
         __syncthreads();
-        uint32_t sK = sKV + j % WG_STAGES * 2 * WG_TILE, sK1 = sKV + (j + 1) % WG_STAGES * 2 * WG_TILE;
+        uint32_t sK = sKV + j % WG_STAGES * 2 * WG_TILE, sK1 = sKV + (j + more) % WG_STAGES * 2 * WG_TILE;   /* last: tile j again, unused */
         wg_fence();
-        if (more) {
-            wg_rows_times_rows<T>(s, sQ, sK1);
-            wg_rows_times_rows<T>(dp, sDO, sK1 + WG_TILE);
-            wg_commit();
-        }
+        wg_rows_times_rows<T>(s, sQ, sK1);
+        wg_rows_times_rows<T>(dp, sDO, sK1 + WG_TILE);
+        wg_commit();
         wg_regs_times_tile<T>(dq, da, sK);   /* dq += dS_j @ K_j, running while tile j+1's dS is computed */
         wg_commit();
+        wg_wait<1>();
+        wg_keep(s);
+        wg_keep(dp);
         if (more) {
-            wg_wait<1>();
-            wg_keep(s);
-            wg_keep(dp);
             int k0 = (j + 1) * WG_BN;
             probs_and_grads<T, false>(s, dp, nullptr, dn, L, D, q0, k0, T_, sl2, scale, j + 2 == nk || k0 + WG_BN > T_);
         }
@@ -466,20 +482,18 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_ker
             for (int c = threadIdx.x; c < WG_BN; c += blockDim.x) LD[st1][0][c] *= LOG2E;
         fence_to_async();
         __syncthreads();
-        uint32_t sQ = sQD + st * 2 * WG_TILE, sQ1 = sQD + st1 * 2 * WG_TILE;
+        uint32_t sQ = sQD + st * 2 * WG_TILE, sQ1 = more ? sQD + st1 * 2 * WG_TILE : sQ;   /* last: item i again, unused */
         wg_fence();
-        if (more) {
-            wg_rows_times_rows<T>(s, sK, sQ1);
-            wg_rows_times_rows<T>(dp, sV, sQ1 + WG_TILE);
-            wg_commit();
-        }
+        wg_rows_times_rows<T>(s, sK, sQ1);
+        wg_rows_times_rows<T>(dp, sV, sQ1 + WG_TILE);
+        wg_commit();
         wg_regs_times_tile<T>(dv, pa, sQ + WG_TILE);   /* dv += P^T @ dout */
         wg_regs_times_tile<T>(dk, da, sQ);             /* dk += dS^T @ q, both running while item i+1's are computed */
         wg_commit();
+        wg_wait<1>();
+        wg_keep(s);
+        wg_keep(dp);
         if (more) {
-            wg_wait<1>();
-            wg_keep(s);
-            wg_keep(dp);
             int q0 = k0 + (i + 1) % nq * WG_BN;
             probs_and_grads<T, true>(s, dp, pn, dn, LD[st1][0], LD[st1][1], k0, q0, T_, sl2, scale, q0 == k0 || q0 + WG_BN > T_);
         }
