@@ -3,13 +3,16 @@
  * h / (NH/NKV), so K and V are never copied per head. Scale 1/sqrt(HD).
  * The forward saves lse = log-sum-exp of each query's scores (B,NH,T); the
  * backward recomputes the probabilities from q, k and lse (as flash attention
- * does), so no (T,T) matrix is ever stored. dqkv is overwritten. */
+ * does), so no (T,T) matrix is ever stored. dqkv is overwritten. With
+ * rope_theta > 0 its q and k parts are the gradient before the rotary
+ * embedding (kernels/rope.h, positions 0..T-1): RoPE's backward is part of the
+ * op, so a GPU kernel can rotate its results before it stores them. */
 #pragma once
 typedef void AttentionForward(void *out /* (B,T,NH*HD) */, float *lse /* (B,NH,T) */,
                               const void *qkv /* (B,T,(NH+2*NKV)*HD) */, int B, int T, int NH, int NKV, int HD);
 typedef void AttentionBackward(void *dqkv /* (B,T,(NH+2*NKV)*HD) */, const void *dout /* (B,T,NH*HD) */,
                                const void *qkv /* (B,T,(NH+2*NKV)*HD) */, const void *out /* (B,T,NH*HD) */,
-                               const float *lse /* (B,NH,T) */, int B, int T, int NH, int NKV, int HD);
+                               const float *lse /* (B,NH,T) */, int B, int T, int NH, int NKV, int HD, float rope_theta);
 AttentionForward attention_forward_cpu, attention_forward_cuda;
 AttentionBackward attention_backward_cpu, attention_backward_cuda;
 

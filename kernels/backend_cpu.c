@@ -121,9 +121,10 @@ static void emu_attention_forward(void *out, float *lse, const void *qkv, int B,
     round_to(out, (size_t)B * T * NH * HD);
 }
 static void emu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                   int B, int T, int NH, int NKV, int HD) {
-    attention_backward_cpu(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD);
+                                   int B, int T, int NH, int NKV, int HD, float rope_theta) {
+    attention_backward_cpu(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, 0);
     round_to(dqkv, (size_t)B * T * (NH + 2 * NKV) * HD);
+    if (rope_theta > 0) emu_rope_backward(dqkv, B, T, NH, NKV, HD, rope_theta, 0);   /* rounded after each, as two ops were */
 }
 static void emu_attention_cached(void *out, void *kc, void *vc, const void *qkv, int B, int T, int pos0, int Tmax, int NH, int NKV, int HD) {
     attention_cached_cpu(out, kc, vc, qkv, B, T, pos0, Tmax, NH, NKV, HD);

@@ -217,8 +217,15 @@ static void test_rope_attention(void) {
     e = max_rel(c.lse, lref, (size_t)c.B * c.NH * c.T);
     CHECK(e < 1e-5, "attention lse rel err %.3g", e);
     float *dqkv = randn(n, 1);   /* poisoned: the backward must overwrite every element */
-    be->attention_backward(dqkv, c.gw, c.qkv, c.out, c.lse, c.B, c.T, c.NH, c.NKV, c.HD);
-    e = fd_check(att_obj, &c, c.qkv, dqkv, n, 1e-2f);
+    be->attention_backward(dqkv, c.gw, c.qkv, c.out, c.lse, c.B, c.T, c.NH, c.NKV, c.HD, 0);
+    /* with rope_theta, the same gradient taken back through RoPE: the two ops in turn, bit for bit */
+    float *fused = randn(n, 1), *turns = mallocCheck(n * sizeof(float));
+    be->attention_backward(fused, c.gw, c.qkv, c.out, c.lse, c.B, c.T, c.NH, c.NKV, c.HD, 10000.0f);
+    memcpy(turns, dqkv, n * sizeof(float));
+    be->rope_backward(turns, c.B, c.T, c.NH, c.NKV, c.HD, 10000.0f, 0);
+    CHECK(memcmp(fused, turns, n * sizeof(float)) == 0, "attention backward with RoPE's backward folded in differs from the two ops");
+    free(fused); free(turns);
+    e = fd_check(att_obj, &c, c.qkv, dqkv, n, 1e-2f);   /* (moves c.out and c.lse) */
     CHECK(e < FD_TOL, "attention backward vs finite differences: %.3g", e);
     free(c.qkv); free(c.work); free(c.gw); free(c.out); free(c.lse); free(ref); free(g); free(oref); free(lref); free(dqkv);
 }

@@ -94,19 +94,21 @@ int main(int argc, char **argv) {
     BENCH("matmul_fwd qkv", mm * C * QKV, 0, L, g->matmul_forward(qkv, x, wqkv, N, C, QKV, NULL));
     BENCH("matmul_bwd qkv", 2 * mm * C * QKV, 0, L, g->matmul_backward(dx, dw, dqkv, x, wqkv, N, C, QKV));
     BENCH("rope_forward", 0, 2.0 * N * (NH + NKV) * HD * es, L, g->rope_forward(qkv, B, T, NH, NKV, HD, 10000.0f, 0));
-    BENCH("rope_backward", 0, 2.0 * N * (NH + NKV) * HD * es, L, g->rope_backward(dqkv, B, T, NH, NKV, HD, 10000.0f, 0));
+    /* the wgmma backward rotates dq, dk itself (in the attention_backward row): no rope_backward kernel then */
+    BENCH("rope_backward", 0, 2.0 * N * (NH + NKV) * HD * es, cuda_attention_wgmma ? 0 : L,
+          g->rope_backward(dqkv, B, T, NH, NKV, HD, 10000.0f, 0));
     double attf = 4.0 * B * NH * (double)T * T * HD / 2;   /* causal: half the (T,T) square */
     BENCH("attention_forward", attf, 0, L, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
-    BENCH("attention_backward", 2.5 * attf, 0, L, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD));
+    BENCH("attention_backward", 2.5 * attf, 0, L, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 10000.0f));
     if (cuda_attention_wgmma) {   /* the portable tensor-core kernels beside the Hopper ones */
         cuda_attention_wgmma = 0;
         BENCH("  (mma attention fwd)", attf, 0, 0, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
-        BENCH("  (mma attention bwd)", 2.5 * attf, 0, 0, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD));
+        BENCH("  (mma attention bwd)", 2.5 * attf, 0, 0, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0));
         cuda_attention_wgmma = 1;
     }
     BENCH("  (simple attention fwd)", attf, 0, 0, attention_forward_cuda_simple(att, lse, qkv, B, T, NH, NKV, HD));
     BENCH("  (simple attention bwd)", 2.5 * attf, 0, 0,
-          attention_backward_cuda_simple(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD));
+          attention_backward_cuda_simple(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0));
     BENCH("matmul_fwd o (tp>1: + add)", mm * C * C, 0, 0, g->matmul_forward(y, att, wo, N, C, C, NULL));
     BENCH("matmul_fwd o + residual", mm * C * C, 0, L, g->matmul_forward(y, att, wo, N, C, C, x));
     BENCH("matmul_bwd o", 2 * mm * C * C, 0, L, g->matmul_backward(datt, dw, dx, att, wo, N, C, C));

@@ -8,6 +8,7 @@
  * Threads split over (b, kv head); the query heads that share a KV head run in
  * the same thread, so dk and dv need no atomics. */
 #include "../attention.h"
+#include "../rope.h"
 #include "parallel.h"
 #include <math.h>
 #include <stdlib.h>
@@ -54,7 +55,7 @@ void attention_forward_cpu(void *out_, float *lse, const void *qkv_, int B, int 
 }
 
 void attention_backward_cpu(void *dqkv_, const void *dout_, const void *qkv_, const void *out_, const float *lse,
-                            int B, int T, int NH, int NKV, int HD) {
+                            int B, int T, int NH, int NKV, int HD, float rope_theta) {
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *out = out_;
     int QKV = (NH + 2 * NKV) * HD, G = NH / NKV;
@@ -95,6 +96,7 @@ void attention_backward_cpu(void *dqkv_, const void *dout_, const void *qkv_, co
                     }
                 }
         }
+    if (rope_theta > 0) rope_backward_cpu(dqkv, B, T, NH, NKV, HD, rope_theta, 0);   /* d(q, k) before RoPE */
 }
 
 void attention_cached_cpu(void *out_, void *kcache_, void *vcache_, const void *qkv_, int B, int T, int pos0, int Tmax,

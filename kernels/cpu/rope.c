@@ -14,7 +14,7 @@ static void rope_cpu(float *qkv, int B, int T, int NH, int NKV, int HD, float th
         for (int t = 0; t < T; t++) {
             float *row = qkv + ((size_t)b * T + t) * QKV;
             for (int i = 0; i < half; i++) {
-                float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)HD);
+                float inv_freq = rope_inv_freq(theta, i, HD);
                 float angle = (float)(pos0 + t) * inv_freq;
                 float c = cosf(angle), s = sign * sinf(angle);
                 for (int h = 0; h < NH + NKV; h++) {   /* q heads then k heads: they are adjacent */

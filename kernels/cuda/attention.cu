@@ -20,6 +20,7 @@
 #include <math.h>
 extern "C" {
 #include "../attention.h"
+#include "../rope.h"
 #include "../../common/util.h"
 #include "cuda_extras.h"
 }
@@ -250,7 +251,7 @@ extern "C" void attention_forward_cuda_simple(void *out, float *lse, const void 
 }
 
 extern "C" void attention_backward_cuda_simple(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                               const float *lse, int B, int T_, int NH, int NKV, int HD) {
+                                               const float *lse, int B, int T_, int NH, int NKV, int HD, float rope_theta) {
     check_shape(NH, NKV, HD);
     if (B * T_ == 0) return;
     float *Dsum = attention_dsum(dout, out, B, T_, NH, HD);
@@ -265,6 +266,7 @@ extern "C" void attention_backward_cuda_simple(void *dqkv, const void *dout, con
             (T *)dqkv, (const T *)dout, (const T *)qkv, lse, Dsum, T_, NH, NKV, HD, scale);
     });
     launchCheck();
+    if (rope_theta > 0) rope_backward_cuda(dqkv, B, T_, NH, NKV, HD, rope_theta, 0);
 }
 
 /* the tensor-core path of attention_mma.cu: bf16/fp16, HD = 64, 16-byte aligned tensors */
@@ -276,7 +278,7 @@ extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void 
 /* the Hopper path of attention_wgmma.cu: the same shapes, sm_90a (attention_wgmma_available() in cuda_extras.h) */
 extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
 extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                         float *Dsum, int B, int T, int NH, int NKV);
+                                         float *Dsum, int B, int T, int NH, int NKV, float rope_theta);
 
 int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=simple */
 int cuda_attention_wgmma = 0;    /* set by backend_cuda: Hopper kernels available and not LLM3D_ATTENTION=mma */
@@ -291,16 +293,22 @@ extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, i
 }
 
 extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                        int B, int T_, int NH, int NKV, int HD) {
+                                        int B, int T_, int NH, int NKV, int HD, float rope_theta) {
     check_shape(NH, NKV, HD);
     if (cuda_attention_simple || !attention_mma_supported(HD, dqkv, dout, qkv) || !attention_mma_supported(HD, out, out, out)) {
-        attention_backward_cuda_simple(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HD);
+        attention_backward_cuda_simple(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HD, rope_theta);
         return;
     }
     if (B * T_ == 0) return;
-    /* the dq kernel computes Dsum itself (no separate pass) and leaves it in the buffer for the dk/dv kernel */
-    (cuda_attention_wgmma ? attention_backward_wgmma : attention_backward_mma)(dqkv, dout, qkv, out, lse,
-                                                                               attention_dsum_buffer(B, T_, NH), B, T_, NH, NKV);
+    /* the dq kernel computes Dsum itself (no separate pass) and leaves it in the buffer for the dk/dv kernel; the
+     * wgmma kernels rotate dq and dk back through RoPE before they store them, the mma.sync path runs rope's kernel */
+    float *Dsum = attention_dsum_buffer(B, T_, NH);
+    if (cuda_attention_wgmma) {
+        attention_backward_wgmma(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, rope_theta);
+        return;
+    }
+    attention_backward_mma(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV);
+    if (rope_theta > 0) rope_backward_cuda(dqkv, B, T_, NH, NKV, HD, rope_theta, 0);
 }
 
 /* ---- generation through a KV cache --------------------------------------------------------------

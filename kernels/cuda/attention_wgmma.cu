@@ -27,6 +27,10 @@
  * ms a layer, against 0.144 / 0.480 for mma.sync; without the pipeline (two
  * stages, wait after every product) the backward took 0.44-0.50 ms.
  *
+ * The backward also takes dq and dk back through RoPE before it stores them
+ * (rope_back_rows: a row's pair i, i + 32 sits in one thread's accumulators),
+ * so the model runs no rope_backward kernel on this path.
+ *
  * This needs sm_90a (the build's default CUDA_ARCH compiles it); on any other
  * GPU, or in a binary without sm_90a code, attention_wgmma_available() is 0
  * and attention.cu runs the mma.sync kernels, saying so once. */
@@ -36,6 +40,7 @@
 #include <stdio.h>
 extern "C" {
 #include "../attention.h"
+#include "../rope.h"
 }
 
 #define WG_HD 64                      /* head dim of this path */
@@ -303,6 +308,26 @@ template <typename T> __global__ void __launch_bounds__(128) wg_forward_kernel(T
 }
 
 /* ---- backward ----------------------------------------------------------------------------- */
+/* RoPE's backward folded into the epilogues: on, the frequency of each pair (rope_inv_freq, from the host) */
+struct RopeFreq { int on; float f[WG_HD / 2]; };
+/* the rows at positions pos[2] of a 64 x 64 accumulator tile d (this thread's 32) rotated by -angle, as
+ * kernels/cpu/rope.c's backward: column i pairs with i + 32, which this thread also holds (fragment nt + 4) */
+__device__ __forceinline__ void rope_back_rows(float d[32], const int pos[2], const RopeFreq &fr) {
+    int t = threadIdx.x % 4;
+#pragma unroll
+    for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int i = nt * 8 + 2 * t + e, a = 4 * nt + 2 * r + e, b = a + 16;
+                float angle = (float)pos[r] * fr.f[i], c = cosf(angle), s = -sinf(angle);
+                float x1 = d[a], x2 = d[b];
+                d[a] = x1 * c - x2 * s;
+                d[b] = x2 * c + x1 * s;
+            }
+}
+
 /* ds = p * (dp - D) * scale, p = 2^(s*scale*log2 e - L) with L = lse * log2 e per row (dq kernel) or column (dk/dv
  * kernel), masked where the query is before the key or past T; packs p (when pp) and ds as A operands */
 template <typename T, bool COLS> __device__ __forceinline__ void probs_and_grads(float s[32], float dp[32], uint32_t (*pp)[4],
@@ -328,7 +353,7 @@ template <typename T, bool COLS> __device__ __forceinline__ void probs_and_grads
  * Shared: q, dout, then k, v of stages 0..2. */
 template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kernel(T *dqkv, const T *dout, const T *qkv, const T *out,
                                                                                    const float *lse, float *Dsum, int T_, int NH, int NKV,
-                                                                                   float scale) {
+                                                                                   float scale, const RopeFreq fr) {
 #if WG_ON
     extern __shared__ uint8_t smraw[];
     __shared__ float Dsm[WG_BN];
@@ -412,6 +437,8 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
             for (int i = 0; i < 16; i++) da[i / 4][i % 4] = dn[i / 4][i % 4];
         }
     }
+    int pos[2] = {q0 + lr, q0 + lr + 8};
+    if (fr.on) rope_back_rows(dq, pos, fr);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int q = q0 + lr + 8 * r;
@@ -427,7 +454,8 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
  * streamed as one sequence of (head, query tile) items; grid (B*NKV, key tiles), the first (longest) key tile first.
  * Shared: k, v, then q, dout of stages 0..2 (with each item's lse and Dsum). */
 template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse,
-                                                                                    const float *Dsum, int T_, int NH, int NKV, float scale) {
+                                                                                    const float *Dsum, int T_, int NH, int NKV, float scale,
+                                                                                    const RopeFreq fr) {
 #if WG_ON
     extern __shared__ uint8_t smraw[];
     __shared__ float LD[WG_STAGES][2][WG_BN];   /* [stage][lse * log2 e, Dsum][query] */
@@ -507,6 +535,8 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_ker
             for (int e = 0; e < 16; e++) pa[e / 4][e % 4] = pn[e / 4][e % 4], da[e / 4][e % 4] = dn[e / 4][e % 4];
         }
     }
+    int pos[2] = {k0 + w * 16 + g, k0 + w * 16 + g + 8};
+    if (fr.on) rope_back_rows(dk, pos, fr);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int key = k0 + w * 16 + g + 8 * r;
@@ -558,12 +588,12 @@ template <typename T> static void forward(void *out, float *lse, const void *qkv
     WG_LAUNCH(wg_forward_kernel<T>, dim3(B * NH, ceil_div(T_, WG_BN)), smem, (T *)out, lse, (const T *)qkv, T_, NH, NKV, scale);
 }
 template <typename T> static void backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                           float *Dsum, int B, int T_, int NH, int NKV, float scale) {
+                                           float *Dsum, int B, int T_, int NH, int NKV, float scale, const RopeFreq &fr) {
     size_t smem = (size_t)(2 + 2 * WG_STAGES) * WG_TILE + 1024;
     WG_LAUNCH(wg_backward_dq_kernel<T>, dim3(B * NH, ceil_div(T_, WG_BN)), smem, (T *)dqkv, (const T *)dout, (const T *)qkv,
-              (const T *)out, lse, Dsum, T_, NH, NKV, scale);
+              (const T *)out, lse, Dsum, T_, NH, NKV, scale, fr);
     WG_LAUNCH(wg_backward_dkv_kernel<T>, dim3(B * NKV, ceil_div(T_, WG_BN)), smem, (T *)dqkv, (const T *)dout, (const T *)qkv, lse, Dsum,
-              T_, NH, NKV, scale);
+              T_, NH, NKV, scale, fr);
 }
 
 /* the same contracts as attention_forward_mma / attention_backward_mma (attention_mma_supported() decides the shapes) */
@@ -573,8 +603,10 @@ extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, 
     else forward<__half>(out, lse, qkv, B, T_, NH, NKV, scale);
 }
 extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                         float *Dsum, int B, int T_, int NH, int NKV) {
+                                         float *Dsum, int B, int T_, int NH, int NKV, float rope_theta) {
     float scale = 1.0f / sqrtf((float)WG_HD);
-    if (cuda_act == DTYPE_BF16) backward<__nv_bfloat16>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale);
-    else backward<__half>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale);
+    RopeFreq fr = {rope_theta > 0};
+    for (int i = 0; fr.on && i < WG_HD / 2; i++) fr.f[i] = rope_inv_freq(rope_theta, i, WG_HD);
+    if (cuda_act == DTYPE_BF16) backward<__nv_bfloat16>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale, fr);
+    else backward<__half>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale, fr);
 }

@@ -58,7 +58,7 @@ static void rope_cuda(void *qkv, int B, int T_, int NH, int NKV, int HD, float t
     if ((size_t)B * T_ * HD == 0) return;
     if (HD % 2 || HD / 2 > ROPE_MAX_HALF) die("rope on CUDA needs an even head_dim <= %d (got %d)", 2 * ROPE_MAX_HALF, HD);
     InvFreq inv;
-    for (int i = 0; i < HD / 2; i++) inv.f[i] = 1.0f / powf(theta, (float)(2 * i) / (float)HD);   /* as kernels/cpu/rope.c */
+    for (int i = 0; i < HD / 2; i++) inv.f[i] = rope_inv_freq(theta, i, HD);   /* as kernels/cpu/rope.c */
     dim3 grid(0, ceil_div(NH + NKV, ROPE_HEADS));
     ACT_SWITCH(T, {
         constexpr int P = Pack16<T>::n;

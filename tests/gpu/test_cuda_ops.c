@@ -214,16 +214,17 @@ static void test_rope(int B, int T, int NH, int NKV, int HD, int pos0) {
 }
 
 typedef void AttF(void *, float *, const void *, int, int, int, int, int);
-typedef void AttB(void *, const void *, const void *, const void *, const float *, int, int, int, int, int);
-static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T, int NH, int NKV, int HD) {
-    char shape[80], name[64];
-    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d", B, T, NH, NKV, HD);
+typedef void AttB(void *, const void *, const void *, const void *, const float *, int, int, int, int, int, float);
+/* theta > 0: the backward also takes its gradient back through RoPE (the CPU reference: the two ops in turn) */
+static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T, int NH, int NKV, int HD, float theta) {
+    char shape[96], name[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d%s", B, T, NH, NKV, HD, theta > 0 ? " +rope" : "");
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
     float *qkv = rand_act(nq, 1.5f), *dy = rand_act(no, 1);
     float *out = mallocCheck(no * 4), *lse = mallocCheck(nl * 4), *dqkv = mallocCheck(nq * 4);
     cpu->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
     for (size_t i = 0; i < no; i++) out[i] = round_act(out[i]);   /* the backward's input, as the model would store it */
-    cpu->attention_backward(dqkv, dy, qkv, out, lse, B, T, NH, NKV, HD);
+    cpu->attention_backward(dqkv, dy, qkv, out, lse, B, T, NH, NKV, HD, theta);
     void *gqkv = up_act(qkv, nq), *gdy = up_act(dy, no), *gout_cpu = up_act(out, no);
     void *gout = gpu->alloc(no * dtype_size(act), "t"), *gdqkv = gpu->alloc(nq * dtype_size(act), "t");
     float *glse = gpu->alloc(nl * 4, "t"), *glse_cpu = up_f32(lse, nl);
@@ -231,7 +232,7 @@ static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T,
     poison(glse, nl * 4);
     poison(gdqkv, nq * dtype_size(act));
     fwd(gout, glse, gqkv, B, T, NH, NKV, HD);
-    bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD);
+    bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta);
     float *h = mallocCheck(nq * 4);
     double tol = act == DTYPE_FP32 ? 1e-5 : tol_act;
     snprintf(name, sizeof name, "attention_fwd %s", path);
@@ -248,7 +249,7 @@ static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T,
         void *again = gpu->alloc(bytes, "t");
         char *a = mallocCheck(bytes), *b = mallocCheck(bytes);
         poison(again, bytes);
-        bwd(again, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD);
+        bwd(again, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta);
         gpu->download(a, gdqkv, bytes);
         gpu->download(b, again, bytes);
         int same = memcmp(a, b, bytes) == 0;
@@ -472,14 +473,15 @@ int main(int argc, char **argv) {
                                  {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}};
         for (int s = 0; s < 11; s++) {
             const int *q = shapes[s];
-            test_attention("simple", attention_forward_cuda_simple, attention_backward_cuda_simple, q[0], q[1], q[2], q[3], q[4]);
+            float theta = s % 2 ? 0.0f : 10000.0f;   /* every other shape with RoPE's backward folded in */
+            test_attention("simple", attention_forward_cuda_simple, attention_backward_cuda_simple, q[0], q[1], q[2], q[3], q[4], theta);
             if (cuda_attention_simple) continue;
             int hopper = cuda_attention_wgmma;   /* both tensor-core paths where the GPU has both */
             cuda_attention_wgmma = 0;
-            test_attention("mma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4]);
+            test_attention("mma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4], theta);
             if (hopper) {
                 cuda_attention_wgmma = 1;
-                test_attention("wgmma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4]);
+                test_attention("wgmma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4], theta);
             }
             cuda_attention_wgmma = hopper;
         }
