@@ -25,8 +25,15 @@ typedef struct Backend {
     /* memory: what is allocated here is only touched through this table */
     void *(*alloc)(size_t bytes, const char *what);   /* zeroed; dies with a hint on out-of-memory */
     void (*free)(void *p);
-    void (*upload)(void *dst, const void *host_src, size_t bytes);
-    void (*download)(void *host_dst, const void *src, size_t bytes);
+    void (*upload)(void *dst, const void *host_src, size_t bytes);     /* returns with the copy done */
+    void (*download)(void *host_dst, const void *src, size_t bytes);   /* returns with the data in host_dst */
+    /* copies that do not wait for the device, in the order of the ops: upload_async takes host_src's bytes at once (cuda:
+     * into a pinned staging ring), so the caller may reuse it on return; download_async into host_dst from alloc_host
+     * (page-locked on cuda) holds the data after the next synchronize */
+    void (*upload_async)(void *dst, const void *host_src, size_t bytes);
+    void (*download_async)(void *host_dst, const void *src, size_t bytes);
+    void *(*alloc_host)(size_t bytes, const char *what);   /* host memory for download_async; dies with a hint when out */
+    void (*free_host)(void *p);
     void (*zero)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);
     void (*synchronize)(void);

@@ -7,16 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bytes allocated through this table, now and at the peak, as the C library's
- * allocator counts them (malloc_usable_size: each block as it was handed out,
- * rounding included): the CPU's counterpart of the CUDA table's accounting. */
-static size_t host_bytes_now, host_bytes_peak;
-static void *cpu_alloc(size_t bytes, const char *what) {
+/* alloc_host (memory download_async writes into): plain host memory, not counted */
+static void *cpu_alloc_host(size_t bytes, const char *what) {
     char *p = calloc(1, bytes);
     if (!p) {
         char b[32];
         die("out of host memory allocating %s for %s\n  hint: use a smaller batch_size or model", format_bytes(bytes, b, sizeof b), what);
     }
+    return p;
+}
+
+/* Bytes allocated through this table, now and at the peak, as the C library's
+ * allocator counts them (malloc_usable_size: each block as it was handed out,
+ * rounding included): the CPU's counterpart of the CUDA table's accounting. */
+static size_t host_bytes_now, host_bytes_peak;
+static void *cpu_alloc(size_t bytes, const char *what) {
+    void *p = cpu_alloc_host(bytes, what);
     host_bytes_now += malloc_usable_size(p);
     if (host_bytes_now > host_bytes_peak) host_bytes_peak = host_bytes_now;
     return p;
@@ -38,7 +44,8 @@ static void cpu_event_destroy(void *e) { free(e); }
 
 static const Backend cpu = {
     .name = "cpu", .act = DTYPE_FP32,
-    .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_memcpy, .download = cpu_memcpy, .zero = cpu_zero,
+    .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_memcpy, .download = cpu_memcpy,
+    .upload_async = cpu_memcpy, .download_async = cpu_memcpy, .alloc_host = cpu_alloc_host, .free_host = free, .zero = cpu_zero,
     .copy = cpu_memcpy, .synchronize = cpu_synchronize, .memory_in_use = cpu_memory_in_use, .memory_peak = cpu_memory_peak, .memory_free = NULL, .peak_flops = 0,
     .event_create = cpu_event_create, .event_record = cpu_event_record, .event_seconds = cpu_event_seconds, .event_destroy = cpu_event_destroy,
     .embedding_forward = embedding_forward_cpu, .embedding_backward = embedding_backward_cpu,

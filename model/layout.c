@@ -312,7 +312,6 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
     m->grads = be->alloc(P * sizeof(float), "gradients");
     m->act_memory = be->alloc(m->act_bytes, "activations");
     layout_activations(m, m->act_memory);
-    m->host_losses = mallocCheck((size_t)B * T * sizeof(float));
 }
 
 void model_plan_free(Model *m) {
@@ -330,7 +329,8 @@ void model_free(Model *m) {
     be->free(m->grads);
     be->free(m->act_memory);
     for (int i = 0; m->kcache && i < m->n_local_layers; i++) { be->free(m->kcache[i]); be->free(m->vcache[i]); }
-    free(m->kcache); free(m->vcache); free(m->host_logits); free(m->host_row); free(m->host_losses);
+    free(m->kcache); free(m->vcache); free(m->host_logits); free(m->host_row);
+    for (int k = 0; k < m->n_loss_regions; k++) be->free_host(m->loss_regions[k]);
     model_plan_free(m);
 }
 

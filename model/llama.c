@@ -168,10 +168,42 @@ static void chunk_trunk(Model *m, int k, int s, const int *ids, int B, int T) {
     ActSlot *S = &m->slots[s];
     m->slot_B[s] = B; m->slot_T[s] = T;
     if (k == 0 && m->part.has_embedding) {
-        m->be->upload(S->ids, ids, (size_t)B * T * sizeof(int));
+        m->be->upload_async(S->ids, ids, (size_t)B * T * sizeof(int));
         embed(m, S->ids, S->res[0], B * T);
     }
     for (int j = 0; j < m->part.chunks[k].n_layers; j++) block_forward(m, S, m->chunk_first[k] + j, j, B, T, 0, 0, 0);
+}
+
+/* The losses are read back without waiting for the device: each head forward
+ * queues the download of its per-token losses into a region of its own, and
+ * fold_losses sums the regions into losses_taken once the device has written
+ * them: per forward a double sum in token order, the forwards in the order
+ * they ran. */
+static void fold_losses(Model *m) {
+    if (m->n_losses_pending) m->be->synchronize();
+    for (int k = 0; k < m->n_losses_pending; k++) {
+        double sum = 0;
+        for (int n = 0; n < m->loss_tokens[k]; n++) sum += m->loss_regions[k][n];
+        m->losses_taken += sum;
+    }
+    m->n_losses_pending = 0;
+}
+
+/* Queues the download of a forward's per-token losses (N) into the next free region. */
+static void queue_losses(Model *m, const float *losses, int N) {
+    if (m->n_losses_pending == MODEL_LOSS_REGIONS) fold_losses(m);   /* all in use: wait for the device once to free them */
+    int k = m->n_losses_pending++;
+    if (k == m->n_loss_regions)
+        m->loss_regions[m->n_loss_regions++] = m->be->alloc_host((size_t)m->B * m->T * sizeof(float), "the losses read back");
+    m->loss_tokens[k] = N;
+    m->be->download_async(m->loss_regions[k], losses, (size_t)N * sizeof(float));
+}
+
+double model_take_losses(Model *m) {
+    fold_losses(m);
+    double sum = m->losses_taken;
+    m->losses_taken = 0;
+    return sum;
 }
 
 /* The head, chunk by chunk of head_chunk tokens, the LM head column-parallel
@@ -180,8 +212,8 @@ static void chunk_trunk(Model *m, int k, int s, const int *ids, int B, int T) {
  * -> at once the head's backward for the chunk: this rank's share of dlnf
  * (into scratch1) and dW_head; then the sum of the shares (f's backward) and
  * the final norm's backward into the slot's dres. So only one chunk of one
- * block of logits ever exists. */
-static double head_forward(Model *m, int s, const int *targets, float dloss) {
+ * block of logits ever exists. The losses are queued for model_take_losses. */
+static void head_forward(Model *m, int s, const int *targets, float dloss) {
     const Backend *be = m->be;
     ActSlot *S = &m->slots[s];
     int N = m->slot_B[s] * m->slot_T[s], Ns = stream_tokens(m, N), C = m->C, V = m->V, tp = m->part.tp;
@@ -190,7 +222,7 @@ static double head_forward(Model *m, int s, const int *targets, float dloss) {
     const void *norm = tensor_at(m, W, m->off_final_norm), *Wh = lm_head(m, W);
     be->rmsnorm_forward(S->lnf, S->lnf_rstd, S->res[nl], norm, Ns, C, m->cfg.norm_eps);
     void *x = tp_all_tokens(m, S->lnf, N);   /* f: the head is column-parallel */
-    be->upload(S->targets, targets, (size_t)N * sizeof(int));
+    be->upload_async(S->targets, targets, (size_t)N * sizeof(int));
     for (int c0 = 0; c0 < N; c0 += m->head_chunk) {
         int n = N - c0 < m->head_chunk ? N - c0 : m->head_chunk;
         void *xc = act_at(m, x, (size_t)c0 * C);
@@ -212,22 +244,21 @@ static double head_forward(Model *m, int s, const int *targets, float dloss) {
         be->zero(S->dres, (size_t)Ns * C * act_size(m));
         be->rmsnorm_backward(S->dres, m->grads + m->off_final_norm, dx, S->res[nl], norm, S->lnf_rstd, Ns, C);
     }
-    be->download(m->host_losses, S->losses, (size_t)N * sizeof(float));
-    double sum = 0;
-    for (int n = 0; n < N; n++) sum += m->host_losses[n];
-    return sum;
+    queue_losses(m, S->losses, N);
 }
 
-double model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss) {
+void model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss) {
     chunk_trunk(m, chunk, slot, ids, B, T);
-    if (chunk != m->part.n_chunks - 1 || !m->part.has_head) return 0;
-    return head_forward(m, slot, targets, dloss);
+    if (chunk == m->part.n_chunks - 1 && m->part.has_head) head_forward(m, slot, targets, dloss);
 }
 
 double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss) {
     if (m->part.n_chunks != 1 || !m->part.has_embedding || !m->part.has_head)
         die("internal: model_forward needs the whole model on one rank");
-    return model_forward_chunk(m, 0, 0, ids, targets, B, T, dloss);
+    if (m->n_losses_pending)   /* never 0 while any are untaken: a fold makes room for the forward that follows it */
+        die("internal: model_forward while the losses of earlier forwards wait for model_take_losses");
+    model_forward_chunk(m, 0, 0, ids, targets, B, T, dloss);
+    return model_take_losses(m);
 }
 
 void model_logits(Model *m, const int *ids, int B, int T, float *out) {
@@ -266,7 +297,7 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
         m->host_row = mallocCheck((size_t)m->V * act_size(m));
     }
     ActSlot *S = &m->slots[0];
-    be->upload(S->ids, ids, (size_t)T * sizeof(int));
+    be->upload_async(S->ids, ids, (size_t)T * sizeof(int));
     embed(m, S->ids, S->res[0], T);
     for (int i = 0; i < m->n_local_layers; i++) block_forward(m, S, i, i, 1, T, pos0, 1, 0);
     /* only the last position's logits are needed */

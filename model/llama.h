@@ -33,6 +33,7 @@
 
 #define IGNORE_INDEX (-1)   /* a target equal to this adds no loss and no gradient */
 #define MODEL_MAX_CHUNKS 64
+#define MODEL_LOSS_REGIONS 64   /* head forwards whose losses wait unread; the next one makes the host wait for the device once */
 
 /* What the forward keeps for the backward (config key recompute). */
 enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL };
@@ -156,7 +157,12 @@ typedef struct {
     void *host_row;                     /* (V) act dtype */
     /* the micro-batch of each slot */
     int *slot_B, *slot_T;               /* (n_slots) */
-    float *host_losses;                 /* (B,T) */
+    /* the losses not yet taken (model_take_losses): each head forward queues the download of its per-token losses into
+     * a host region of its own (be->alloc_host, made when first needed) and the host sums them once the device is done */
+    float *loss_regions[MODEL_LOSS_REGIONS];   /* (B*T) each */
+    int loss_tokens[MODEL_LOSS_REGIONS];       /* the tokens each pending region holds */
+    int n_loss_regions, n_losses_pending;
+    double losses_taken;                /* the sum of the regions folded in early, when every region was pending */
 } Model;
 
 /* The whole model on one rank with one slot: what part = NULL means below. */
@@ -200,14 +206,19 @@ void *model_unit_place(const Model *m, int u);
 
 /* Forward of chunk k for the micro-batch held in slot s (B' <= B, T' <= T).
  * The chunk's input is ids (embedded here) when it holds the embedding, else
- * whatever was placed at model_chunk_input. When it holds the head, returns
- * the SUM of the per-token losses against targets (ignored targets add 0) and,
- * with dloss != 0 (the loss gradient per token), also runs the head's
- * backward: chunk by chunk of tokens, logits -> loss -> dlogits -> the head's
- * weight gradient and dlnf -> the final norm's backward, so the (B*T, V)
- * logits never exist and the slot's dres holds d(chunk output) afterwards.
- * Returns 0 for chunks without the head. */
-double model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss);
+ * whatever was placed at model_chunk_input. When it holds the head, it
+ * computes the per-token losses against targets (ignored targets add 0) and
+ * queues them for model_take_losses and, with dloss != 0 (the loss gradient
+ * per token), also runs the head's backward: chunk by chunk of tokens, logits
+ * -> loss -> dlogits -> the head's weight gradient and dlnf -> the final
+ * norm's backward, so the (B*T, V) logits never exist and the slot's dres
+ * holds d(chunk output) afterwards. Nothing here waits for the device: ids and
+ * targets are uploaded without waiting, and the losses read back later. */
+void model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss);
+/* The SUM of the per-token losses of every head forward since the last call
+ * (0 if none), once the device is done with them: each forward's losses summed
+ * in double in token order, the forwards added in the order they ran. */
+double model_take_losses(Model *m);
 /* Backward steps [from, to) of chunk k for slot s: step j < L (the chunk's
  * layers) is the backward of its layer L-1-j; step L, when the chunk holds the
  * embedding, its backward. The slot's dres must hold d(chunk output) before
@@ -222,7 +233,8 @@ void *model_chunk_output(Model *m, int chunk, int slot);
 size_t model_boundary_elements(const Model *m, int B, int T);
 
 /* One rank, whole model, slot 0: the forward of one micro-batch (see
- * model_forward_chunk) and the backward of that forward (dloss != 0). */
+ * model_forward_chunk), returning the SUM of its per-token losses at once (it
+ * waits for the device), and the backward of that forward (dloss != 0). */
 double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss);
 void model_backward(Model *m);
 /* The logits of every position, as fp32 on the host: out (B*T, V). One rank holding the whole model (tp = 1). */

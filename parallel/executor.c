@@ -48,7 +48,6 @@ static void ensure_events(Executor *e, int n) {
 double executor_run(Executor *e, const Action *actions, int n, const int *ids, const int *targets, int B, int T, float dloss) {
     Model *m = e->model;
     const Backend *be = m->be;
-    double loss = 0;
     size_t BT = (size_t)B * T;
     ensure_events(e, n + 1);
     void **ev = e->events;
@@ -59,9 +58,7 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
         be->event_record(ev[2 * i]);
         int used = 1;
         switch (a->kind) {
-        case ACT_FORWARD:
-            loss += model_forward_chunk(m, a->chunk, a->slot, ids + a->mb * BT, targets + a->mb * BT, B, T, dloss);
-            break;
+        case ACT_FORWARD: model_forward_chunk(m, a->chunk, a->slot, ids + a->mb * BT, targets + a->mb * BT, B, T, dloss); break;
         case ACT_BACKWARD: model_backward_chunk(m, a->chunk, a->slot, a->from, a->to); break;
         case ACT_SEND_ACT: case ACT_RECV_ACT: case ACT_SEND_GRAD: case ACT_RECV_GRAD: used = run_p2p(e, actions, i, n, B, T); break;
         case ACT_REDUCE: ddp_reduce_start(e->ddp, a->bucket); break;
@@ -100,7 +97,7 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
     s->compute_s -= cs.blocking_s;   /* the tensor-parallel sums ran inside the forwards and backwards */
     s->exposed_s += cs.blocking_s;
     s->comm_busy_s = cs.busy_s;
-    return loss;
+    return model_take_losses(m);   /* the forwards' losses, read back while the step ran */
 }
 
 void executor_free(Executor *e) {

@@ -46,6 +46,7 @@ typedef struct {
 /* Runs actions[0..n) of this stage for one step whose micro-batch k is
  * ids/targets + k*B*T (host). dloss: the loss gradient per token (0: no
  * backward). Returns the sum of the per-token losses this stage computed (the
- * stage holding the head; 0 elsewhere). */
+ * stage holding the head; 0 elsewhere), read back once the step's work is
+ * done (model_take_losses): nothing in the step waits for them. */
 double executor_run(Executor *e, const Action *actions, int n, const int *ids, const int *targets, int B, int T, float dloss);
 void executor_free(Executor *e);

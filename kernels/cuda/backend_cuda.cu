@@ -1,4 +1,5 @@
-/* kernels/cuda/backend_cuda.cu — the CUDA backend: device memory, the cuBLASLt
+/* kernels/cuda/backend_cuda.cu — the CUDA backend: device memory, page-locked
+ * host memory and the staging ring of uploads that do not wait, the cuBLASLt
  * handle and its one workspace, the checked-call reporting, and the Backend
  * table of the *_cuda launchers for the activation dtype asked for.
  *
@@ -114,6 +115,52 @@ static void cuda_zero(void *p, size_t bytes) { cudaCheck(cudaMemsetAsync(p, 0, b
 static void cuda_copy(void *dst, const void *src, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream));
 }
+
+/* ---- copies that do not wait for the device ------------------------------------------------ */
+/* Page-locked host memory: what a copy between host and device needs to run on the stream without the host. */
+static void *cuda_alloc_host(size_t bytes, const char *what) {
+    void *p = NULL;
+    cudaError_t e = cudaMallocHost(&p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        char b[32];
+        die("out of page-locked host memory allocating %s for %s: %s\n  hint: free host memory, or use a smaller batch_size",
+            format_bytes((double)bytes, b, sizeof b), what, cudaGetErrorString(e));
+    }
+    return p;
+}
+static void cuda_free_host(void *p) {
+    if (p) cudaCheck(cudaFreeHost(p));
+}
+/* upload_async first copies the bytes into the next slot of a ring of page-locked staging buffers, so the caller's buffer
+ * is free on return and the copy runs on the stream in order with the ops. A slot is written again only once its event
+ * says the copy out of it has run: the host waits there only when it is STAGING_SLOTS uploads ahead of the device. A slot
+ * grows to the largest upload it has held (at least STAGING_MIN_BYTES); the ring lives as long as the backend. */
+#define STAGING_SLOTS 16
+#define STAGING_MIN_BYTES ((size_t)64 << 10)
+typedef struct { void *host; size_t capacity; cudaEvent_t copied; } StagingSlot;
+static StagingSlot staging[STAGING_SLOTS];
+static int staging_next;
+static void cuda_upload_async(void *dst, const void *src, size_t bytes) {
+    StagingSlot *s = &staging[staging_next];
+    staging_next = (staging_next + 1) % STAGING_SLOTS;
+    if (!s->copied) cudaCheck(cudaEventCreateWithFlags(&s->copied, cudaEventDisableTiming));
+    cudaCheck(cudaEventSynchronize(s->copied));   /* the slot's last copy has run (at once for an event never recorded) */
+    if (bytes > s->capacity) {
+        cuda_free_host(s->host);
+        s->capacity = bytes > STAGING_MIN_BYTES ? bytes : STAGING_MIN_BYTES;
+        s->host = cuda_alloc_host(s->capacity, "the upload staging ring");
+    }
+    memcpy(s->host, src, bytes);
+    cudaCheck(cudaMemcpyAsync(dst, s->host, bytes, cudaMemcpyHostToDevice, cuda_stream));
+    cudaCheck(cudaEventRecord(s->copied, cuda_stream));
+}
+/* host_dst must be page-locked (alloc_host): a copy into pageable memory would make the host wait for it */
+static void cuda_download_async(void *dst, const void *src, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_stream));
+}
+
+/* ---- synchronisation and timing --------------------------------------------------------------- */
 static void cuda_synchronize(void) { cudaCheck(cudaStreamSynchronize(cuda_stream)); cudaCheck(cudaGetLastError()); }
 static void *cuda_event_create(void) {
     cudaEvent_t e;
@@ -145,8 +192,9 @@ void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what)
 
 /* ---- the table -------------------------------------------------------------------------------- */
 #define CUDA_OPS \
-    .alloc = cuda_alloc, .free = cuda_free_, .upload = cuda_upload, .download = cuda_download, .zero = cuda_zero, \
-    .copy = cuda_copy, .synchronize = cuda_synchronize, .memory_in_use = cuda_memory_in_use, .memory_peak = cuda_memory_peak, .memory_free = cuda_memory_free, .peak_flops = 0, \
+    .alloc = cuda_alloc, .free = cuda_free_, .upload = cuda_upload, .download = cuda_download, \
+    .upload_async = cuda_upload_async, .download_async = cuda_download_async, .alloc_host = cuda_alloc_host, \
+    .free_host = cuda_free_host, .zero = cuda_zero, .copy = cuda_copy, .synchronize = cuda_synchronize, .memory_in_use = cuda_memory_in_use, .memory_peak = cuda_memory_peak, .memory_free = cuda_memory_free, .peak_flops = 0, \
     .event_create = cuda_event_create, .event_record = cuda_event_record, .event_seconds = cuda_event_seconds, \
     .event_destroy = cuda_event_destroy, \
     .embedding_forward = embedding_forward_cuda, .embedding_backward = embedding_backward_cuda, \

@@ -9,11 +9,15 @@
  *   5. fp16 with a forced overflow (starting scale 2^40) skips steps, halves the
  *      scale and recovers; no NaN reaches the weights;
  *   6. compute_weights=per_layer gives keep's losses, weights and decode logits
- *      bit for bit (bf16 and fp16, full recompute, tied and untied).
+ *      bit for bit (bf16 and fp16, full recompute, tied and untied);
+ *   7. the copies that do not wait (tests/async_check.h): 40 uploads queued
+ *      through the 16-slot staging ring all arrive, and the loss a step reads
+ *      back once is the one each forward read back at once, bit for bit.
  * Built by `make gpu`, run by tests/gpu/run.sh; ends with "N passed, N failed".
  * LLM3D_TEST_QUICK=1 runs part 1 only (for compute-sanitizer). */
 #include "../test.h"
 #include "../fixture.h"
+#include "../async_check.h"
 #include "../../train/trainer.h"
 #include "../../train/optimizer.h"
 #include <unistd.h>
@@ -218,6 +222,7 @@ int main(void) {
     test_per_layer(PRECISION_BF16, 0);
     test_per_layer(PRECISION_BF16, 1);
     test_per_layer(PRECISION_FP16, 0);
+    for (int i = 0; i < 3; i++) check_async(backend_cuda(dtypes[i]));
     unlink(shard);
     return test_summary();
 }
