@@ -255,7 +255,7 @@ void model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const in
 double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss) {
     if (m->part.n_chunks != 1 || !m->part.has_embedding || !m->part.has_head)
         die("internal: model_forward needs the whole model on one rank");
-    if (m->n_losses_pending)   /* never 0 while any are untaken: a fold makes room for the forward that follows it */
+    if (m->n_losses_pending || m->losses_taken != 0)   /* the losses of earlier forwards, queued or folded, not taken */
         die("internal: model_forward while the losses of earlier forwards wait for model_take_losses");
     model_forward_chunk(m, 0, 0, ids, targets, B, T, dloss);
     return model_take_losses(m);
