@@ -73,71 +73,46 @@ template <typename T, int P> __global__ void rmsnorm_backward_dinp_kernel(T *din
 }
 
 /* The backward in one pass (rows of up to 32*P*K channels): a block of 8 warps
- * owns RMS_FUSED_ROWS consecutive rows; each warp takes R rows at a time,
- * issues the loads of their dout and x (16 bytes a lane each, kept as raw
- * packs) before the first warp reduction, then does dinp as above and
- * keeps, in registers, its lanes' share of dweight's partial sum (dout * x *
- * rstd over its rows); the 8 warps then add theirs into the block's row of
- * partial (chunks,C) one after another (a fixed order), and
- * rmsnorm_backward_dw_final sums the chunks. Each row comes from memory once. */
+ * owns RMS_FUSED_ROWS consecutive rows; each warp does dinp for its rows as
+ * above and keeps, in registers, its lanes' share of dweight's partial sum
+ * (dout * x * rstd over its rows); the 8 warps then add theirs into the
+ * block's row of partial (chunks,C) one after another (a fixed order), and
+ * rmsnorm_backward_dw_final sums the chunks. dout and x come from memory once
+ * (the second read of a row, after the warp reduction, hits L1). */
 #define RMS_FUSED_ROWS 32
-template <typename T> __device__ __forceinline__ float raw_at(const int4 &raw, int i) {
-    return to_f(reinterpret_cast<const T *>(&raw)[i]);
-}
-template <typename T, int P, int K, int R> __global__ void __launch_bounds__(256, 2)
+template <typename T, int P, int K> __global__ void __launch_bounds__(256)
 rmsnorm_backward_fused_kernel(T *dinp, float *partial, const T *dout, const T *inp, const T *weight, const float *rstd,
                               int N, int C) {
-    static_assert(P * sizeof(T) == 16, "the fused backward moves 16-byte packs");
     __shared__ float acc[32 * P * K];   /* (C) the block's dweight partial */
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     int n0 = blockIdx.x * RMS_FUSED_ROWS, n1 = min(n0 + RMS_FUSED_ROWS, N);
-    const int4 zero = {0, 0, 0, 0};   /* a pack of zeros in any T: channels past C add nothing */
     float dw[K][P] = {};
-    for (int n = n0 + warp * R; n < n1; n += 8 * R) {
-        int4 a[R][K], xv[R][K];   /* dout and x of rows n .. n+R-1, this lane's packs */
-        float gx[R], r[R];
+    for (int n = n0 + warp; n < n1; n += 8) {
+        const T *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;
+        T *dx = dinp + (size_t)n * C;
+        float gx = 0;
 #pragma unroll
-        for (int j = 0; j < R; j++) {
-            bool row = n + j < n1;
-            r[j] = row ? rstd[n + j] : 0.0f;
+        for (int k = 0; k < K; k++) {
+            int c = (k * 32 + lane) * P;
+            if (c < C) {
+                Vec<T, P> a = vload<T, P>(dy + c), b = vload<T, P>(weight + c), xv = vload<T, P>(x + c);
 #pragma unroll
-            for (int k = 0; k < K; k++) {
-                int c = (k * 32 + lane) * P;
-                size_t at = (size_t)(n + j) * C + c;
-                a[j][k] = row && c < C ? *reinterpret_cast<const int4 *>(dout + at) : zero;
-                xv[j][k] = row && c < C ? *reinterpret_cast<const int4 *>(inp + at) : zero;
+                for (int i = 0; i < P; i++) gx += a.v[i] * b.v[i] * xv.v[i];
             }
         }
+        gx = warp_sum(gx);
+        float r = rstd[n], kk = gx / C * r * r * r;
 #pragma unroll
-        for (int j = 0; j < R; j++) {
-            gx[j] = 0;
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                int c = (k * 32 + lane) * P;
-                int4 w = c < C ? *reinterpret_cast<const int4 *>(weight + c) : zero;   /* L1 after the first row */
-#pragma unroll
-                for (int i = 0; i < P; i++) gx[j] += raw_at<T>(a[j][k], i) * raw_at<T>(w, i) * raw_at<T>(xv[j][k], i);
-            }
-            gx[j] = warp_sum(gx[j]);
-        }
-#pragma unroll
-        for (int j = 0; j < R; j++) {
-            if (n + j >= n1) break;
-            float kk = gx[j] / C * r[j] * r[j] * r[j];
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                int c = (k * 32 + lane) * P;
-                if (c >= C) break;
-                T *dx = dinp + (size_t)(n + j) * C + c;
-                int4 d = *reinterpret_cast<const int4 *>(dx), w = *reinterpret_cast<const int4 *>(weight + c);
-                T *o = reinterpret_cast<T *>(&d);
+        for (int k = 0; k < K; k++) {   /* the second read of the row hits L1 */
+            int c = (k * 32 + lane) * P;
+            if (c < C) {
+                Vec<T, P> a = vload<T, P>(dy + c), b = vload<T, P>(weight + c), xv = vload<T, P>(x + c), d = vload<T, P>(dx + c);
 #pragma unroll
                 for (int i = 0; i < P; i++) {
-                    float dy = raw_at<T>(a[j][k], i), x = raw_at<T>(xv[j][k], i);
-                    o[i] = from_f<T>(to_f(o[i]) + (r[j] * dy * raw_at<T>(w, i) - kk * x));
-                    dw[k][i] += dy * x * r[j];
+                    d.v[i] += r * a.v[i] * b.v[i] - kk * xv.v[i];
+                    dw[k][i] += a.v[i] * xv.v[i] * r;
                 }
-                *reinterpret_cast<int4 *>(dx) = d;
+                vstore<T, P>(dx + c, d);
             }
         }
     }
@@ -193,14 +168,6 @@ __global__ void rmsnorm_backward_dw_final(float *dweight, const float *partial, 
     }
 }
 
-/* the one-pass backward for rows of K packs a lane, two rows a warp at a time */
-template <typename T, int P, int K> static void fused_backward(int chunks, void *dinp, float *partial, const void *dout,
-                                                              const void *inp, const void *weight, const float *rstd,
-                                                              int N, int C) {
-    rmsnorm_backward_fused_kernel<T, P, K, 2><<<chunks, 256, 0, cuda_stream>>>((T *)dinp, partial, (const T *)dout,
-                                                                              (const T *)inp, (const T *)weight, rstd, N, C);
-}
-
 extern "C" void rmsnorm_backward_cuda(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
                                       const float *rstd, int N, int C) {
     if (N == 0) return;
@@ -213,12 +180,12 @@ extern "C" void rmsnorm_backward_cuda(void *dinp, float *dweight, const void *do
         if (packable(C, sizeof(T), dinp, dout, inp) && packable(C, sizeof(T), weight) && packs <= 4) {
             chunks = ceil_div(N, RMS_FUSED_ROWS);
             float *partial = (float *)cuda_scratch(&buf, &cap, (size_t)chunks * C * sizeof(float), "rmsnorm dweight partials");
-switch (packs) {
-            case 1: fused_backward<T, P, 1>(chunks, dinp, partial, dout, inp, weight, rstd, N, C); break;
-            case 2: fused_backward<T, P, 2>(chunks, dinp, partial, dout, inp, weight, rstd, N, C); break;
-            case 3: fused_backward<T, P, 3>(chunks, dinp, partial, dout, inp, weight, rstd, N, C); break;
-            default: fused_backward<T, P, 4>(chunks, dinp, partial, dout, inp, weight, rstd, N, C);
-            }
+            if (packs <= 2)
+                rmsnorm_backward_fused_kernel<T, P, 2><<<chunks, 256, 0, cuda_stream>>>(
+                    (T *)dinp, partial, (const T *)dout, (const T *)inp, (const T *)weight, rstd, N, C);
+            else
+                rmsnorm_backward_fused_kernel<T, P, 4><<<chunks, 256, 0, cuda_stream>>>(
+                    (T *)dinp, partial, (const T *)dout, (const T *)inp, (const T *)weight, rstd, N, C);
         } else {
             chunks = ceil_div(N, RMS_ROWS);
             float *partial = (float *)cuda_scratch(&buf, &cap, (size_t)chunks * C * sizeof(float), "rmsnorm dweight partials");
