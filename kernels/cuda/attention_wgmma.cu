@@ -23,9 +23,13 @@
  * pipeline" below): the scores of the next tile are computed on the tensor
  * cores while this tile's exponentials run, with tiles copied by cp.async three
  * stages deep (no TMA, no producer warps: every thread copies, then computes).
- * Measured on the H200 at l124m (2026-12-03): forward 0.137 ms, backward 0.389
- * ms a layer, against 0.144 / 0.480 for mma.sync; without the pipeline (two
- * stages, wait after every product) the backward took 0.44-0.50 ms.
+ * The kernels are latency-bound at HD = 64 with few warps an SM (Nsight
+ * Compute, 2026-12-03: 45-58% of issue slots busy, L2 at a quarter of its
+ * rate), so shared memory is sized to the block: the forward's 56 KB let four
+ * blocks share an SM (the register limit) where 57 KB let three. Measured on
+ * the H200 at l124m (2026-12-03): forward 0.118 ms, backward 0.383 ms a layer
+ * (RoPE's backward included), against 0.145 / 0.482 for mma.sync; without the
+ * pipeline (two stages, wait after every product) the backward took 0.44-0.50 ms.
  *
  * The backward also takes dq and dk back through RoPE before it stores them
  * (rope_back_rows: a row's pair i, i + 32 sits in one thread's accumulators),
@@ -174,8 +178,14 @@ template <typename T> __device__ __forceinline__ void load_tile_sw(uint32_t dst,
         cp_async16_to(dst + r * 128 + ((c ^ (r & 7)) << 4), src + (ok ? (size_t)(r0 + r) * stride + c * 8 : 0), ok);
     }
 }
-/* shared base of the dynamic tiles, rounded up to 1024 bytes (the swizzle repeats every 8 rows of 128 bytes) */
-__device__ __forceinline__ uint32_t tiles_base(const void *sm) { return (smem_addr(sm) + 1023) & ~1023u; }
+/* shared base of the dynamic tiles: 1024-aligned (the swizzle repeats every 8 rows of 128 bytes), as each kernel declares
+ * it, which makes the toolchain pad the static shared memory before it; a base that is not stops the kernel */
+#define WG_TILES extern __shared__ __align__(1024) uint8_t smraw[]
+__device__ __forceinline__ uint32_t tiles_base(const void *sm) {
+    uint32_t a = smem_addr(sm);
+    if (a & 1023) __trap();
+    return a;
+}
 
 /* ---- the pipeline ---------------------------------------------------------------------------
  * A block is one warpgroup: 64 rows of its own, and a stream of 64-row tiles of the other side held in
@@ -237,7 +247,7 @@ template <typename T> __device__ __forceinline__ void load_kv_tile(uint32_t sKV,
 template <typename T> __global__ void __launch_bounds__(128) wg_forward_kernel(T *out, float *lse, const T *qkv, int T_, int NH, int NKV,
                                                                                float scale) {
 #if WG_ON
-    extern __shared__ uint8_t smraw[];
+    WG_TILES;
     uint32_t sQ = tiles_base(smraw), sKV = sQ + WG_TILE;   /* stage st: k at sKV + 2*st*WG_TILE, v after it */
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * WG_BN;
@@ -355,7 +365,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
                                                                                    const float *lse, float *Dsum, int T_, int NH, int NKV,
                                                                                    float scale, const RopeFreq fr) {
 #if WG_ON
-    extern __shared__ uint8_t smraw[];
+    WG_TILES;
     __shared__ float Dsm[WG_BN];
     uint32_t sQ = tiles_base(smraw), sDO = sQ + WG_TILE, sKV = sDO + WG_TILE;
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
@@ -457,7 +467,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_ker
                                                                                     const float *Dsum, int T_, int NH, int NKV, float scale,
                                                                                     const RopeFreq fr) {
 #if WG_ON
-    extern __shared__ uint8_t smraw[];
+    WG_TILES;
     __shared__ float LD[WG_STAGES][2][WG_BN];   /* [stage][lse * log2 e, Dsum][query] */
     uint32_t sK = tiles_base(smraw), sV = sK + WG_TILE, sQD = sV + WG_TILE;   /* stage st: q at sQD + 2*st*WG_TILE, dout after */
     int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV;
@@ -578,18 +588,19 @@ extern "C" int attention_wgmma_available(void) {
 /* launch with `smem` bytes of dynamic shared memory, raising the kernel's limit the first time it is needed */
 #define WG_LAUNCH(kernel, grid, smem, ...) do { \
         static size_t raised_ = 0; \
-        if (raised_ < (smem)) { cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem))); raised_ = (smem); } \
+        if (raised_ < (smem)) { cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(smem))); raised_ = (smem); \
+                                cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100)); } \
         kernel<<<grid, 128, smem, cuda_stream>>>(__VA_ARGS__); \
         launchCheck(); \
     } while (0)
 
 template <typename T> static void forward(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV, float scale) {
-    size_t smem = (size_t)(1 + 2 * WG_STAGES) * WG_TILE + 1024;
+    size_t smem = (size_t)(1 + 2 * WG_STAGES) * WG_TILE;   /* 56 KB: four blocks an SM */
     WG_LAUNCH(wg_forward_kernel<T>, dim3(B * NH, ceil_div(T_, WG_BN)), smem, (T *)out, lse, (const T *)qkv, T_, NH, NKV, scale);
 }
 template <typename T> static void backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                            float *Dsum, int B, int T_, int NH, int NKV, float scale, const RopeFreq &fr) {
-    size_t smem = (size_t)(2 + 2 * WG_STAGES) * WG_TILE + 1024;
+    size_t smem = (size_t)(2 + 2 * WG_STAGES) * WG_TILE;
     WG_LAUNCH(wg_backward_dq_kernel<T>, dim3(B * NH, ceil_div(T_, WG_BN)), smem, (T *)dqkv, (const T *)dout, (const T *)qkv,
               (const T *)out, lse, Dsum, T_, NH, NKV, scale, fr);
     WG_LAUNCH(wg_backward_dkv_kernel<T>, dim3(B * NKV, ceil_div(T_, WG_BN)), smem, (T *)dqkv, (const T *)dout, (const T *)qkv, lse, Dsum,
