@@ -8,6 +8,7 @@
  * embedding (kernels/rope.h, positions 0..T-1): RoPE's backward is part of the
  * op, so a GPU kernel can rotate its results before it stores them. */
 #pragma once
+#include <stddef.h>
 typedef void AttentionForward(void *out /* (B,T,NH*HD) */, float *lse /* (B,NH,T) */,
                               const void *qkv /* (B,T,(NH+2*NKV)*HD) */, int B, int T, int NH, int NKV, int HD);
 typedef void AttentionBackward(void *dqkv /* (B,T,(NH+2*NKV)*HD) */, const void *dout /* (B,T,NH*HD) */,
@@ -15,6 +16,18 @@ typedef void AttentionBackward(void *dqkv /* (B,T,(NH+2*NKV)*HD) */, const void 
                                const float *lse /* (B,NH,T) */, int B, int T, int NH, int NKV, int HD, float rope_theta);
 AttentionForward attention_forward_cpu, attention_forward_cuda;
 AttentionBackward attention_backward_cpu, attention_backward_cuda;
+
+/* The scratch of the Hopper backward (kernels/cuda/attention_wgmma.cu, HD = 64 in bf16/fp16): the dS of every
+ * (sequence, head, 64-query tile, 64-key tile at or before it), 2 bytes a value, for as many sequences at a time
+ * as fit in `cap` bytes (ATTENTION_DS_CAP) when the batch is cut into equal slices. The memory plan counts it for
+ * every GPU (a GPU without Hopper's instructions runs kernels that need none). */
+#define ATTENTION_DS_CAP ((size_t)144 << 20)
+static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap) {
+    if (HD != 64 || B <= 0 || T <= 0 || NH <= 0) return 0;
+    size_t nt = ((size_t)T + 63) / 64, per_seq = (size_t)NH * (nt * (nt + 1) / 2) * 64 * 64 * 2;
+    size_t slices = ((size_t)B * per_seq + cap - 1) / (cap ? cap : 1);
+    return ((size_t)B + slices - 1) / slices * per_seq;   /* sequences a slice, times their bytes */
+}
 
 /* Generation with a KV cache: T new tokens at positions pos0 .. pos0+T-1.
  * Their k and v are first written from qkv into the caches at those positions,

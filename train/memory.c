@@ -2,6 +2,7 @@
 #include "memory.h"
 #include "optimizer.h"
 #include "../common/util.h"
+#include "../kernels/attention.h"
 #include <stdlib.h>
 
 MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be, const Comm *comm, const ModelPart *part,
@@ -31,9 +32,10 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     free(pieces);
     ddp_free(&d);
     p.activations = m.act_bytes;
-    if (be->workspace_bytes) {   /* the CUDA kernels' scratch: attention's per-query statistics, the embedding backward's sort */
+    if (be->workspace_bytes) {   /* the CUDA kernels' scratch: attention's per-query statistics and dS tiles, the embedding backward's sort */
         size_t N = (size_t)batch_size * c->seq_len;
         p.workspace = be->workspace_bytes + (size_t)batch_size * m.NH * c->seq_len * 4 + N * 16;
+        if (be->act != DTYPE_FP32) p.workspace += attention_ds_bytes(batch_size, c->seq_len, m.NH, m.HD, ATTENTION_DS_CAP);
     }
     p.total = p.master + p.compute + p.grads + p.optimizer + p.shards + p.activations + p.workspace;
     model_plan_free(&m);

@@ -300,8 +300,9 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
         return;
     }
     if (B * T_ == 0) return;
-    /* the dq kernel computes Dsum itself (no separate pass) and leaves it in the buffer for the dk/dv kernel; the
-     * wgmma kernels rotate dq and dk back through RoPE before they store them, the mma.sync path runs rope's kernel */
+    /* Dsum's buffer: the wgmma path fills it in a pass of its own before its dk/dv kernel (which then hands dS to its
+     * dq kernel); the mma.sync dq kernel computes it in its prologue for the dk/dv kernel after it. The wgmma kernels
+     * rotate dq and dk back through RoPE before they store them, the mma.sync path runs rope's kernel */
     float *Dsum = attention_dsum_buffer(B, T_, NH);
     if (cuda_attention_wgmma) {
         attention_backward_wgmma(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, rope_theta);

@@ -248,116 +248,106 @@ __device__ __forceinline__ void rope_back_rows(float d[32], const int pos[2], co
             }
 }
 
-/* ds = p * (dp - D) * scale, p = 2^(s*scale*log2 e - L) with L = lse * log2 e per row (dq kernel) or column (dk/dv
- * kernel), masked where the query is before the key or past T; packs p (when pp) and ds as A operands */
-template <typename T, bool COLS> __device__ __forceinline__ void probs_and_grads(float s[32], float dp[32], uint32_t (*pp)[4],
-                                                                                 uint32_t ds[4][4], const float *L, const float *D,
-                                                                                 int r0, int c0, int T_, float sl2, float scale, bool mask) {
+/* the dk/dv kernel's tile (rows keys r0.., columns queries c0..): ds = p * (dp - D) * scale, p = 2^(s*scale*log2 e - L)
+ * with L = lse * log2 e and D = Dsum per column, masked where the query is before the key or past T; packs p and ds
+ * as A operands */
+template <typename T> __device__ __forceinline__ void probs_and_grads(float s[32], float dp[32], uint32_t pp[4][4], uint32_t ds[4][4],
+                                                                      const float *L, const float *D, int r0, int c0, int T_, float sl2,
+                                                                      float scale, bool mask) {
     int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4, w = threadIdx.x / 32;
 #pragma unroll
     for (int i = 0; i < 32; i++) {
-        int rl = w * 16 + g + (i % 4 / 2) * 8, cl = i / 4 * 8 + 2 * t + (i & 1);   /* row, column within the tile */
-        int q = COLS ? c0 + cl : r0 + rl, k = COLS ? r0 + rl : c0 + cl;            /* rows are keys in the dk/dv kernel */
-        float Li = COLS ? L[cl] : L[i % 4 / 2], Di = COLS ? D[cl] : D[i % 4 / 2];
-        float p = ex2(fmaf(s[i], sl2, -Li));
-        if (mask && (k > q || (COLS ? q : k) >= T_)) p = 0.0f;
+        int cl = i / 4 * 8 + 2 * t + (i & 1), q = c0 + cl, k = r0 + w * 16 + g + (i % 4 / 2) * 8;
+        float p = ex2(fmaf(s[i], sl2, -L[cl]));
+        if (mask && (k > q || q >= T_)) p = 0.0f;
         s[i] = p;
-        dp[i] = p * (dp[i] - Di) * scale;
+        dp[i] = p * (dp[i] - D[cl]) * scale;
     }
-    if (pp) scores_as_a4<T>(pp, s);
+    scores_as_a4<T>(pp, s);
     scores_as_a4<T>(ds, dp);
 }
 
-/* dq part of dqkv: block = 64 queries of one (b, h), key tiles 0..the diagonal; grid (B*NH, query tiles), longest
- * first. With out given, Dsum = rowwise dout . out is computed here and stored for the dk/dv kernel.
- * Shared: q, dout, then k, v of stages 0..2. */
-template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kernel(T *dqkv, const T *dout, const T *qkv, const T *out,
-                                                                                   const float *lse, float *Dsum, int T_, int NH, int NKV,
-                                                                                   float scale, const RopeFreq fr) {
+/* Dsum (B,NH,T) = rowwise dout . out: 8 threads a row of 64 (16-byte loads), 16 rows a block of 128 */
+template <typename T> __global__ void __launch_bounds__(128) wg_dsum_kernel(float *Dsum, const T *dout, const T *out, int B, int T_, int NH) {
+    size_t row = (size_t)blockIdx.x * 16 + threadIdx.x / 8;   /* (b, t, h) */
+    int c = threadIdx.x % 8 * 8;
+    float d = 0;
+    if (row < (size_t)B * T_ * NH) {
+        Vec<T, 8> a = vload<T, 8>(dout + row * WG_HD + c), o = vload<T, 8>(out + row * WG_HD + c);
+#pragma unroll
+        for (int e = 0; e < 8; e++) d += a.v[e] * o.v[e];
+    }
+    d += __shfl_xor_sync(0xffffffffu, d, 1);
+    d += __shfl_xor_sync(0xffffffffu, d, 2);
+    d += __shfl_xor_sync(0xffffffffu, d, 4);
+    if (threadIdx.x % 8 == 0 && row < (size_t)B * T_ * NH) {
+        int h = row % NH, t = row / NH % T_, b = row / NH / T_;
+        Dsum[((size_t)b * NH + h) * T_ + t] = d;
+    }
+}
+
+/* ---- the dS tiles ---------------------------------------------------------------------------
+ * The dk/dv kernel computes every dS = P * (dP - D) * scale once; it is the A operand of dk += dS^T @ q
+ * there, and it is stored (bf16/fp16, the same rounded values) for dq = dS @ k, which is then one product
+ * a tile instead of three (no scores, dP or exponentials recomputed). Tile (b, h, query tile qt, key tile
+ * kt <= qt) is 64 keys x 64 queries at slot ((b*NH + h)*ntri + qt*(qt+1)/2 + kt), ntri = nt*(nt+1)/2, stored
+ * as the bytes of the 128-byte-swizzled shared tile, so the dq kernel copies it back with no rearranging. */
+__host__ __device__ inline size_t ds_slot(int b, int h, int NH, int qt, int kt, int ntri) {
+    return ((size_t)b * NH + h) * ntri + (size_t)qt * (qt + 1) / 2 + kt;
+}
+/* the A operand ds (dS^T: this warpgroup's 64 keys x 64 queries, scores_as_a4's layout) into the swizzled shared tile
+ * at dst (every row's 16-byte chunk lands in another bank group: no conflicts); the writes are fenced for the bulk
+ * copy that takes the tile to global memory */
+__device__ __forceinline__ void stage_ds_tile(uint8_t *dst, const uint32_t ds[4][4]) {
+    int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {   /* row g (+8 for e odd), columns 16kk + 2t (+8 for e >= 2): chunk 2kk + e/2 */
+            int r = w * 16 + g + 8 * (e & 1), c = 2 * kk + (e >> 1);
+            *reinterpret_cast<uint32_t *>(dst + r * 128 + ((c ^ g) << 4) + 4 * t) = ds[kk][e];
+        }
+    fence_to_async();
+}
+
+/* dq part of dqkv: block = 64 queries of one (b, h); dq = sum over key tiles 0..the diagonal of dS_j @ K_j, with
+ * dS from the dk/dv kernel; grid (B*NH, query tiles), longest first. Shared: dS^T then k, stages 0..2. */
+template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kernel(T *dqkv, const T *qkv, const uint8_t *dS, int T_, int NH,
+                                                                                   int NKV, int ntri, const RopeFreq fr) {
 #if WG_ON
     WG_TILES;
-    __shared__ float Dsm[WG_BN];
-    uint32_t sQ = tiles_base(smraw), sDO = sQ + WG_TILE, sKV = sDO + WG_TILE;
+    uint32_t sT = tiles_base(smraw);   /* stage st: dS^T at sT + 2*st*WG_TILE, k after it */
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * WG_BN;
+    int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * WG_BN, nk = qt + 1;
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-    size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, OS = (size_t)NH * WG_HD;
-    const T *base = qkv + (size_t)b * T_ * QKV, *Kg = base + (NH + kvh) * WG_HD, *Vg = base + (NH + NKV + kvh) * WG_HD;
-    const T *dO = dout + (size_t)b * T_ * OS + h * WG_HD;
-    float sl2 = scale * LOG2E;
-    int nk = q0 / WG_BN + 1;
-    load_tile_sw<T>(sQ, base + h * WG_HD, q0, WG_BN, T_, QKV);
-    load_tile_sw<T>(sDO, dO, q0, WG_BN, T_, OS);
-    load_kv_tile<T>(sKV, Kg, Vg, 0, nk, T_, QKV);
-    load_kv_tile<T>(sKV, Kg, Vg, 1, nk, T_, QKV);
-    float *Dg = Dsum + ((size_t)b * NH + h) * T_;
-    if (out) {   /* D of row tid/2: threads 2r and 2r+1 sum half a row each (16-byte loads) */
-        int rr = threadIdx.x / 2, q = q0 + rr;
-        float d = 0;
-        if (q < T_) {
-            const T *y = out + ((size_t)b * T_ + q) * OS + h * WG_HD + threadIdx.x % 2 * 32, *dy = dO + (size_t)q * OS + threadIdx.x % 2 * 32;
-#pragma unroll
-            for (int c = 0; c < 32; c += 8) {
-                Vec<T, 8> a = vload<T, 8>(dy + c), o = vload<T, 8>(y + c);
-#pragma unroll
-                for (int e = 0; e < 8; e++) d += a.v[e] * o.v[e];
-            }
+    size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD;
+    const T *Kg = qkv + (size_t)b * T_ * QKV + (NH + kvh) * WG_HD;
+    const uint8_t *tiles = dS + ds_slot(b, h, NH, qt, 0, ntri) * WG_TILE;   /* key tiles 0..qt, one after another */
+    auto load = [&](int j) {
+        if (j < nk) {
+            uint32_t st = sT + j % WG_STAGES * 2 * WG_TILE;
+            for (int e = threadIdx.x; e < WG_TILE / 16; e += blockDim.x) cp_async16_to(st + e * 16, tiles + (size_t)j * WG_TILE + e * 16, true);
+            load_tile_sw<T>(st + WG_TILE, Kg, j * WG_BN, WG_BN, T_, QKV);
         }
-        d += __shfl_xor_sync(0xffffffffu, d, 1);
-        if (threadIdx.x % 2 == 0) {
-            Dsm[rr] = d;
-            if (q < T_) Dg[q] = d;
-        }
-    } else {
-        for (int r = threadIdx.x; r < WG_BN; r += blockDim.x) Dsm[r] = q0 + r < T_ ? Dg[q0 + r] : 0.0f;
-    }
-    cp_wait<1>();
-    fence_to_async();
-    __syncthreads();
-    int lr = w * 16 + g;
-    float D[2] = {Dsm[lr], Dsm[lr + 8]}, L[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) L[r] = q0 + lr + 8 * r < T_ ? lse[((size_t)b * NH + h) * T_ + q0 + lr + 8 * r] * LOG2E : 0.0f;
-    float s[32], dp[32], dq[32] = {};
-    uint32_t da[4][4], dn[4][4];
-    wg_fence();
-    wg_rows_times_rows<T>(s, sQ, sKV);              /* s = q k^T, tile 0 */
-    wg_rows_times_rows<T>(dp, sDO, sKV + WG_TILE);  /* dp = dout v^T */
-    wg_commit();
-    wg_wait<0>();
-    wg_keep(s);
-    wg_keep(dp);
-    probs_and_grads<T, false>(s, dp, nullptr, da, L, D, q0, 0, T_, sl2, scale, nk == 1 || WG_BN > T_);
+        cp_commit();
+    };
+    load(0);
+    load(1);
+    float dq[32] = {};
     for (int j = 0; j < nk; j++) {
-        bool more = j + 1 < nk;
-        __syncthreads();
-        load_kv_tile<T>(sKV, Kg, Vg, j + 2, nk, T_, QKV);
-        cp_wait<1>();
+        cp_wait<1>();   /* tile j has landed */
         fence_to_async();
-        __syncthreads();
-        uint32_t sK = sKV + j % WG_STAGES * 2 * WG_TILE, sK1 = sKV + (j + more) % WG_STAGES * 2 * WG_TILE;   /* last: tile j again, unused */
+        __syncthreads();   /* ... in every thread, and tile j-1's product is done in every warp: its stage takes tile j+2 */
+        load(j + 2);
+        uint32_t st = sT + j % WG_STAGES * 2 * WG_TILE;
         wg_fence();
-        wg_rows_times_rows<T>(s, sQ, sK1);
-        wg_rows_times_rows<T>(dp, sDO, sK1 + WG_TILE);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) wg_ss_mn<T>(dq, wg_desc(st + 2048 * kk), wg_desc(st + WG_TILE + 2048 * kk));   /* dq += dS_j @ K_j */
         wg_commit();
-        wg_regs_times_tile<T>(dq, da, sK);   /* dq += dS_j @ K_j, running while tile j+1's dS is computed */
-        wg_commit();
-        wg_wait<1>();
-        wg_keep(s);
-        wg_keep(dp);
-        if (more) {
-            int k0 = (j + 1) * WG_BN;
-            probs_and_grads<T, false>(s, dp, nullptr, dn, L, D, q0, k0, T_, sl2, scale, j + 2 == nk || k0 + WG_BN > T_);
-        }
         wg_wait<0>();
         wg_keep(dq);
-        wg_keep(da);
-        if (more) {
-#pragma unroll
-            for (int i = 0; i < 16; i++) da[i / 4][i % 4] = dn[i / 4][i % 4];
-        }
     }
-    int pos[2] = {q0 + lr, q0 + lr + 8};
+    int lr = w * 16 + g, pos[2] = {q0 + lr, q0 + lr + 8};
     if (fr.on) rope_back_rows(dq, pos, fr);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -372,14 +362,18 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
 
 /* dk, dv parts of dqkv: block = 64 keys of one (b, kv head); every head of the group, query tiles from the diagonal,
  * streamed as one sequence of (head, query tile) items; grid (B*NKV, key tiles), the first (longest) key tile first.
- * Shared: k, v, then q, dout of stages 0..2 (with each item's lse and Dsum). */
-template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_kernel(T *dqkv, const T *dout, const T *qkv, const float *lse,
-                                                                                    const float *Dsum, int T_, int NH, int NKV, float scale,
-                                                                                    const RopeFreq fr) {
+ * Each item's dS tile goes to the workspace dS for the dq kernel through shared memory and one bulk copy (stored
+ * straight from the registers, 4 bytes a thread across 8 rows, the kernel took 193 us a slice under Nsight Compute
+ * against 164 us this way, 2026-12-03).
+ * Shared: k, v, then q, dout of stages 0..2 (with each item's lse and Dsum), then two dS buffers. */
+template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_kernel(T *dqkv, uint8_t *dS, const T *dout, const T *qkv,
+                                                                                    const float *lse, const float *Dsum, int T_, int NH,
+                                                                                    int NKV, int ntri, float scale, const RopeFreq fr) {
 #if WG_ON
     WG_TILES;
     __shared__ float LD[WG_STAGES][2][WG_BN];   /* [stage][lse * log2 e, Dsum][query] */
     uint32_t sK = tiles_base(smraw), sV = sK + WG_TILE, sQD = sV + WG_TILE;   /* stage st: q at sQD + 2*st*WG_TILE, dout after */
+    uint8_t *stg = smraw + (2 + 2 * WG_STAGES) * WG_TILE;   /* item i's dS tile waits in stg + i%2 * WG_TILE for its bulk copy */
     int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV;
     int k0 = blockIdx.y * WG_BN;
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
@@ -418,11 +412,16 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_ker
     wg_wait<0>();
     wg_keep(s);
     wg_keep(dp);
-    probs_and_grads<T, true>(s, dp, pa, da, LD[0][0], LD[0][1], k0, k0, T_, sl2, scale, true);
+    probs_and_grads<T>(s, dp, pa, da, LD[0][0], LD[0][1], k0, k0, T_, sl2, scale, true);
+    stage_ds_tile(stg, da);
     for (int i = 0; i < items; i++) {
         bool more = i + 1 < items;
         int st = i % WG_STAGES, st1 = (i + 1) % WG_STAGES;
-        __syncthreads();
+        if (threadIdx.x == 0) bulk_wait_read();   /* item i-1's copy (issued an iteration ago) has read its buffer ... */
+        __syncthreads();                          /* ... which item i+1's dS takes below; item i's is staged in every thread */
+        if (threadIdx.x == 0)
+            bulk_store(dS + ds_slot(b, kvh * G + i / nq, NH, blockIdx.y + i % nq, blockIdx.y, ntri) * WG_TILE, smem_addr(stg + i % 2 * WG_TILE),
+                       WG_TILE);
         load_item(i + 2);
         cp_wait<1>();
         __syncthreads();
@@ -443,7 +442,8 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_ker
         wg_keep(dp);
         if (more) {
             int q0 = k0 + (i + 1) % nq * WG_BN;
-            probs_and_grads<T, true>(s, dp, pn, dn, LD[st1][0], LD[st1][1], k0, q0, T_, sl2, scale, q0 == k0 || q0 + WG_BN > T_);
+            probs_and_grads<T>(s, dp, pn, dn, LD[st1][0], LD[st1][1], k0, q0, T_, sl2, scale, q0 == k0 || q0 + WG_BN > T_);
+            stage_ds_tile(stg + (i + 1) % 2 * WG_TILE, dn);   /* for the dq kernel */
         }
         wg_wait<0>();
         wg_keep(dv);
@@ -455,6 +455,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dkv_ker
             for (int e = 0; e < 16; e++) pa[e / 4][e % 4] = pn[e / 4][e % 4], da[e / 4][e % 4] = dn[e / 4][e % 4];
         }
     }
+    if (threadIdx.x == 0) bulk_wait();   /* the last dS tile is in global memory, and no copy reads shared memory any more */
     int pos[2] = {k0 + w * 16 + g, k0 + w * 16 + g + 8};
     if (fr.on) rope_back_rows(dk, pos, fr);
 #pragma unroll
@@ -508,13 +509,32 @@ template <typename T> static void forward(void *out, float *lse, const void *qkv
     size_t smem = (size_t)(1 + 2 * WG_STAGES) * WG_TILE;   /* 56 KB: four blocks an SM */
     WG_LAUNCH(wg_forward_kernel<T>, dim3(B * NH, ceil_div(T_, WG_BN)), smem, (T *)out, lse, (const T *)qkv, T_, NH, NKV, scale);
 }
-template <typename T> static void backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                           float *Dsum, int B, int T_, int NH, int NKV, float scale, const RopeFreq &fr) {
-    size_t smem = (size_t)(2 + 2 * WG_STAGES) * WG_TILE;
-    WG_LAUNCH(wg_backward_dq_kernel<T>, dim3(B * NH, ceil_div(T_, WG_BN)), smem, (T *)dqkv, (const T *)dout, (const T *)qkv,
-              (const T *)out, lse, Dsum, T_, NH, NKV, scale, fr);
-    WG_LAUNCH(wg_backward_dkv_kernel<T>, dim3(B * NKV, ceil_div(T_, WG_BN)), smem, (T *)dqkv, (const T *)dout, (const T *)qkv, lse, Dsum,
-              T_, NH, NKV, scale, fr);
+/* dS tiles are stored for at most cuda_attention_ds_cap bytes at once (ATTENTION_DS_CAP, kernels/attention.h; the
+ * op test lowers it to check that slices give the same bits): a larger batch runs both kernels on slices of it.
+ * Two slices keep the dk/dv kernel's first wave full at l124m and l350m (B = 16: eight sequences x 4 kv heads of
+ * key tile 0, the longest blocks, start together); three would leave SMs idle behind those blocks. */
+extern "C" {
+size_t cuda_attention_ds_cap = ATTENTION_DS_CAP;
+}
+
+template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, float *Dsum, int B, int T_,
+                                           int NH, int NKV, float scale, const RopeFreq &fr) {
+    static void *buf = 0;
+    static size_t cap = 0;
+    int nt = ceil_div(T_, WG_BN), ntri = nt * (nt + 1) / 2;
+    size_t per_seq = (size_t)NH * ntri * WG_TILE, bytes = attention_ds_bytes(B, T_, NH, WG_HD, cuda_attention_ds_cap);
+    int seqs = (int)(bytes / per_seq);
+    uint8_t *dS = (uint8_t *)cuda_scratch(&buf, &cap, bytes, "attention backward dS tiles");
+    wg_dsum_kernel<T><<<ceil_div((size_t)B * T_ * NH, 16), 128, 0, cuda_stream>>>(Dsum, dout, out, B, T_, NH);
+    launchCheck();
+    size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, smem = (size_t)(2 + 2 * WG_STAGES + 2) * WG_TILE;   /* k, v, 3 x (q, dout), 2 dS */
+    for (int b0 = 0; b0 < B; b0 += seqs) {   /* sequences b0 .. b0+n-1 */
+        int n = B - b0 < seqs ? B - b0 : seqs;
+        size_t x = (size_t)b0 * T_ * QKV, y = (size_t)b0 * T_ * NH * WG_HD, l = (size_t)b0 * NH * T_;
+        WG_LAUNCH(wg_backward_dkv_kernel<T>, dim3(n * NKV, nt), smem, dqkv + x, dS, dout + y, qkv + x, lse + l, Dsum + l, T_, NH, NKV,
+                  ntri, scale, fr);
+        WG_LAUNCH(wg_backward_dq_kernel<T>, dim3(n * NH, nt), (size_t)2 * WG_STAGES * WG_TILE, dqkv + x, qkv + x, dS, T_, NH, NKV, ntri, fr);
+    }
 }
 
 /* the same contracts as attention_forward_mma / attention_backward_mma (attention_mma_supported() decides the shapes) */
@@ -528,6 +548,8 @@ extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const voi
     float scale = 1.0f / sqrtf((float)WG_HD);
     RopeFreq fr = {rope_theta > 0};
     for (int i = 0; fr.on && i < WG_HD / 2; i++) fr.f[i] = rope_inv_freq(rope_theta, i, WG_HD);
-    if (cuda_act == DTYPE_BF16) backward<__nv_bfloat16>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale, fr);
-    else backward<__half>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale, fr);
+    if (cuda_act == DTYPE_BF16)
+        backward((__nv_bfloat16 *)dqkv, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)qkv, (const __nv_bfloat16 *)out, lse, Dsum, B,
+                 T_, NH, NKV, scale, fr);
+    else backward((__half *)dqkv, (const __half *)dout, (const __half *)qkv, (const __half *)out, lse, Dsum, B, T_, NH, NKV, scale, fr);
 }

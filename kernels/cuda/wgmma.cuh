@@ -62,6 +62,17 @@ template <typename T> __device__ __forceinline__ void wg_ss_first(float d[32], u
                      : WG_NEW32(d) : "l"(a), "l"(b));
 #endif
 }
+/* d += A (64x16) @ B (16x64), both MN-major in shared (rows are the reduction index): the transpose bits set */
+template <typename T> __device__ __forceinline__ void wg_ss_mn(float d[32], uint64_t a, uint64_t b) {
+#if WG_ON
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32 ", %32, %33, 1, 1, 1, 1, 1;\n"
+                     : WG_OUT32(d) : "l"(a), "l"(b));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_D32 ", %32, %33, 1, 1, 1, 1, 1;\n"
+                     : WG_OUT32(d) : "l"(a), "l"(b));
+#endif
+}
 /* d (64x64) += A (64x16 from registers, mma.sync's A-fragment layout per warp) @ B (16x64, MN-major in shared) */
 template <typename T> __device__ __forceinline__ void wg_rs(float d[32], const uint32_t a[4], uint64_t b) {
 #if WG_ON
@@ -102,5 +113,24 @@ __device__ __forceinline__ void wg_keep(uint32_t (&a)[4][4]) {
 __device__ __forceinline__ void fence_to_async() {
 #if WG_ON
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+/* the bulk-copy engine (TMA without a tensor map): `bytes` (a multiple of 16) from shared address src to global dst,
+ * as one bulk group; the issuing thread later waits until the engine has read the source (it may then be
+ * rewritten) or until the whole copy is done */
+__device__ __forceinline__ void bulk_store(void *dst, uint32_t src, uint32_t bytes) {
+#if WG_ON
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_wait_read() {
+#if WG_ON
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_wait() {
+#if WG_ON
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 #endif
 }
