@@ -1,9 +1,12 @@
 /* kernels/cuda/attention_wgmma.cu — the Hopper path of causal GQA attention for
- * bf16 and fp16 with HD = 64: the same flash-attention algorithm as
- * attention_mma.cu (forward with online softmax; a deterministic backward in two
- * kernels that each own what they write), with every product issued by a
- * warpgroup (4 warps, 128 threads) as wgmma m64n64k16 instead of per-warp
- * mma.sync m16n8k16.
+ * bf16 and fp16 with HD = 64: the same flash-attention forward as
+ * attention_mma.cu (online softmax), with every product issued by a warpgroup
+ * (4 warps, 128 threads) as wgmma m64n64k16 instead of per-warp mma.sync
+ * m16n8k16, and a deterministic backward in which every kernel owns what it
+ * writes: a Dsum pass, a dk/dv kernel per key tile that also stores each dS
+ * tile it computes, and a dq kernel that is then one product a tile (see "the
+ * dS tiles" below: 5 products and one exponential a score, where the mma.sync
+ * path's two kernels recompute the scores and dP, 7 products and two).
  *
  * The idea: a warpgroup owns 64 rows (queries in the forward and the dq kernel,
  * keys in the dk/dv kernel). Its 64 x 64 products are asynchronous wgmma
@@ -27,9 +30,10 @@
  * Compute, 2026-12-03: 45-58% of issue slots busy, L2 at a quarter of its
  * rate), so shared memory is sized to the block: the forward's 56 KB let four
  * blocks share an SM (the register limit) where 57 KB let three. Measured on
- * the H200 at l124m (2026-12-03): forward 0.118 ms, backward 0.383 ms a layer
- * (RoPE's backward included), against 0.145 / 0.482 for mma.sync; without the
- * pipeline (two stages, wait after every product) the backward took 0.44-0.50 ms.
+ * the H200 at l124m (2026-12-03): forward 0.118 ms, backward 0.370 ms a layer
+ * (RoPE's backward included; 0.383 when its dq kernel recomputed the scores),
+ * against 0.145 / 0.482 for mma.sync; without the pipeline (two stages, wait
+ * after every product) the backward took 0.44-0.50 ms.
  *
  * The backward also takes dq and dk back through RoPE before it stores them
  * (rope_back_rows: a row's pair i, i + 32 sits in one thread's accumulators),
@@ -291,7 +295,12 @@ template <typename T> __global__ void __launch_bounds__(128) wg_dsum_kernel(floa
  * there, and it is stored (bf16/fp16, the same rounded values) for dq = dS @ k, which is then one product
  * a tile instead of three (no scores, dP or exponentials recomputed). Tile (b, h, query tile qt, key tile
  * kt <= qt) is 64 keys x 64 queries at slot ((b*NH + h)*ntri + qt*(qt+1)/2 + kt), ntri = nt*(nt+1)/2, stored
- * as the bytes of the 128-byte-swizzled shared tile, so the dq kernel copies it back with no rearranging. */
+ * as the bytes of the 128-byte-swizzled shared tile, so the dq kernel copies it back with no rearranging and
+ * reads it as an MN-major A operand. The price is memory: 2 bytes a score of the causal half (13.4 MB a
+ * sequence at l124m), written and read once. Measured on the H200 (2026-12-03, l124m, Nsight Compute's locked
+ * clocks, per slice of 8 sequences): Dsum 17 us (the whole batch), dk/dv 164 us, dq 55 us, where the two
+ * recomputing kernels took 219 (dq) + 275 (dk/dv) us for 16 sequences; the same dk/dv kernel without the
+ * stores took the backward from 0.370 to 0.335 ms, so writing dS is what is left to hide. */
 __host__ __device__ inline size_t ds_slot(int b, int h, int NH, int qt, int kt, int ntri) {
     return ((size_t)b * NH + h) * ntri + (size_t)qt * (qt + 1) / 2 + kt;
 }
