@@ -19,13 +19,15 @@ AttentionBackward attention_backward_cpu, attention_backward_cuda;
 
 /* The scratch of the Hopper backward (kernels/cuda/attention_wgmma.cu, HD = 64 in bf16/fp16): the dS of every
  * (sequence, head, 64-query tile, 64-key tile at or before it), 2 bytes a value, for as many sequences at a time
- * as fit in `cap` bytes (ATTENTION_DS_CAP) when the batch is cut into equal slices. The memory plan counts it for
- * every GPU (a GPU without Hopper's instructions runs kernels that need none). */
+ * as fit in `cap` bytes (ATTENTION_DS_CAP) when the batch is cut into equal slices. It grows with T^2: where one
+ * sequence does not fit (T above 3456 at 12 heads, 3008 at 16) it is 0 and the backward runs the portable mma.sync
+ * kernels instead, whose memory is linear in T. The memory plan counts it for every GPU (one without Hopper's instructions needs none). */
 #define ATTENTION_DS_CAP ((size_t)144 << 20)
 static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap) {
     if (HD != 64 || B <= 0 || T <= 0 || NH <= 0) return 0;
     size_t nt = ((size_t)T + 63) / 64, per_seq = (size_t)NH * (nt * (nt + 1) / 2) * 64 * 64 * 2;
-    size_t slices = ((size_t)B * per_seq + cap - 1) / (cap ? cap : 1);
+    if (per_seq > cap) return 0;
+    size_t slices = ((size_t)B * per_seq + cap - 1) / cap;
     return ((size_t)B + slices - 1) / slices * per_seq;   /* sequences a slice, times their bytes */
 }
 

@@ -279,6 +279,7 @@ extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void 
 extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
 extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                          float *Dsum, int B, int T, int NH, int NKV, float rope_theta);
+extern "C" int attention_wgmma_backward_fits(int T, int NH);
 
 int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=simple */
 int cuda_attention_wgmma = 0;    /* set by backend_cuda: Hopper kernels available and not LLM3D_ATTENTION=mma */
@@ -304,10 +305,14 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
      * dq kernel); the mma.sync dq kernel computes it in its prologue for the dk/dv kernel after it. The wgmma kernels
      * rotate dq and dk back through RoPE before they store them, the mma.sync path runs rope's kernel */
     float *Dsum = attention_dsum_buffer(B, T_, NH);
-    if (cuda_attention_wgmma) {
+    if (cuda_attention_wgmma && attention_wgmma_backward_fits(T_, NH)) {
         attention_backward_wgmma(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, rope_theta);
         return;
     }
+    static int told = 0;
+    if (cuda_attention_wgmma && !told++)
+        fprintf(stderr, "llm3d: attention: T=%d with %d heads needs more than %zu MiB of dS tiles a sequence; the backward runs the "
+                        "portable mma.sync kernels (slower, memory linear in T)\n", T_, NH, cuda_attention_ds_cap >> 20);
     attention_backward_mma(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV);
     if (rope_theta > 0) rope_backward_cuda(dqkv, B, T_, NH, NKV, HD, rope_theta, 0);
 }

@@ -50,6 +50,7 @@
 extern "C" {
 #include "../attention.h"
 #include "../rope.h"
+#include "../../common/util.h"
 }
 
 #define WG_HD 64                      /* head dim of this path */
@@ -532,6 +533,7 @@ template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv,
     static size_t cap = 0;
     int nt = ceil_div(T_, WG_BN), ntri = nt * (nt + 1) / 2;
     size_t per_seq = (size_t)NH * ntri * WG_TILE, bytes = attention_ds_bytes(B, T_, NH, WG_HD, cuda_attention_ds_cap);
+    if (!bytes) die("internal: attention_backward_wgmma for T=%d: one sequence's dS tiles exceed the cap", T_);
     int seqs = (int)(bytes / per_seq);
     uint8_t *dS = (uint8_t *)cuda_scratch(&buf, &cap, bytes, "attention backward dS tiles");
     wg_dsum_kernel<T><<<ceil_div((size_t)B * T_ * NH, 16), 128, 0, cuda_stream>>>(Dsum, dout, out, B, T_, NH);
@@ -545,6 +547,9 @@ template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv,
         WG_LAUNCH(wg_backward_dq_kernel<T>, dim3(n * NH, nt), (size_t)2 * WG_STAGES * WG_TILE, dqkv + x, qkv + x, dS, T_, NH, NKV, ntri, fr);
     }
 }
+
+/* 1 when the backward's dS tiles for one sequence of T fit in cuda_attention_ds_cap (else attention.cu runs mma.sync's) */
+extern "C" int attention_wgmma_backward_fits(int T_, int NH) { return attention_ds_bytes(1, T_, NH, WG_HD, cuda_attention_ds_cap) > 0; }
 
 /* the same contracts as attention_forward_mma / attention_backward_mma (attention_mma_supported() decides the shapes) */
 extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV) {
