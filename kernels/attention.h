@@ -27,7 +27,7 @@ static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap
     if (HD != 64 || B <= 0 || T <= 0 || NH <= 0) return 0;
     size_t nt = ((size_t)T + 63) / 64, per_seq = (size_t)NH * (nt * (nt + 1) / 2) * 64 * 64 * 2;
     if (per_seq > cap) return 0;
-    size_t slices = ((size_t)B * per_seq + cap - 1) / cap;
+    size_t all = (size_t)B * per_seq, slices = all / cap + (all % cap != 0);   /* (no all + cap - 1: cap may be SIZE_MAX) */
     return ((size_t)B + slices - 1) / slices * per_seq;   /* sequences a slice, times their bytes */
 }
 
