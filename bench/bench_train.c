@@ -29,7 +29,12 @@ static void bench(Config *c, int steps, int json) {
     trainer_step(&tr);
     tr.be->synchronize();
     double t0 = now_seconds();
-    for (int s = 0; s < steps; s++) trainer_step(&tr);
+    StepSplit sum = {0};   /* where the timed steps went: the loader, the device's forward/backward and optimizer, the host's rest */
+    for (int s = 0; s < steps; s++) {
+        StepSplit p = trainer_step(&tr).split;
+        sum.data += p.data; sum.compute += p.compute; sum.exposed += p.exposed; sum.bubble += p.bubble;
+        sum.optimizer += p.optimizer; sum.host += p.host;
+    }
     tr.be->synchronize();
     double dt = (now_seconds() - t0) / steps;
     double tok = (double)tr.accum * c->batch_size * c->seq_len;
@@ -45,10 +50,12 @@ static void bench(Config *c, int steps, int json) {
         printf("{\"preset\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recompute\": %d, \"params\": %zu, "
                "\"batch\": %d, \"seq_len\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
                "\"device_bytes_in_use\": %zu, \"peak_allocated_bytes\": %zu, \"predicted_bytes\": %zu, \"activation_bytes\": %zu, "
-               "\"optimizer\": %d, \"rank\": %d, \"tp\": %d, \"sequence_parallel\": %d}\n",
+               "\"optimizer\": %d, \"rank\": %d, \"tp\": %d, \"sequence_parallel\": %d, \"split_ms\": {\"data\": %.3f, "
+               "\"compute\": %.3f, \"exposed\": %.3f, \"bubble\": %.3f, \"optimizer\": %.3f, \"host\": %.3f}}\n",
                c->preset, tr.be->name, dtype_name(tr.be->act), c->recompute, tr.model.n_params, c->batch_size,
                c->seq_len, dt * 1e3, tok / dt, mfu, used, peak, tr.memory.total, tr.model.act_bytes, c->optimizer, tr.comm.rank,
-               c->tp, c->sequence_parallel);
+               c->tp, c->sequence_parallel, sum.data * 1e3 / steps, sum.compute * 1e3 / steps, sum.exposed * 1e3 / steps,
+               sum.bubble * 1e3 / steps, sum.optimizer * 1e3 / steps, sum.host * 1e3 / steps);
     fflush(stdout);
     trainer_free(&tr);
 }
