@@ -14,18 +14,20 @@
  * their A operand) straight from shared memory through a descriptor, so no warp
  * loads fragments with ldmatrix; the scores come back in registers in the same
  * layout mma.sync uses and are packed into the A operand of the next product
- * (P @ V, dS @ K, P^T @ dout, dS^T @ q) without touching shared memory.
+ * (P @ V, P^T @ dout, dS^T @ q) without touching shared memory; the dq
+ * kernel's dS @ K reads both operands from shared memory.
  * Shared tiles are 64 rows of 64 elements (128 bytes a row) in wgmma's 128-byte
  * swizzle: the eight 16-byte chunks of row r sit at chunk c ^ (r % 8), so the
  * tensor cores read 8 rows without bank conflicts. One layout serves both
  * ways a tile is read: "K-major" (rows of the tile are the rows of B^T: k in
  * q k^T, v in dout v^T, q and dout in the dk/dv kernel's scores) and
- * "MN-major" (rows are the reduction index: v in P @ V, k in dS @ K, dout and
- * q in the dk/dv products), the second through the instruction's transpose bit.
+ * "MN-major" (rows are the reduction index: v in P @ V, dS^T and k in dS @ K,
+ * dout and q in the dk/dv products), the second through the transpose bits.
  * A block is one warpgroup, and its loop is software-pipelined (see "the
  * pipeline" below): the scores of the next tile are computed on the tensor
  * cores while this tile's exponentials run, with tiles copied by cp.async three
- * stages deep (no TMA, no producer warps: every thread copies, then computes).
+ * stages deep (no tensor maps, no producer warps: every thread copies, then
+ * computes; only the dS tiles leave through the bulk-copy engine).
  * The kernels are latency-bound at HD = 64 with few warps an SM (Nsight
  * Compute, 2026-12-03: 45-58% of issue slots busy, L2 at a quarter of its
  * rate), so shared memory is sized to the block: the forward's 56 KB let four
