@@ -86,20 +86,25 @@ template <typename T> __global__ void attention_forward_kernel(T *out, float *ls
     if (lane == 0) lse[((size_t)b * NH + h) * T_ + t] = mx + logf(sum);
 }
 
-/* Dsum (B,NH,T) = sum_d dout * out, per query: one warp per (b, t, h) */
-template <typename T> __global__ void attention_dsum_kernel(float *Dsum, const T *dout, const T *out, int B, int T_, int NH,
-                                                            int HD) {
-    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;   /* (b, t, h) */
-    int lane = threadIdx.x % 32;
-    if (row >= (size_t)B * T_ * NH) return;
-    const T *dy = dout + row * HD, *y = out + row * HD;
+/* Dsum (B,NH,T) = sum_d dout * out, per query: 8 threads a (b, t, h) row, each P elements at a time (16-byte loads
+ * when P > 1: HD = 64 in bf16 is one load a thread), then summed across the 8 */
+template <typename T, int P> __global__ void attention_dsum_kernel(float *Dsum, const T *dout, const T *out, int B, int T_, int NH,
+                                                                   int HD) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x / 8) + threadIdx.x / 8;   /* (b, t, h) */
+    bool live = row < (size_t)B * T_ * NH;
     float s = 0;
-    for (int d = lane; d < HD; d += 32) s += to_f(dy[d]) * to_f(y[d]);
-    s = warp_sum(s);
-    int h = row % NH;
-    size_t bt = row / NH;
-    int t = bt % T_, b = bt / T_;
-    if (lane == 0) Dsum[((size_t)b * NH + h) * T_ + t] = s;
+    for (int d = threadIdx.x % 8 * P; live && d < HD; d += 8 * P) {
+        Vec<T, P> a = vload<T, P>(dout + row * HD + d), o = vload<T, P>(out + row * HD + d);
+#pragma unroll
+        for (int e = 0; e < P; e++) s += a.v[e] * o.v[e];
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);   /* every lane takes part: the 8 of a row are aligned lanes */
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (threadIdx.x % 8 == 0 && live) {
+        int h = row % NH, t = row / NH % T_, b = row / NH / T_;
+        Dsum[((size_t)b * NH + h) * T_ + t] = s;
+    }
 }
 
 /* dq part of dqkv: one warp per query t of head h; keys 0..t in tiles */
@@ -229,9 +234,12 @@ static float *attention_dsum_buffer(int B, int T_, int NH) {
 /* Dsum (B,NH,T) = rowwise dout . out, in that buffer */
 static float *attention_dsum(const void *dout, const void *out, int B, int T_, int NH, int HD) {
     float *Dsum = attention_dsum_buffer(B, T_, NH);
+    size_t blocks = ceil_div((size_t)B * T_ * NH, 16);   /* 16 rows a block of 128 */
     ACT_SWITCH(T, {
-        attention_dsum_kernel<T><<<ceil_div((size_t)B * T_ * NH, 8), 256, 0, cuda_stream>>>(Dsum, (const T *)dout,
-                                                                                        (const T *)out, B, T_, NH, HD);
+        if (packable(HD, sizeof(T), dout, out))
+            attention_dsum_kernel<T, Pack16<T>::n><<<blocks, 128, 0, cuda_stream>>>(Dsum, (const T *)dout, (const T *)out, B, T_, NH, HD);
+        else
+            attention_dsum_kernel<T, 1><<<blocks, 128, 0, cuda_stream>>>(Dsum, (const T *)dout, (const T *)out, B, T_, NH, HD);
     });
     launchCheck();
     return Dsum;
@@ -277,8 +285,8 @@ extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void 
 
 /* the Hopper path of attention_wgmma.cu: the same shapes, sm_90a (attention_wgmma_available() in cuda_extras.h) */
 extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
-extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                         float *Dsum, int B, int T, int NH, int NKV, float rope_theta);
+extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B,
+                                         int T, int NH, int NKV, float rope_theta);
 extern "C" int attention_wgmma_backward_fits(int T, int NH);
 
 int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=simple */
@@ -301,14 +309,14 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
         return;
     }
     if (B * T_ == 0) return;
-    /* Dsum's buffer: the wgmma path fills it in a pass of its own before its dk/dv kernel (which then hands dS to its
-     * dq kernel); the mma.sync dq kernel computes it in its prologue for the dk/dv kernel after it. The wgmma kernels
+    /* Dsum: the wgmma path takes it from the pass above before its dk/dv kernel (which then hands dS to its dq
+     * kernel); the mma.sync dq kernel computes it in its prologue for the dk/dv kernel after it. The wgmma kernels
      * rotate dq and dk back through RoPE before they store them, the mma.sync path runs rope's kernel */
-    float *Dsum = attention_dsum_buffer(B, T_, NH);
     if (cuda_attention_wgmma && attention_wgmma_backward_fits(T_, NH)) {
-        attention_backward_wgmma(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, rope_theta);
+        attention_backward_wgmma(dqkv, dout, qkv, lse, attention_dsum(dout, out, B, T_, NH, HD), B, T_, NH, NKV, rope_theta);
         return;
     }
+    float *Dsum = attention_dsum_buffer(B, T_, NH);
     static int told = 0;
     if (cuda_attention_wgmma && !told++)
         fprintf(stderr, "llm3d: attention: T=%d with %d heads needs more than %zu MiB of dS tiles a sequence; the backward runs the "

@@ -3,10 +3,10 @@
  * attention_mma.cu (online softmax), with every product issued by a warpgroup
  * (4 warps, 128 threads) as wgmma m64n64k16 instead of per-warp mma.sync
  * m16n8k16, and a deterministic backward in which every kernel owns what it
- * writes: a Dsum pass, a dk/dv kernel per key tile that also stores each dS
- * tile it computes, and a dq kernel that is then one product a tile (see "the
- * dS tiles" below: 5 products and one exponential a score, where the mma.sync
- * path's two kernels recompute the scores and dP, 7 products and two).
+ * writes: after attention.cu's Dsum pass, a dk/dv kernel per key tile that also
+ * stores each dS tile it computes, and a dq kernel that is then one product a
+ * tile (see "the dS tiles" below: 5 products and one exponential a score, where
+ * the mma.sync path's two kernels recompute the scores and dP, 7 and two).
  *
  * The idea: a warpgroup owns 64 rows (queries in the forward and the dq kernel,
  * keys in the dk/dv kernel). Its 64 x 64 products are asynchronous wgmma
@@ -274,25 +274,6 @@ template <typename T> __device__ __forceinline__ void probs_and_grads(float s[32
     scores_as_a4<T>(ds, dp);
 }
 
-/* Dsum (B,NH,T) = rowwise dout . out: 8 threads a row of 64 (16-byte loads), 16 rows a block of 128 */
-template <typename T> __global__ void __launch_bounds__(128) wg_dsum_kernel(float *Dsum, const T *dout, const T *out, int B, int T_, int NH) {
-    size_t row = (size_t)blockIdx.x * 16 + threadIdx.x / 8;   /* (b, t, h) */
-    int c = threadIdx.x % 8 * 8;
-    float d = 0;
-    if (row < (size_t)B * T_ * NH) {
-        Vec<T, 8> a = vload<T, 8>(dout + row * WG_HD + c), o = vload<T, 8>(out + row * WG_HD + c);
-#pragma unroll
-        for (int e = 0; e < 8; e++) d += a.v[e] * o.v[e];
-    }
-    d += __shfl_xor_sync(0xffffffffu, d, 1);
-    d += __shfl_xor_sync(0xffffffffu, d, 2);
-    d += __shfl_xor_sync(0xffffffffu, d, 4);
-    if (threadIdx.x % 8 == 0 && row < (size_t)B * T_ * NH) {
-        int h = row % NH, t = row / NH % T_, b = row / NH / T_;
-        Dsum[((size_t)b * NH + h) * T_ + t] = d;
-    }
-}
-
 /* ---- the dS tiles ---------------------------------------------------------------------------
  * The dk/dv kernel computes every dS = P * (dP - D) * scale once; it is the A operand of dk += dS^T @ q
  * there, and it is stored (bf16/fp16, the same rounded values) for dq = dS @ k, which is then one product
@@ -529,8 +510,8 @@ extern "C" {
 size_t cuda_attention_ds_cap = ATTENTION_DS_CAP;
 }
 
-template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv, const T *out, const float *lse, float *Dsum, int B, int T_,
-                                           int NH, int NKV, float scale, const RopeFreq &fr) {
+template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dsum, int B, int T_, int NH,
+                                           int NKV, float scale, const RopeFreq &fr) {
     static void *buf = 0;
     static size_t cap = 0;
     int nt = ceil_div(T_, WG_BN), ntri = nt * (nt + 1) / 2;
@@ -538,8 +519,6 @@ template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv,
     if (!bytes) die("internal: attention_backward_wgmma for T=%d: one sequence's dS tiles exceed the cap", T_);
     int seqs = (int)(bytes / per_seq);
     uint8_t *dS = (uint8_t *)cuda_scratch(&buf, &cap, bytes, "attention backward dS tiles");
-    wg_dsum_kernel<T><<<ceil_div((size_t)B * T_ * NH, 16), 128, 0, cuda_stream>>>(Dsum, dout, out, B, T_, NH);
-    launchCheck();
     size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, smem = (size_t)(2 + 2 * WG_STAGES + 2) * WG_TILE;   /* k, v, 3 x (q, dout), 2 dS */
     for (int b0 = 0; b0 < B; b0 += seqs) {   /* sequences b0 .. b0+n-1 */
         int n = B - b0 < seqs ? B - b0 : seqs;
@@ -559,13 +538,12 @@ extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, 
     if (cuda_act == DTYPE_BF16) forward<__nv_bfloat16>(out, lse, qkv, B, T_, NH, NKV, scale);
     else forward<__half>(out, lse, qkv, B, T_, NH, NKV, scale);
 }
-extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                         float *Dsum, int B, int T_, int NH, int NKV, float rope_theta) {
+extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B,
+                                         int T_, int NH, int NKV, float rope_theta) {
     float scale = 1.0f / sqrtf((float)WG_HD);
     RopeFreq fr = {rope_theta > 0};
     for (int i = 0; fr.on && i < WG_HD / 2; i++) fr.f[i] = rope_inv_freq(rope_theta, i, WG_HD);
     if (cuda_act == DTYPE_BF16)
-        backward((__nv_bfloat16 *)dqkv, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)qkv, (const __nv_bfloat16 *)out, lse, Dsum, B,
-                 T_, NH, NKV, scale, fr);
-    else backward((__half *)dqkv, (const __half *)dout, (const __half *)qkv, (const __half *)out, lse, Dsum, B, T_, NH, NKV, scale, fr);
+        backward((__nv_bfloat16 *)dqkv, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)qkv, lse, Dsum, B, T_, NH, NKV, scale, fr);
+    else backward((__half *)dqkv, (const __half *)dout, (const __half *)qkv, lse, Dsum, B, T_, NH, NKV, scale, fr);
 }
