@@ -6,22 +6,27 @@
  * does), so no (T,T) matrix is ever stored. dqkv is overwritten. With
  * rope_theta > 0 its q and k parts are the gradient before the rotary
  * embedding (kernels/rope.h, positions 0..T-1): RoPE's backward is part of the
- * op, so a GPU kernel can rotate its results before it stores them. */
+ * op, so a GPU kernel can rotate its results before it stores them. The caller
+ * lends the backward `work`: memory dead during the call that it may overwrite
+ * (NULL, 0 is allowed); the CPU backends fill it with NaN, so a model that lends
+ * memory still in use fails its tests. */
 #pragma once
 #include <stddef.h>
 typedef void AttentionForward(void *out /* (B,T,NH*HD) */, float *lse /* (B,NH,T) */,
                               const void *qkv /* (B,T,(NH+2*NKV)*HD) */, int B, int T, int NH, int NKV, int HD);
 typedef void AttentionBackward(void *dqkv /* (B,T,(NH+2*NKV)*HD) */, const void *dout /* (B,T,NH*HD) */,
                                const void *qkv /* (B,T,(NH+2*NKV)*HD) */, const void *out /* (B,T,NH*HD) */,
-                               const float *lse /* (B,NH,T) */, int B, int T, int NH, int NKV, int HD, float rope_theta);
+                               const float *lse /* (B,NH,T) */, int B, int T, int NH, int NKV, int HD, float rope_theta,
+                               void *work, size_t work_bytes);
 AttentionForward attention_forward_cpu, attention_forward_cuda;
 AttentionBackward attention_backward_cpu, attention_backward_cuda;
 
-/* The scratch of the Hopper backward (kernels/cuda/attention_wgmma.cu, HD = 64 in bf16/fp16): the dS of every
+/* The dS tiles of the Hopper backward (kernels/cuda/attention_wgmma.cu, HD = 64 in bf16/fp16): the dS of every
  * (sequence, head, 64-query tile, 64-key tile at or before it), 2 bytes a value, for as many sequences at a time
- * as fit in `cap` bytes (ATTENTION_DS_CAP) when the batch is cut into equal slices. It grows with T^2: where one
- * sequence does not fit (T above 3456 at 12 heads, 3008 at 16) it is 0 and the backward runs the portable mma.sync
- * kernels instead, whose memory is linear in T. The memory plan counts it for every GPU (one without Hopper's instructions needs none). */
+ * as fit in `cap` bytes (ATTENTION_DS_CAP) when the batch is cut into equal slices. They grow with T^2: where one
+ * sequence does not fit it is 0 and the backward runs the portable mma.sync kernels, whose memory is linear in T.
+ * The tiles go in the scratch the caller lends when it holds them (the model lends the block's h13), else in a
+ * scratch of the backend's own, which the memory plan then counts. */
 #define ATTENTION_DS_CAP ((size_t)144 << 20)
 static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap) {
     if (HD != 64 || B <= 0 || T <= 0 || NH <= 0) return 0;

@@ -128,8 +128,8 @@ static void emu_attention_forward(void *out, float *lse, const void *qkv, int B,
     round_to(out, (size_t)B * T * NH * HD);
 }
 static void emu_attention_backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                   int B, int T, int NH, int NKV, int HD, float rope_theta) {
-    attention_backward_cpu(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, 0);
+                                   int B, int T, int NH, int NKV, int HD, float rope_theta, void *work, size_t work_bytes) {
+    attention_backward_cpu(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, 0, work, work_bytes);
     round_to(dqkv, (size_t)B * T * (NH + 2 * NKV) * HD);
     if (rope_theta > 0) emu_rope_backward(dqkv, B, T, NH, NKV, HD, rope_theta, 0);   /* rounded after each, as two ops were */
 }

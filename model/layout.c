@@ -135,6 +135,11 @@ static void build_layout(Model *m) {
  *  - scratch2, dqkv (recompute on), lies in hs: block_backward reads hs last
  *    in w2's gradient, then writes dqkv in the attention backward and reads it
  *    last in wqkv's gradient; the next write of hs is the next block's call.
+ *  - the attention backward's scratch (kernels/attention.h: the Hopper kernels'
+ *    dS tiles) is the block's h13: block_backward reads h13 last in w13's
+ *    gradient, before the attention backward; the next write of h13 is the
+ *    next forward (or recompute) of that block. The CPU backends fill the lent
+ *    scratch with NaN, so a change that breaks this fails the CPU tests.
  *  - tmp is scratch1: the forward's tmp is dead whenever the backward's
  *    scratch1 is live, and vice versa. */
 static size_t layout_activations(Model *m, char *base) {

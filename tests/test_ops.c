@@ -217,10 +217,16 @@ static void test_rope_attention(void) {
     e = max_rel(c.lse, lref, (size_t)c.B * c.NH * c.T);
     CHECK(e < 1e-5, "attention lse rel err %.3g", e);
     float *dqkv = randn(n, 1);   /* poisoned: the backward must overwrite every element */
-    be->attention_backward(dqkv, c.gw, c.qkv, c.out, c.lse, c.B, c.T, c.NH, c.NKV, c.HD, 0);
+    size_t nwork = 1000;
+    float *work = randn(nwork, 1);   /* lent: the CPU backends fill it with NaN (kernels/attention.h) */
+    be->attention_backward(dqkv, c.gw, c.qkv, c.out, c.lse, c.B, c.T, c.NH, c.NKV, c.HD, 0, work, nwork * sizeof(float));
+    int nan_all = 1;
+    for (size_t i = 0; i < nwork; i++) nan_all &= isnan(work[i]);
+    CHECK(nan_all, "attention backward: the lent scratch is not NaN after the call (a lender still using it would not see)");
+    free(work);
     /* with rope_theta, the same gradient taken back through RoPE: the two ops in turn, bit for bit */
     float *fused = randn(n, 1), *turns = mallocCheck(n * sizeof(float));
-    be->attention_backward(fused, c.gw, c.qkv, c.out, c.lse, c.B, c.T, c.NH, c.NKV, c.HD, 10000.0f);
+    be->attention_backward(fused, c.gw, c.qkv, c.out, c.lse, c.B, c.T, c.NH, c.NKV, c.HD, 10000.0f, NULL, 0);
     memcpy(turns, dqkv, n * sizeof(float));
     be->rope_backward(turns, c.B, c.T, c.NH, c.NKV, c.HD, 10000.0f, 0);
     CHECK(memcmp(fused, turns, n * sizeof(float)) == 0, "attention backward with RoPE's backward folded in differs from the two ops");

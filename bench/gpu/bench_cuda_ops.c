@@ -68,6 +68,8 @@ int main(int argc, char **argv) {
     void *qkv = rand_dev((size_t)N * QKV, 0, 1, "qkv (N,QKV)"), *dqkv = rand_dev((size_t)N * QKV, 0, 1, "dqkv (N,QKV)");
     void *att = rand_dev((size_t)N * C, 0, 1, "att (N,C)"), *datt = rand_dev((size_t)N * C, 0, 1, "datt (N,C)");
     void *h13 = rand_dev((size_t)N * 2 * F, 0, 1, "h13 (N,2F)"), *dh13 = rand_dev((size_t)N * 2 * F, 0, 1, "dh13 (N,2F)");
+    void *work = dh13;   /* the attention backward's scratch: the model lends a block's h13, as many bytes as this */
+    size_t work_bytes = (size_t)N * 2 * F * es;
     void *hf = rand_dev((size_t)N * F, 0, 1, "h (N,F)"), *dhf = rand_dev((size_t)N * F, 0, 1, "dh (N,F)");
     void *logits = rand_dev((size_t)N * V, 0, 2, "logits (N,V)");
     float *rstd = rand_dev(N, 1, 1, "rstd (N)"), *lse = g->alloc((size_t)B * NH * T * 4, "lse (B,NH,T)");
@@ -99,16 +101,16 @@ int main(int argc, char **argv) {
           g->rope_backward(dqkv, B, T, NH, NKV, HD, 10000.0f, 0));
     double attf = 4.0 * B * NH * (double)T * T * HD / 2;   /* causal: half the (T,T) square */
     BENCH("attention_forward", attf, 0, L, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
-    BENCH("attention_backward", 2.5 * attf, 0, L, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 10000.0f));
+    BENCH("attention_backward", 2.5 * attf, 0, L, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 10000.0f, work, work_bytes));
     if (cuda_attention_wgmma) {   /* the portable tensor-core kernels beside the Hopper ones */
         cuda_attention_wgmma = 0;
         BENCH("  (mma attention fwd)", attf, 0, 0, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
-        BENCH("  (mma attention bwd)", 2.5 * attf, 0, 0, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0));
+        BENCH("  (mma attention bwd)", 2.5 * attf, 0, 0, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0, work, work_bytes));
         cuda_attention_wgmma = 1;
     }
     BENCH("  (simple attention fwd)", attf, 0, 0, attention_forward_cuda_simple(att, lse, qkv, B, T, NH, NKV, HD));
     BENCH("  (simple attention bwd)", 2.5 * attf, 0, 0,
-          attention_backward_cuda_simple(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0));
+          attention_backward_cuda_simple(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0, NULL, 0));
     BENCH("matmul_fwd o (tp>1: + add)", mm * C * C, 0, 0, g->matmul_forward(y, att, wo, N, C, C, NULL));
     BENCH("matmul_fwd o + residual", mm * C * C, 0, L, g->matmul_forward(y, att, wo, N, C, C, x));
     BENCH("matmul_bwd o", 2 * mm * C * C, 0, L, g->matmul_backward(datt, dw, dx, att, wo, N, C, C));

@@ -55,7 +55,8 @@ void attention_forward_cpu(void *out_, float *lse, const void *qkv_, int B, int 
 }
 
 void attention_backward_cpu(void *dqkv_, const void *dout_, const void *qkv_, const void *out_, const float *lse,
-                            int B, int T, int NH, int NKV, int HD, float rope_theta) {
+                            int B, int T, int NH, int NKV, int HD, float rope_theta, void *work, size_t work_bytes) {
+    if (work) memset(work, 0xFF, work_bytes);   /* NaN in fp32, bf16 and fp16: lent memory still in use shows */
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *out = out_;
     int QKV = (NH + 2 * NKV) * HD, G = NH / NKV;

@@ -259,7 +259,9 @@ extern "C" void attention_forward_cuda_simple(void *out, float *lse, const void 
 }
 
 extern "C" void attention_backward_cuda_simple(void *dqkv, const void *dout, const void *qkv, const void *out,
-                                               const float *lse, int B, int T_, int NH, int NKV, int HD, float rope_theta) {
+                                               const float *lse, int B, int T_, int NH, int NKV, int HD, float rope_theta, void *work,
+                                               size_t work_bytes) {
+    (void)work; (void)work_bytes;   /* these kernels need no scratch of the caller's */
     check_shape(NH, NKV, HD);
     if (B * T_ == 0) return;
     float *Dsum = attention_dsum(dout, out, B, T_, NH, HD);
@@ -286,7 +288,7 @@ extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void 
 /* the Hopper path of attention_wgmma.cu: the same shapes, sm_90a (attention_wgmma_available() in cuda_extras.h) */
 extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
 extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B,
-                                         int T, int NH, int NKV, float rope_theta);
+                                         int T, int NH, int NKV, float rope_theta, void *work, size_t work_bytes);
 extern "C" int attention_wgmma_backward_fits(int T, int NH);
 
 int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=simple */
@@ -302,10 +304,10 @@ extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, i
 }
 
 extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                        int B, int T_, int NH, int NKV, int HD, float rope_theta) {
+                                        int B, int T_, int NH, int NKV, int HD, float rope_theta, void *work, size_t work_bytes) {
     check_shape(NH, NKV, HD);
     if (cuda_attention_simple || !attention_mma_supported(HD, dqkv, dout, qkv) || !attention_mma_supported(HD, out, out, out)) {
-        attention_backward_cuda_simple(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HD, rope_theta);
+        attention_backward_cuda_simple(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HD, rope_theta, work, work_bytes);
         return;
     }
     if (B * T_ == 0) return;
@@ -313,7 +315,8 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
      * kernel); the mma.sync dq kernel computes it in its prologue for the dk/dv kernel after it. The wgmma kernels
      * rotate dq and dk back through RoPE before they store them, the mma.sync path runs rope's kernel */
     if (cuda_attention_wgmma && attention_wgmma_backward_fits(T_, NH)) {
-        attention_backward_wgmma(dqkv, dout, qkv, lse, attention_dsum(dout, out, B, T_, NH, HD), B, T_, NH, NKV, rope_theta);
+        attention_backward_wgmma(dqkv, dout, qkv, lse, attention_dsum(dout, out, B, T_, NH, HD), B, T_, NH, NKV, rope_theta, work,
+                                 work_bytes);
         return;
     }
     float *Dsum = attention_dsum_buffer(B, T_, NH);

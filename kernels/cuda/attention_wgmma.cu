@@ -505,20 +505,21 @@ template <typename T> static void forward(void *out, float *lse, const void *qkv
 /* dS tiles are stored for at most cuda_attention_ds_cap bytes at once (ATTENTION_DS_CAP, kernels/attention.h; the
  * op test lowers it to check that slices give the same bits): a larger batch runs both kernels on slices of it.
  * Two slices keep the dk/dv kernel's first wave full at l124m and l350m (B = 16: eight sequences x 4 kv heads of
- * key tile 0, the longest blocks, start together); three would leave SMs idle behind those blocks. */
+ * key tile 0, the longest blocks, start together); three would leave SMs idle behind those blocks. They lie in
+ * the caller's lent scratch when it holds them (the model's h13: l124m and l350m at B = 16), else in our own. */
 extern "C" {
 size_t cuda_attention_ds_cap = ATTENTION_DS_CAP;
 }
 
 template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dsum, int B, int T_, int NH,
-                                           int NKV, float scale, const RopeFreq &fr) {
+                                           int NKV, float scale, const RopeFreq &fr, void *work, size_t work_bytes) {
     static void *buf = 0;
     static size_t cap = 0;
     int nt = ceil_div(T_, WG_BN), ntri = nt * (nt + 1) / 2;
     size_t per_seq = (size_t)NH * ntri * WG_TILE, bytes = attention_ds_bytes(B, T_, NH, WG_HD, cuda_attention_ds_cap);
     if (!bytes) die("internal: attention_backward_wgmma for T=%d: one sequence's dS tiles exceed the cap", T_);
     int seqs = (int)(bytes / per_seq);
-    uint8_t *dS = (uint8_t *)cuda_scratch(&buf, &cap, bytes, "attention backward dS tiles");
+    uint8_t *dS = (uint8_t *)(work && work_bytes >= bytes ? work : cuda_scratch(&buf, &cap, bytes, "attention backward dS tiles"));
     size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, smem = (size_t)(2 + 2 * WG_STAGES + 2) * WG_TILE;   /* k, v, 3 x (q, dout), 2 dS */
     for (int b0 = 0; b0 < B; b0 += seqs) {   /* sequences b0 .. b0+n-1 */
         int n = B - b0 < seqs ? B - b0 : seqs;
@@ -539,11 +540,12 @@ extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, 
     else forward<__half>(out, lse, qkv, B, T_, NH, NKV, scale);
 }
 extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B,
-                                         int T_, int NH, int NKV, float rope_theta) {
+                                         int T_, int NH, int NKV, float rope_theta, void *work, size_t work_bytes) {
     float scale = 1.0f / sqrtf((float)WG_HD);
     RopeFreq fr = {rope_theta > 0};
     for (int i = 0; fr.on && i < WG_HD / 2; i++) fr.f[i] = rope_inv_freq(rope_theta, i, WG_HD);
     if (cuda_act == DTYPE_BF16)
-        backward((__nv_bfloat16 *)dqkv, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)qkv, lse, Dsum, B, T_, NH, NKV, scale, fr);
-    else backward((__half *)dqkv, (const __half *)dout, (const __half *)qkv, lse, Dsum, B, T_, NH, NKV, scale, fr);
+        backward((__nv_bfloat16 *)dqkv, (const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)qkv, lse, Dsum, B, T_, NH, NKV, scale, fr, work,
+                 work_bytes);
+    else backward((__half *)dqkv, (const __half *)dout, (const __half *)qkv, lse, Dsum, B, T_, NH, NKV, scale, fr, work, work_bytes);
 }

@@ -214,7 +214,7 @@ static void test_rope(int B, int T, int NH, int NKV, int HD, int pos0) {
 }
 
 typedef void AttF(void *, float *, const void *, int, int, int, int, int);
-typedef void AttB(void *, const void *, const void *, const void *, const float *, int, int, int, int, int, float);
+typedef void AttB(void *, const void *, const void *, const void *, const float *, int, int, int, int, int, float, void *, size_t);
 /* theta > 0: the backward also takes its gradient back through RoPE (the CPU reference: the two ops in turn) */
 static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T, int NH, int NKV, int HD, float theta) {
     char shape[96], name[64];
@@ -224,15 +224,18 @@ static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T,
     float *out = mallocCheck(no * 4), *lse = mallocCheck(nl * 4), *dqkv = mallocCheck(nq * 4);
     cpu->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
     for (size_t i = 0; i < no; i++) out[i] = round_act(out[i]);   /* the backward's input, as the model would store it */
-    cpu->attention_backward(dqkv, dy, qkv, out, lse, B, T, NH, NKV, HD, theta);
+    cpu->attention_backward(dqkv, dy, qkv, out, lse, B, T, NH, NKV, HD, theta, NULL, 0);
     void *gqkv = up_act(qkv, nq), *gdy = up_act(dy, no), *gout_cpu = up_act(out, no);
     void *gout = gpu->alloc(no * dtype_size(act), "t"), *gdqkv = gpu->alloc(nq * dtype_size(act), "t");
     float *glse = gpu->alloc(nl * 4, "t"), *glse_cpu = up_f32(lse, nl);
     poison(gout, no * dtype_size(act));
     poison(glse, nl * 4);
     poison(gdqkv, nq * dtype_size(act));
+    /* scratch lent to the backward, enough for wgmma's dS tiles of the whole batch: they go there, not in its own */
+    size_t all = attention_ds_bytes(B, T, NH, HD, (size_t)-1) + 256;
+    void *work = gpu->alloc(all, "t");
     fwd(gout, glse, gqkv, B, T, NH, NKV, HD);
-    bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta);
+    bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, work, all);
     float *h = mallocCheck(nq * 4);
     double tol = act == DTYPE_FP32 ? 1e-5 : tol_act;
     snprintf(name, sizeof name, "attention_fwd %s", path);
@@ -249,22 +252,22 @@ static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T,
     if (wgmma) {   /* a sequence's dS tiles over the cap: the mma.sync backward runs instead, and is right */
         cuda_attention_ds_cap = one_seq - 1;
         poison(gdqkv, nq * dtype_size(act));
-        bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta);
+        bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, work, all);
         cuda_attention_ds_cap = cap;
         down_act(h, gdqkv, nq);
         compare("attention_bwd wgmma over the dS cap", h, dqkv, nq, tol, shape);
     }
     {   /* deterministic: a second backward gives the same bits (no atomics on any path); wgmma's runs one sequence a
-         * slice of its dS tiles the second time, which must not change a bit either */
+         * slice of its dS tiles the second time, in its own scratch (nothing lent), which must not change a bit either */
         size_t bytes = nq * dtype_size(act);
         void *again = gpu->alloc(bytes, "t");
         char *a = mallocCheck(bytes), *b = mallocCheck(bytes);
         poison(again, bytes);
         if (wgmma) {
-            bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta);   /* the default cap's result again */
+            bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, work, all);   /* the default cap's result again */
             cuda_attention_ds_cap = one_seq;
         }
-        bwd(again, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta);
+        bwd(again, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, NULL, 0);
         cuda_attention_ds_cap = cap;
         gpu->download(a, gdqkv, bytes);
         gpu->download(b, again, bytes);
@@ -275,6 +278,7 @@ static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T,
         free(a); free(b);
     }
     gpu->free(gqkv); gpu->free(gdy); gpu->free(gout_cpu); gpu->free(gout); gpu->free(gdqkv); gpu->free(glse); gpu->free(glse_cpu);
+    gpu->free(work);
     free(qkv); free(dy); free(out); free(lse); free(dqkv); free(h);
 }
 
