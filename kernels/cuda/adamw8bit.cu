@@ -1,18 +1,26 @@
 /* kernels/cuda/adamw8bit.cu — 8-bit AdamW (kernels/adamw8bit.h) in one launch.
  *
  * The idea: every slice is cut into 256-element pieces and one warp takes one
- * of them, a lane holding 8 elements (lane, lane + 32, ...: every load and
- * store of the warp is one contiguous run). A quantized piece is dequantized
- * (map value * absmax), stepped in fp32, reduced to its new absmax by warp
- * shuffles (no barrier: the piece never leaves its warp) and requantized by
- * binary search over the map, which sits in shared memory (copied from
- * __constant__, where adamw8bit_maps' host table is uploaded once). The 8
- * independent elements a lane gives the scheduler work while loads and
- * searches wait. A piece of an fp32-state slice does the plain fp32 update.
- * The slice list is cached on the device like kernels/cuda/adamw.cu's. All
- * arithmetic goes through the _rn intrinsics, so nothing is contracted into an
- * FMA, and a max is exact in any order: each result is the CPU reference's,
- * bit for bit. */
+ * of them, a lane holding 8 elements. Where the piece is whole and its memory
+ * is aligned (weights, grads, compute copy and fp32 state on 16 bytes, codes
+ * on 8: every whole piece of a slice that starts on a multiple of 4 elements,
+ * of 8 with a 16-bit compute copy, in buffers as the optimizer lays them out),
+ * a lane's 8 are contiguous (lane * 8 ...): its weights and grads come in two
+ * 16-byte loads each, its m and v codes in one 8-byte load each, and go back
+ * the same way (a 16-bit compute copy in one 16-byte store). Elsewhere (a
+ * slice's partial last piece, a slice off that alignment) a lane takes
+ * elements lane, lane + 32, ... one at a time, so a warp's access is still
+ * one contiguous run. Either way a quantized piece is dequantized (map value
+ * * absmax), stepped in fp32, reduced to its new absmax by warp shuffles (no
+ * barrier: the piece never leaves its warp) and requantized by binary search
+ * over the map, which sits in shared memory (copied from __constant__, where
+ * adamw8bit_maps' host table is uploaded once). The 8 independent elements a
+ * lane holds give the scheduler work while loads and searches wait. A piece
+ * of an fp32-state slice does the plain fp32 update, with the same two
+ * layouts. The slice list is cached on the device like kernels/cuda/adamw.cu's.
+ * All arithmetic goes through the _rn intrinsics, so nothing is contracted
+ * into an FMA, and a max is exact in any order: each result is the CPU
+ * reference's, bit for bit, whichever layout a piece takes. */
 #include "common.cuh"
 #include <math.h>
 #include <stdlib.h>
@@ -47,6 +55,32 @@ __device__ __forceinline__ float q8_step(float p, float g, float &m, float &v, f
 #define Q8_WARPS 8                     /* pieces (warps) per CUDA block */
 #define Q8_PER_LANE (ADAMW8BIT_BLOCK / 32)
 
+/* 8 contiguous elements (16-byte aligned) to and from fp32: 16-byte packs */
+template <typename T> __device__ __forceinline__ void q8_load8(const T *p, float *x) {
+    constexpr int P = Pack16<T>::n;
+#pragma unroll
+    for (int h = 0; h < Q8_PER_LANE; h += P) {
+        Vec<T, P> r = vload<T, P>(p + h);
+#pragma unroll
+        for (int k = 0; k < P; k++) x[h + k] = r.v[k];
+    }
+}
+template <typename T> __device__ __forceinline__ void q8_store8(T *p, const float *x) {
+    constexpr int P = Pack16<T>::n;
+#pragma unroll
+    for (int h = 0; h < Q8_PER_LANE; h += P) {
+        Vec<T, P> r;
+#pragma unroll
+        for (int k = 0; k < P; k++) r.v[k] = x[h + k];
+        vstore<T, P>(p + h, r);
+    }
+}
+/* byte k (0..7) of 8 codes loaded as one uint2 (little-endian: element order) */
+__device__ __forceinline__ int q8_byte(uint2 c, int k) { return ((k < 4 ? c.x : c.y) >> (8 * (k % 4))) & 0xff; }
+__device__ __forceinline__ bool q8_aligned(const void *a, const void *b, const void *c, int bytes) {
+    return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % bytes == 0;
+}
+
 /* params, grads (P) fp32; params_compute (P) act dtype or NULL; codes (Q) uint8, absmax (Q/256), m32/v32 (S) fp32 */
 template <typename T> __global__ void __launch_bounds__(32 * Q8_WARPS)
 adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bitState st, const Q8Slice *slices,
@@ -67,44 +101,98 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
     }
     Q8Slice s = slices[lo];
     float decay = __fsub_rn(1.0f, __fmul_rn(lr, s.weight_decay));
+    /* 64-bit arithmetic once per piece; below, 32-bit offsets inside it */
     size_t j0 = (size_t)(piece - s.first_block) * ADAMW8BIT_BLOCK;   /* the piece's first element in the slice */
-    float m[Q8_PER_LANE], v[Q8_PER_LANE];
+    int n = s.count - j0 < ADAMW8BIT_BLOCK ? (int)(s.count - j0) : ADAMW8BIT_BLOCK;   /* its elements */
+    float *p = params + s.offset + j0;                                  /* (n) weights */
+    const float *g = grads + s.offset + j0;                             /* (n) grads */
+    T *pc = params_compute ? params_compute + s.offset + j0 : NULL;     /* (n) compute copy or NULL */
+    bool whole = n == ADAMW8BIT_BLOCK && q8_aligned(p, g, pc, 16);      /* warp-uniform, like every test below */
+    int e = lane * Q8_PER_LANE;   /* the lane's first element on the contiguous layout */
+    float x[Q8_PER_LANE], m[Q8_PER_LANE], v[Q8_PER_LANE];
     if (!s.quantized) {
+        float *m32 = st.m32 + s.state + j0, *v32 = st.v32 + s.state + j0;   /* (n) fp32 moments */
+        if (whole && q8_aligned(m32, v32, NULL, 16)) {
+            float gr[Q8_PER_LANE];
+            q8_load8(p + e, x);
+            q8_load8(g + e, gr);
+            q8_load8(m32 + e, m);
+            q8_load8(v32 + e, v);
+#pragma unroll
+            for (int k = 0; k < Q8_PER_LANE; k++)
+                x[k] = q8_step(x[k], __fmul_rn(gr[k], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+            q8_store8(m32 + e, m);
+            q8_store8(v32 + e, v);
+            q8_store8(p + e, x);
+            if (pc) q8_store8(pc + e, x);
+            return;
+        }
 #pragma unroll
         for (int k = 0; k < Q8_PER_LANE; k++) {
-            size_t j = j0 + k * 32 + lane, i = s.offset + j;
-            if (j >= s.count) continue;
-            float mk = st.m32[s.state + j], vk = st.v32[s.state + j];
-            float p = q8_step(params[i], __fmul_rn(grads[i], gs), mk, vk, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
-            st.m32[s.state + j] = mk;
-            st.v32[s.state + j] = vk;
-            params[i] = p;
-            if (params_compute) params_compute[i] = from_f<T>(p);
+            int j = k * 32 + lane;
+            if (j >= n) continue;
+            float mk = m32[j], vk = v32[j];
+            float pj = q8_step(p[j], __fmul_rn(g[j], gs), mk, vk, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+            m32[j] = mk;
+            v32[j] = vk;
+            p[j] = pj;
+            if (pc) pc[j] = from_f<T>(pj);
         }
         return;
     }
     size_t q0 = s.state + j0, blk = q0 / ADAMW8BIT_BLOCK;
+    uint8_t *mc = st.m_code + q0, *vc = st.v_code + q0;   /* (256) the piece's codes */
     float am_old = st.m_absmax[blk], av_old = st.v_absmax[blk], am = 0.0f, av = 0.0f;
+    if (whole && q8_aligned(mc, vc, NULL, 8)) {
+        float gr[Q8_PER_LANE];
+        q8_load8(p + e, x);
+        q8_load8(g + e, gr);
+        uint2 cm = *reinterpret_cast<const uint2 *>(mc + e), cv = *reinterpret_cast<const uint2 *>(vc + e);
 #pragma unroll
-    for (int k = 0; k < Q8_PER_LANE; k++) {
-        size_t j = j0 + k * 32 + lane, i = s.offset + j;
-        m[k] = 0.0f; v[k] = 0.0f;
-        if (j >= s.count) continue;
-        m[k] = __fmul_rn(ms[st.m_code[q0 + k * 32 + lane]], am_old);
-        v[k] = __fmul_rn(mu[st.v_code[q0 + k * 32 + lane]], av_old);
-        float p = q8_step(params[i], __fmul_rn(grads[i], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
-        params[i] = p;
-        if (params_compute) params_compute[i] = from_f<T>(p);
-        am = fmaxf(am, fabsf(m[k]));
-        av = fmaxf(av, v[k]);
-    }
-    am = warp_max(am);
-    av = warp_max(av);
+        for (int k = 0; k < Q8_PER_LANE; k++) {
+            m[k] = __fmul_rn(ms[q8_byte(cm, k)], am_old);
+            v[k] = __fmul_rn(mu[q8_byte(cv, k)], av_old);
+            x[k] = q8_step(x[k], __fmul_rn(gr[k], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+            am = fmaxf(am, fabsf(m[k]));
+            av = fmaxf(av, v[k]);
+        }
+        q8_store8(p + e, x);
+        if (pc) q8_store8(pc + e, x);
+        am = warp_max(am);
+        av = warp_max(av);
+        cm = make_uint2(0, 0);
+        cv = make_uint2(0, 0);
 #pragma unroll
-    for (int k = 0; k < Q8_PER_LANE; k++) {
-        if (j0 + k * 32 + lane >= s.count) continue;
-        st.m_code[q0 + k * 32 + lane] = q8_nearest(ms, am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f);
-        st.v_code[q0 + k * 32 + lane] = q8_nearest(mu, av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f);
+        for (int k = 0; k < Q8_PER_LANE; k++) {
+            uint32_t bm = (uint32_t)q8_nearest(ms, am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f) << (8 * (k % 4));
+            uint32_t bv = (uint32_t)q8_nearest(mu, av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f) << (8 * (k % 4));
+            if (k < 4) { cm.x |= bm; cv.x |= bv; } else { cm.y |= bm; cv.y |= bv; }
+        }
+        *reinterpret_cast<uint2 *>(mc + e) = cm;
+        *reinterpret_cast<uint2 *>(vc + e) = cv;
+    } else {
+#pragma unroll
+        for (int k = 0; k < Q8_PER_LANE; k++) {
+            int j = k * 32 + lane;
+            m[k] = 0.0f; v[k] = 0.0f;
+            if (j >= n) continue;
+            m[k] = __fmul_rn(ms[mc[j]], am_old);
+            v[k] = __fmul_rn(mu[vc[j]], av_old);
+            float pj = q8_step(p[j], __fmul_rn(g[j], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+            p[j] = pj;
+            if (pc) pc[j] = from_f<T>(pj);
+            am = fmaxf(am, fabsf(m[k]));
+            av = fmaxf(av, v[k]);
+        }
+        am = warp_max(am);
+        av = warp_max(av);
+#pragma unroll
+        for (int k = 0; k < Q8_PER_LANE; k++) {
+            int j = k * 32 + lane;
+            if (j >= n) continue;
+            mc[j] = q8_nearest(ms, am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f);
+            vc[j] = q8_nearest(mu, av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f);
+        }
     }
     if (lane == 0) {
         st.m_absmax[blk] = am;

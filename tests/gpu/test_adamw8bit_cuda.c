@@ -7,8 +7,12 @@
  * must be identical bytes and the weights identical (checked within 1e-6
  * relative, expected exact). Slices mix 8-bit and fp32 state, with partial last
  * blocks; the compute copy is checked in bf16 and fp16 against the CPU weights
- * rounded to nearest even. The backend table's entry is checked too, and one
- * large update is timed. Run on a GPU machine: tests/gpu/run.sh. */
+ * rounded to nearest even. The kernel takes a whole piece with aligned memory
+ * on 16-byte loads and any other lane by lane: the slices' offsets are chosen
+ * so that each dtype's run has whole pieces of both kinds of state both ways
+ * (count_layouts says which, and checks it). The backend table's entry is
+ * checked too, and one large update is timed. Run on a GPU machine:
+ * tests/gpu/run.sh. */
 #include "../../kernels/backend.h"
 #include "../../common/util.h"
 #include "../test.h"
@@ -43,15 +47,38 @@ static AdamW8bitState views(char *base, Sizes z) {
 }
 static size_t state_bytes(Sizes z) { return 2 * z.S * 4 + 2 * (z.Q / ADAMW8BIT_BLOCK) * 4 + 2 * z.Q; }
 
+/* kernels/cuda/adamw8bit.cu's choice for each whole piece, from the device
+ * addresses (never dereferenced): contiguous 16-byte loads where weights,
+ * grads, compute copy (esize bytes an element) and fp32 state are 16-byte
+ * aligned and codes 8-byte aligned, lane by lane otherwise. n[q][c]: pieces of
+ * 8-bit (q = 1) or fp32-state (q = 0) slices, contiguous (c = 1) or not. */
+static void count_layouts(const AdamW8bitSlice *sl, int n_slices, const float *dp, const float *dg, const void *dc,
+                          size_t esize, AdamW8bitState dst, size_t n[2][2]) {
+    memset(n, 0, 4 * sizeof(size_t));
+    for (int s = 0; s < n_slices; s++)
+        for (size_t j0 = 0; j0 + ADAMW8BIT_BLOCK <= sl[s].count; j0 += ADAMW8BIT_BLOCK) {
+            size_t i = sl[s].offset + j0, q = sl[s].state + j0;
+            uintptr_t a = (uintptr_t)(dp + i) | (uintptr_t)(dg + i) | (dc ? (uintptr_t)((const char *)dc + i * esize) : 0);
+            int c = sl[s].quantized ? a % 16 == 0 && ((uintptr_t)(dst.m_code + q) | (uintptr_t)(dst.v_code + q)) % 8 == 0
+                                    : a % 16 == 0 && ((uintptr_t)(dst.m32 + q) | (uintptr_t)(dst.v32 + q)) % 16 == 0;
+            n[sl[s].quantized][c]++;
+        }
+}
+
 static void run_case(DType act, const char *name) {
     const Backend *gpu = backend_cuda(act), *cpu = backend_cpu();
-    /* slices: 8-bit with a partial block, fp32, 8-bit, fp32 tiny, 8-bit large */
-    size_t counts[5] = {5000, 300, 4096, 7, 200000 + 13};
-    int quant[5] = {1, 0, 1, 0, 1};
-    float wd[5] = {0.1f, 0.0f, 0.05f, 0.0f, 0.1f};
-    AdamW8bitSlice sl[5];
+    /* slices: 8-bit with a partial block, fp32, 8-bit, fp32 tiny, 8-bit large, fp32. Device addresses (buffers
+     * 256-byte aligned): element offsets 0, 5000, 5300, 9396, 9403, 209416; fp32 state at 0, 300, 307, so v32 is
+     * m32 + 824 floats and the codes start 13136 bytes in. Contiguous: slice 0's whole pieces; slice 1's first
+     * (fp32 state); slice 2's in fp32 only (offset 5300 is 4 but not 8 elements on). Lane by lane: slice 4's (odd
+     * offset), slice 5's (m32 + 307), slice 2's in bf16 and fp16, and every partial last piece. */
+    enum { NS = 6 };
+    size_t counts[NS] = {5000, 300, 4096, 7, 200000 + 13, 2 * 256 + 5};
+    int quant[NS] = {1, 0, 1, 0, 1, 0};
+    float wd[NS] = {0.1f, 0.0f, 0.05f, 0.0f, 0.1f, 0.02f};
+    AdamW8bitSlice sl[NS];
     Sizes z = {0, 0, 0};
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < NS; s++) {
         sl[s] = (AdamW8bitSlice){z.P, counts[s], quant[s] ? z.Q : z.S, wd[s], quant[s]};
         if (quant[s]) z.Q += (counts[s] + 255) / 256 * 256; else z.S += counts[s];
         z.P += counts[s];
@@ -66,13 +93,19 @@ static void run_case(DType act, const char *name) {
     char *ds = gpu->alloc(SB, "8-bit state");
     gpu->upload(dp, hp, P * 4);
     AdamW8bitState hst = views(hs, z), dst = views(ds, z);
+    size_t lay[2][2];
+    count_layouts(sl, NS, dp, dg, dc, esize, dst, lay);
+    printf("%s: whole pieces contiguous / lane by lane: 8-bit %zu / %zu, fp32 state %zu / %zu\n", name, lay[1][1], lay[1][0],
+           lay[0][1], lay[0][0]);
+    CHECK(lay[1][1] && lay[1][0] && lay[0][1] && lay[0][0], "%s: the slices take both layouts of the kernel for both kinds of state",
+          name);
     for (int t = 1; t <= 6; t++) {
         for (size_t i = 0; i < P; i++) hg[i] = (rng_normal(&rng) + 0.3f) * 1e-3f * (1 + i % 5);
         if (t == 4) for (size_t i = 0; i < 256; i++) hg[i] = 0;   /* an all-zero m block's update: absmax 0 path next step */
         gpu->upload(dg, hg, P * 4);
         AdamWHyper h = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.7f, .step = t};
-        cpu->adamw8bit_update(hp, NULL, hg, hst, sl, 5, h);
-        adamw8bit_update_cuda(dp, dc, dg, dst, sl, 5, h);
+        cpu->adamw8bit_update(hp, NULL, hg, hst, sl, NS, h);
+        adamw8bit_update_cuda(dp, dc, dg, dst, sl, NS, h);
     }
     gpu->synchronize();
     gpu->download(gp_back, dp, P * 4);
