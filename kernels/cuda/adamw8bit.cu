@@ -14,7 +14,9 @@
  * * absmax), stepped in fp32, reduced to its new absmax by warp shuffles (no
  * barrier: the piece never leaves its warp) and requantized by binary search
  * over the map, which sits in shared memory (copied from __constant__, where
- * adamw8bit_maps' host table is uploaded once). The 8 independent elements a
+ * adamw8bit_maps' host table is uploaded once) twice: in order for
+ * dequantizing, and level by level as its search tree, whose probes seldom
+ * meet in a shared-memory bank (see q8_nearest). The 8 independent elements a
  * lane holds give the scheduler work while loads and searches wait. A piece
  * of an fp32-state slice does the plain fp32 update, with the same two
  * layouts. The slice list is cached on the device like kernels/cuda/adamw.cu's.
@@ -34,13 +36,26 @@ __constant__ float q8_map_signed[256], q8_map_unsigned[256];
 
 struct Q8Slice { size_t offset, count, state; float weight_decay; int quantized; int first_block; };
 
-/* adamw8bit_nearest of kernels/adamw8bit.h: the last map[k] <= x, then k or k + 1 */
-__device__ __forceinline__ uint8_t q8_nearest(const float *map, float x) {
-    int k = 0;
+/* adamw8bit_nearest of kernels/adamw8bit.h: the last map[k] <= x, then k or k + 1. The same probes
+ * map[k + step] in the same order, read from the map laid out as its search tree, level by level
+ * (tree[1] = map[128], tree[2..3] = map[64], map[192], tree[4..7] = map[32], ...: node t of level l is
+ * map[(2 (t - 2^l) + 1) 128 / 2^l], and k = t - 256 at the end), so the probes of one level sit side by
+ * side and a warp's lanes seldom meet in a bank, where map[64 j] all share one. map[k] and map[k + 1]
+ * are the last probes found <= x and > x (map[0] if none was <= x; none > x only for k = 255). */
+__device__ __forceinline__ uint8_t q8_nearest(const float *tree, float map0, float x) {
+    int t = 1;
+    float lo = map0, hi = 0.0f;
 #pragma unroll
-    for (int step = 128; step > 0; step >>= 1) k += map[k + step] <= x ? step : 0;
+    for (int l = 0; l < 8; l++) {
+        float y = tree[t];
+        bool right = y <= x;
+        lo = right ? y : lo;
+        hi = right ? hi : y;
+        t = 2 * t + right;
+    }
+    int k = t - 256;
     if (k == 255) return 255;
-    return (uint8_t)(__fsub_rn(map[k + 1], x) < __fsub_rn(x, map[k]) ? k + 1 : k);
+    return (uint8_t)(__fsub_rn(hi, x) < __fsub_rn(x, lo) ? k + 1 : k);
 }
 
 /* the fp32 AdamW step of one element, in kernels/cpu/adamw.c's order, no contraction */
@@ -86,10 +101,13 @@ template <typename T> __global__ void __launch_bounds__(32 * Q8_WARPS)
 adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bitState st, const Q8Slice *slices,
                  int n_slices, int n_pieces, float lr, float b1, float b2, float omb1, float omb2, float eps, float gs,
                  float step_size, float bc2_sqrt) {
-    __shared__ float ms[256], mu[256];
+    __shared__ float ms[256], mu[256], ts[256], tu[256];   /* the maps (dequantizing) and their search trees */
     for (int k = threadIdx.x; k < 256; k += blockDim.x) {
         ms[k] = q8_map_signed[k];
         mu[k] = q8_map_unsigned[k];
+        int l = 31 - __clz(k | 1), node = k ? (2 * (k - (1 << l)) + 1) << (7 - l) : 0;   /* tree[0]: unused */
+        ts[k] = q8_map_signed[node];
+        tu[k] = q8_map_unsigned[node];
     }
     __syncthreads();   /* the only barrier: from here on each warp owns its piece */
     int lane = threadIdx.x % 32, piece = blockIdx.x * Q8_WARPS + threadIdx.x / 32;
@@ -164,8 +182,8 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
         cv = make_uint2(0, 0);
 #pragma unroll
         for (int k = 0; k < Q8_PER_LANE; k++) {
-            uint32_t bm = (uint32_t)q8_nearest(ms, am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f) << (8 * (k % 4));
-            uint32_t bv = (uint32_t)q8_nearest(mu, av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f) << (8 * (k % 4));
+            uint32_t bm = (uint32_t)q8_nearest(ts, ms[0], am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f) << (8 * (k % 4));
+            uint32_t bv = (uint32_t)q8_nearest(tu, mu[0], av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f) << (8 * (k % 4));
             if (k < 4) { cm.x |= bm; cv.x |= bv; } else { cm.y |= bm; cv.y |= bv; }
         }
         *reinterpret_cast<uint2 *>(mc + e) = cm;
@@ -190,8 +208,8 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
         for (int k = 0; k < Q8_PER_LANE; k++) {
             int j = k * 32 + lane;
             if (j >= n) continue;
-            mc[j] = q8_nearest(ms, am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f);
-            vc[j] = q8_nearest(mu, av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f);
+            mc[j] = q8_nearest(ts, ms[0], am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f);
+            vc[j] = q8_nearest(tu, mu[0], av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f);
         }
     }
     if (lane == 0) {
