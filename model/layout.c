@@ -348,6 +348,7 @@ const ParamTensor *model_find_tensor(const Model *m, const char *name) {
 void *model_chunk_input(Model *m, int chunk, int slot) { (void)chunk; return m->slots[slot].res[0]; }
 void *model_chunk_output(Model *m, int chunk, int slot) { return m->slots[slot].res[m->part.chunks[chunk].n_layers]; }
 size_t model_boundary_elements(const Model *m, int B, int T) { return (size_t)B * T / (m->sp ? m->part.tp : 1) * m->C; }
+size_t model_attention_work_bytes(const Model *m, int B, int T) { return (size_t)B * T * 2 * m->F * act_size(m); }
 int model_backward_steps(const Model *m, int chunk) {
     return m->part.chunks[chunk].n_layers + (chunk == 0 && m->part.has_embedding);
 }

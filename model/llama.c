@@ -354,7 +354,7 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     dy = tp_all_tokens(m, dres, N);
     be->matmul_backward(s1, G + o->wo, dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);         /* s1 = datt (N,NH*HD) */
     be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD, c->rope_theta,       /* s2 = dqkv (N,QKV), before RoPE */
-                           L->h13, (size_t)N * 2 * F * act_size(m));                               /* lent: h13 is dead since w13's gradient */
+                           L->h13, model_attention_work_bytes(m, B, T));                           /* lent: h13 is dead since w13's gradient */
     if (L->ln1 == L->ln2)   /* recompute on: ln1 shares the buffer ln2 held until w13's gradient (model/layout.c) */
         be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln1, N);

@@ -231,6 +231,8 @@ int model_backward_steps(const Model *m, int chunk);
 void *model_chunk_input(Model *m, int chunk, int slot);
 void *model_chunk_output(Model *m, int chunk, int slot);
 size_t model_boundary_elements(const Model *m, int B, int T);
+/* The scratch a block's backward lends the attention backward (kernels/attention.h): its h13, (B*T, 2F) act dtype. */
+size_t model_attention_work_bytes(const Model *m, int B, int T);
 
 /* One rank, whole model, slot 0: the forward of one micro-batch (see
  * model_forward_chunk), returning the SUM of its per-token losses at once (it

@@ -36,7 +36,7 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
         size_t N = (size_t)batch_size * c->seq_len;
         p.workspace = be->workspace_bytes + (size_t)batch_size * m.NH * c->seq_len * 4 + N * 16;
         size_t tiles = be->act != DTYPE_FP32 ? attention_ds_bytes(batch_size, c->seq_len, m.NH, m.HD, ATTENTION_DS_CAP) : 0;
-        if (tiles > N * 2 * m.F * dtype_size(be->act)) p.workspace += tiles;   /* more than the h13 the model lends */
+        if (tiles > model_attention_work_bytes(&m, batch_size, c->seq_len)) p.workspace += tiles;   /* more than the model lends */
     }
     p.total = p.master + p.compute + p.grads + p.optimizer + p.shards + p.activations + p.workspace;
     model_plan_free(&m);
