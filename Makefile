@@ -1,7 +1,7 @@
 # llm3d build. `make` builds build/train (CPU always; CUDA too where nvcc and
 # the CUDA libraries are found). `make test` builds and runs every test.
-# Every .c file under common/ kernels/cpu/ model/ parallel/ data/ checkpoint/
-# train/ is part of the library; tests/test_*.c are one binary each.
+# Every .c file under common/ kernels/cpu/ comm/ model/ parallel/ doctor/ data/
+# checkpoint/ train/ is part of the library; tests/test_*.c are one binary each.
 #
 # The idea: the flags llm3d needs live in LLM3D_* variables that the command
 # line does not replace; CFLAGS, CPPFLAGS, LDFLAGS, LDLIBS and NVCCFLAGS are
@@ -144,7 +144,7 @@ $(BUILD)/gpu/libtrace_gaps.so: bench/gpu/trace_gaps.c
 	$(CC) -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -I$(CUDA_HOME)/include -I$(CUDA_HOME)/extras/CUPTI/include $< -o $@ \
 	  -L$(dir $(CUPTI_SO)) -Wl,-rpath,$(dir $(CUPTI_SO)) -lcupti
 
-LIB_SRC  := $(wildcard common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c data/*.c checkpoint/*.c train/*.c)
+LIB_SRC  := $(wildcard common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c comm/*.c doctor/*.c data/*.c checkpoint/*.c train/*.c)
 LIB_SRC  := $(filter-out train/main.c,$(LIB_SRC))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CUDA_OBJ)
 TEST_SRC := $(wildcard tests/test_*.c)

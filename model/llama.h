@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "../kernels/backend.h"
-#include "../parallel/comm.h"
+#include "../comm/comm.h"
 
 #define IGNORE_INDEX (-1)   /* a target equal to this adds no loss and no gradient */
 #define MODEL_MAX_CHUNKS 64

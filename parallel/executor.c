@@ -1,6 +1,6 @@
 /* parallel/executor.c — the one loop that runs a step's actions (parallel/executor.h). */
 #include "executor.h"
-#include "flight.h"
+#include "../comm/flight.h"
 #include "../common/util.h"
 #include <stdlib.h>
 #include <string.h>

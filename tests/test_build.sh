@@ -33,7 +33,7 @@ check "build A again: nothing to redo (make -q)" make -q "${A[@]}" "$PROG"
 check "CFLAGS=-O1 after -O0: out of date" bash -c "! make -q BUILD=$B NO_CUDA=1 CFLAGS=-O1 $PROG 2>/dev/null"
 make -n BUILD="$B" NO_CUDA=1 CFLAGS=-O1 "$PROG" >"$T/dry" 2>&1
 compiles=$(grep -c -- ' -c .*\.c -o ' "$T/dry")
-sources=$(ls common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c data/*.c checkpoint/*.c train/*.c | grep -vc '^train/main.c$')
+sources=$(ls common/*.c kernels/*.c kernels/cpu/*.c model/*.c parallel/*.c comm/*.c doctor/*.c data/*.c checkpoint/*.c train/*.c | grep -vc '^train/main.c$')
 check "CFLAGS=-O1: recompiles the $sources library sources and the test (make -n shows $compiles)" test "$compiles" -eq $((sources + 1))
 bad=$(grep -- ' -c .*\.c -o ' "$T/dry" | grep -v -- '-std=c11' ; grep -- ' -c .*\.c -o ' "$T/dry" | grep -v -- '-fopenmp'; \
       grep -- ' -c .*\.c -o ' "$T/dry" | grep -v -- '-D_GNU_SOURCE'; grep -- ' -c .*\.c -o ' "$T/dry" | grep -v -- '-Werror'; \

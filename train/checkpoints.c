@@ -13,7 +13,7 @@
 #include "../checkpoint/checkpoint.h"
 #include "../checkpoint/hf.h"
 #include "../parallel/assemble.h"
-#include "../parallel/watchdog.h"
+#include "../comm/watchdog.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

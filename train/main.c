@@ -11,8 +11,8 @@
 #include "../common/util.h"
 #include "../data/prepare.h"
 #include "../checkpoint/cli.h"
-#include "../parallel/launch.h"
-#include "../parallel/doctor.h"
+#include "../comm/launch.h"
+#include "../doctor/doctor.h"
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>

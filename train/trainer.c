@@ -7,9 +7,9 @@
 #include "memory.h"
 #include "../checkpoint/checkpoint.h"
 #include "../checkpoint/hf.h"
-#include "../parallel/launch.h"
-#include "../parallel/flight.h"
-#include "../parallel/watchdog.h"
+#include "../comm/launch.h"
+#include "../comm/flight.h"
+#include "../comm/watchdog.h"
 #include <libgen.h>
 #include <math.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #include "../test.h"
 #include "../../common/util.h"
 #include "../../data/shard.h"
-#include "../../parallel/launch.h"
+#include "../../comm/launch.h"
 #include "../../train/trainer.h"
 #include <stdlib.h>
 #include <string.h>

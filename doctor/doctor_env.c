@@ -7,7 +7,7 @@
  * few related ones, is shown with what it does, and the risky ones are
  * warned about — a misspelt NCCL variable is ignored by NCCL without a word. */
 #include "doctor.h"
-#include "launch.h"
+#include "../comm/launch.h"
 #include "../common/util.h"
 #include <stdarg.h>
 #include <stdlib.h>

@@ -2,9 +2,9 @@
  * sections, the init of every rank under a timeout, and the verdict
  * (parallel/doctor.h). */
 #include "doctor.h"
-#include "comm_impl.h"
-#include "launch.h"
-#include "watchdog.h"
+#include "../comm/comm_impl.h"
+#include "../comm/launch.h"
+#include "../comm/watchdog.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
 #include <stdarg.h>

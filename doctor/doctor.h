@@ -19,7 +19,7 @@
  * time so the binary runs where there is no driver), doctor_sweep.c (the
  * bandwidth sweep and the pairs). */
 #pragma once
-#include "comm.h"
+#include "../comm/comm.h"
 
 int doctor_main(int argc, char **argv);
 
