@@ -70,7 +70,7 @@ ifneq ($(NVCC),)
   LLM3D_LDLIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++
   $(info llm3d: building the CUDA backend with $(NVCC))
 endif
-# --- Open MPI: launches and connects the ranks of a multi-rank run (parallel/comm_mpi.c);
+# --- Open MPI: launches and connects the ranks of a multi-rank run (comm/comm_mpi.c);
 #     without it only the one-rank grid is built
 MPICC := $(shell command -v mpicc 2>/dev/null)
 ifneq ($(MPICC),)
@@ -79,7 +79,7 @@ ifneq ($(MPICC),)
 else
   $(info llm3d: Open MPI not found (apt-get install libopenmpi-dev openmpi-bin); building the one-rank path only)
 endif
-# --- NCCL: GPU collectives when each rank has its own GPU (parallel/comm_nccl.c); needs CUDA and MPI
+# --- NCCL: GPU collectives when each rank has its own GPU (comm/comm_nccl.c); needs CUDA and MPI
 ifneq ($(NVCC),)
   NCCL_HEADER := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
   NCCL_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64/libnccl.so $(CUDA_HOME)/lib/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib/aarch64-linux-gnu/libnccl.so))

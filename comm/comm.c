@@ -1,8 +1,8 @@
-/* parallel/comm.c — the grid (coordinates, groups, the choice of transport)
+/* comm/comm.c — the grid (coordinates, groups, the choice of transport)
  * and the one door to the collectives: a group of one rank returns at once,
  * comm_ablate turns device collectives into no-ops, the rest goes to the
- * transport (parallel/comm_impl.h) — and into the flight recorder
- * (parallel/flight.h), which the watchdog reads for deadlines. */
+ * transport (comm/comm_impl.h) — and into the flight recorder
+ * (comm/flight.h), which the watchdog reads for deadlines. */
 #include "comm_impl.h"
 #include "flight.h"
 #include "watchdog.h"

@@ -1,4 +1,4 @@
-/* parallel/comm.h — the process grid, its groups, and every collective llm3d uses.
+/* comm/comm.h — the process grid, its groups, and every collective llm3d uses.
  *
  * The idea: world = dp x pp x tp ranks, tp innermost (neighbouring ranks share
  * the fastest links), then pp, then dp:
@@ -9,7 +9,7 @@
  * NCCL when each rank has its own GPU, Open MPI otherwise (CPU ranks, and
  * ranks sharing a GPU, staged through host memory unless MPI is CUDA-aware).
  * Host-side values (loss sums, norms, checkpoint pieces) always go through MPI,
- * which also launches and bootstraps the ranks (parallel/launch.h).
+ * which also launches and bootstraps the ranks (comm/launch.h).
  *
  * Buffers passed to the device collectives live on the Backend the grid was
  * attached to (comm_attach); their dtype is given per call. */
@@ -24,7 +24,7 @@ typedef enum { GROUP_WORLD, GROUP_DP, GROUP_TP, GROUP_PP, GROUP_MP /* tp x pp: o
 enum { COMM_AUTO, COMM_NCCL, COMM_MPI };   /* config key comm_backend: auto|nccl|mpi */
 extern const char *const comm_group_names[GROUP_COUNT];
 
-typedef struct CommImpl CommImpl;   /* the transport's state (parallel/comm_impl.h) */
+typedef struct CommImpl CommImpl;   /* the transport's state (comm/comm_impl.h) */
 
 typedef struct {
     int world_size, rank;            /* from the launcher */

@@ -1,5 +1,5 @@
-/* parallel/comm_impl.h — what parallel/comm.c asks of a transport, and the
- * state each keeps. Only parallel/comm*.c include it.
+/* comm/comm_impl.h — what comm/comm.c asks of a transport, and the
+ * state each keeps. Only comm/comm*.c include it.
  *
  * The idea: comm.c owns the grid and the cases every transport shares (a
  * group of one rank, comm_ablate); a transport only moves bytes over a group
@@ -27,7 +27,7 @@ struct NcclState;
 #define COMM_MAX_HANDLES 256        /* operations in flight at once: handles are below this */
 struct CommImpl {
     const CommTransport *device;   /* moves device buffers: comm_mpi_transport or comm_nccl_transport */
-    uint64_t flight[COMM_MAX_HANDLES];   /* the flight recorder's id of each handle's operation (parallel/flight.h) */
+    uint64_t flight[COMM_MAX_HANDLES];   /* the flight recorder's id of each handle's operation (comm/flight.h) */
     struct MpiState *mpi;          /* communicators of every group, host values (comm_mpi.c) */
     struct NcclState *nccl;        /* comm_nccl.c; NULL when MPI carries device buffers */
 };

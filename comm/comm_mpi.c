@@ -1,4 +1,4 @@
-/* parallel/comm_mpi.c — the Open MPI transport: a communicator per group,
+/* comm/comm_mpi.c — the Open MPI transport: a communicator per group,
  * host values, and device buffers for CPU ranks and for ranks that share a GPU.
  *
  * The idea: every operation is MPI's nonblocking form followed by one wait
@@ -73,7 +73,7 @@ static int as_int(size_t n, const char *what) {
 }
 
 /* The wait loop: spin a little, then yield, then sleep briefly; past the deadline, a stall. The
- * watchdog (parallel/watchdog.h) reports a stall first, naming who never came; this is the
+ * watchdog (comm/watchdog.h) reports a stall first, naming who never came; this is the
  * backstop when it is not running, or WATCHDOG_BACKSTOP_S later should it fail to end the run. */
 static void wait_request(const Comm *c, MPI_Request *req, int n, const char *what, CommGroup g) {
     double t0 = now_seconds(), limit = c->timeout_s + (watchdog_running() ? WATCHDOG_BACKSTOP_S : 0);

@@ -1,4 +1,4 @@
-/* parallel/comm_nccl.c — the NCCL transport: one GPU a rank, device buffers
+/* comm/comm_nccl.c — the NCCL transport: one GPU a rank, device buffers
  * moved by NCCL, bootstrapped over MPI.
  *
  * The idea: rank 0 makes an ncclUniqueId, MPI broadcasts it, every rank joins
@@ -49,7 +49,7 @@ static void nccl_fail(const char *what, ncclResult_t r, const char *file, int li
 
 int nccl_built_in(void) { return 1; }
 
-/* ---- the watchdog's hooks (parallel/watchdog.h): NCCL never blocks the host, so the watchdog's
+/* ---- the watchdog's hooks (comm/watchdog.h): NCCL never blocks the host, so the watchdog's
  * thread asks the GPU whether each operation's events fired, and on a stall aborts the communicators */
 static int event_fired(void *e) { return cudaEventQuery((cudaEvent_t)e) != cudaErrorNotReady; }
 static void abort_all(void *ctx) {

@@ -1,4 +1,4 @@
-/* parallel/flight.c — the flight recorder's ring and its dump (parallel/flight.h). */
+/* comm/flight.c — the flight recorder's ring and its dump (comm/flight.h). */
 #include "flight.h"
 #include "comm.h"
 #include "../common/util.h"

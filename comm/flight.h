@@ -1,13 +1,13 @@
-/* parallel/flight.h — the flight recorder: this rank's last operations on the communicator.
+/* comm/flight.h — the flight recorder: this rank's last operations on the communicator.
  *
- * The idea: every collective and send/recv that passes parallel/comm.c is
+ * The idea: every collective and send/recv that passes comm/comm.c is
  * written into a ring of the last FLIGHT_SLOTS operations — what it was (op,
  * group, bytes), where training was (step, micro-batch), its number among this
  * rank's operations over that group (the same number on every member, since
  * members call the same collectives in the same order), when it began, and
  * when it ended. An operation on the host (MPI) ends when its wait returns; a
  * device operation (NCCL) ends when its completion event has fired on the GPU,
- * which only the watchdog's thread sees (parallel/watchdog.h). The watchdog
+ * which only the watchdog's thread sees (comm/watchdog.h). The watchdog
  * reads the ring to find an operation past its deadline and to tell other
  * ranks how far this one got; on any abort the ring is written to
  * run_dir/flight_rank<R>.txt. A mutex guards it: the training thread writes,

@@ -1,5 +1,5 @@
-/* parallel/launch.c — detecting the launcher, starting MPI, `--nproc`, and the
- * check that every rank runs the same config (parallel/launch.h). */
+/* comm/launch.c — detecting the launcher, starting MPI, `--nproc`, and the
+ * check that every rank runs the same config (comm/launch.h). */
 #include "launch.h"
 #include "../common/util.h"
 #include "../common/errors.h"
@@ -60,7 +60,7 @@ void launch_init(int *argc, char ***argv) {
     if (launched_by_mpi()) {
 #ifdef LLM3D_MPI
         int provided;
-        /* the watchdog's thread (parallel/watchdog.h) answers other ranks' questions while training's thread waits */
+        /* the watchdog's thread (comm/watchdog.h) answers other ranks' questions while training's thread waits */
         MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
         MPI_Comm_rank(MPI_COMM_WORLD, &info.rank);
         MPI_Comm_size(MPI_COMM_WORLD, &info.world);

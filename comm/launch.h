@@ -1,4 +1,4 @@
-/* parallel/launch.h — how the ranks of a run come to exist and find each other.
+/* comm/launch.h — how the ranks of a run come to exist and find each other.
  *
  * The idea: llm3d never invents its own launcher. Under `mpirun -np N` (also
  * with a hostfile), or Slurm's `srun`, the launcher's environment says that

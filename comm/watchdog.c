@@ -1,7 +1,7 @@
-/* parallel/watchdog.c — the watchdog's thread: answering how far this rank
+/* comm/watchdog.c — the watchdog's thread: answering how far this rank
  * got, finding an operation past its deadline, asking the others, and ending
  * the job with a message that names what stalled and who never came
- * (parallel/watchdog.h). */
+ * (comm/watchdog.h). */
 #include "watchdog.h"
 #include "flight.h"
 #include "../common/util.h"

@@ -1,8 +1,8 @@
-/* parallel/watchdog.h — a deadline on every collective, and a stall that says
+/* comm/watchdog.h — a deadline on every collective, and a stall that says
  * what stalled and who never came.
  *
  * The idea: a thread per rank wakes every 50 ms and looks in the flight
- * recorder (parallel/flight.h) for an operation past its deadline (the
+ * recorder (comm/flight.h) for an operation past its deadline (the
  * communicator's timeout_s when it began). It is the only watcher that sees
  * NCCL operations, which never block the host: the host blocks in CUDA, and
  * the thread asks the GPU's events instead. On a stall it asks every other

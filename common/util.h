@@ -10,7 +10,7 @@
 
 /* Print "error: <message>" (printf-style) and exit(1). */
 void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-/* How die() reports and ends a run of many ranks (parallel/launch.c sets it):
+/* How die() reports and ends a run of many ranks (comm/launch.c sets it):
  * rank and world for a "[rank r/N]" prefix; with rank0_only, an error every
  * rank meets alike (a bad config) is printed by rank 0 alone while the others
  * wait a moment and exit quietly; end (MPI_Abort) replaces exit(1), so every

@@ -1,6 +1,6 @@
-/* parallel/doctor.c — `build/train doctor`: its options, the order of its
+/* doctor/doctor.c — `build/train doctor`: its options, the order of its
  * sections, the init of every rank under a timeout, and the verdict
- * (parallel/doctor.h). */
+ * (doctor/doctor.h). */
 #include "doctor.h"
 #include "../comm/comm_impl.h"
 #include "../comm/launch.h"

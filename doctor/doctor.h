@@ -1,4 +1,4 @@
-/* parallel/doctor.h — `build/train doctor`: find why NCCL or MPI would fail
+/* doctor/doctor.h — `build/train doctor`: find why NCCL or MPI would fail
  * before training does.
  *
  * The idea: every rank the launcher started (one, mpirun -np N, or --nproc=N)
@@ -6,7 +6,7 @@
  * how they are linked — and tries what training will do: reach rank 0's
  * bootstrap port over TCP (the "no route to host" case), join all ranks under
  * a timeout, and move bytes with the very collectives training uses (the comm
- * API of parallel/comm.h), 8 B up to 1 GiB. Rank 0 prints one report: each
+ * API of comm/comm.h), 8 B up to 1 GiB. Rank 0 prints one report: each
  * finding with its meaning, warnings for risky settings, the bandwidth in
  * nccl-tests' terms beside each link's nominal rate, a verdict line per pair
  * of ranks, and the count of problems (exit 1 when there is any). Without a

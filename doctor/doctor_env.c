@@ -1,5 +1,5 @@
-/* parallel/doctor_env.c — the doctor's versions and environment sections
- * (parallel/doctor.h).
+/* doctor/doctor_env.c — the doctor's versions and environment sections
+ * (doctor/doctor.h).
  *
  * The idea: what each rank loaded (MPI, the CUDA runtime against what the
  * driver supports, NCCL against the one llm3d was built with) must fit

@@ -1,5 +1,5 @@
-/* parallel/doctor_gpu.c — the doctor's GPU section: the GPUs of a host and
- * how each pair is linked, as `nvidia-smi topo -m` shows it (parallel/doctor.h).
+/* doctor/doctor_gpu.c — the doctor's GPU section: the GPUs of a host and
+ * how each pair is linked, as `nvidia-smi topo -m` shows it (doctor/doctor.h).
  *
  * The idea: NVML (libnvidia-ml, part of the driver) knows the links. It is
  * opened with dlopen at run time, so build/train builds without the driver's

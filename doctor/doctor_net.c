@@ -1,5 +1,5 @@
-/* parallel/doctor_net.c — the doctor's hosts and network section
- * (parallel/doctor.h).
+/* doctor/doctor_net.c — the doctor's hosts and network section
+ * (doctor/doctor.h).
  *
  * The idea: NCCL's bootstrap has every rank open a TCP connection to rank 0
  * on the address of the interface NCCL picks (NCCL_SOCKET_IFNAME, else ib*,

@@ -1,5 +1,5 @@
-/* parallel/doctor_sweep.c — the doctor's bandwidth sweep and its verdicts
- * (parallel/doctor.h).
+/* doctor/doctor_sweep.c — the doctor's bandwidth sweep and its verdicts
+ * (doctor/doctor.h).
  *
  * The idea: measure what training uses, the way nccl-tests reports it. Every
  * operation goes through the comm API (comm_allreduce_start, comm_reduce_

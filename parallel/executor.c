@@ -54,7 +54,7 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
     e->n_log = 0;
     for (int i = 0; i < n;) {
         const Action *a = &actions[i];
-        if (a->kind <= ACT_RECV_GRAD) flight_set_micro_batch(a->mb);   /* the micro-batch a stall names (parallel/flight.h) */
+        if (a->kind <= ACT_RECV_GRAD) flight_set_micro_batch(a->mb);   /* the micro-batch a stall names (comm/flight.h) */
         be->event_record(ev[2 * i]);
         int used = 1;
         switch (a->kind) {

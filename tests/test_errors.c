@@ -52,9 +52,9 @@ int main(void) {
     expect("[node7:1234] PMIX ERROR: pmix_init failed", "orte_init failed");
     /* the detail (ncclGetLastError) picks the row, not the generic words */
     char buf[4096];
-    error_format(buf, sizeof buf, "parallel/comm_nccl.c", 99, "ncclCommInitRank(...)", "unhandled system error (run with NCCL_DEBUG=INFO for details)",
+    error_format(buf, sizeof buf, "comm/comm_nccl.c", 99, "ncclCommInitRank(...)", "unhandled system error (run with NCCL_DEBUG=INFO for details)",
                  "socketStartConnect: Connect to 10.1.0.2<45533> failed : No route to host", "generic hint");
-    CHECK(strstr(buf, "parallel/comm_nccl.c:99: ncclCommInitRank(...) failed: unhandled system error") && strstr(buf, "detail: socketStartConnect")
+    CHECK(strstr(buf, "comm/comm_nccl.c:99: ncclCommInitRank(...) failed: unhandled system error") && strstr(buf, "detail: socketStartConnect")
               && strstr(buf, "NCCL_SOCKET_IFNAME") && !strstr(buf, "generic hint"),
           "the detail's row wins:\n%s", buf);
     error_format(buf, sizeof buf, "kernels/cuda/x.cu", 7, "cudaMemcpy(...)", "an illegal memory access was encountered", NULL, "run compute-sanitizer");
@@ -69,7 +69,7 @@ int main(void) {
     if (pid == 0) {
         dup2(fd[1], 2);
         close(fd[0]);
-        error_fail("parallel/comm_nccl.c", 123, "ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm, stream)",
+        error_fail("comm/comm_nccl.c", 123, "ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm, stream)",
                    "invalid usage (run with NCCL_DEBUG=WARN for details)", "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", NULL);
     }
     close(fd[1]);
@@ -81,7 +81,7 @@ int main(void) {
     int st = 0;
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "error_fail exits 1");
-    CHECK(!strncmp(out, "error: parallel/comm_nccl.c:123: ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm, stream) failed: invalid usage", 110)
+    CHECK(!strncmp(out, "error: comm/comm_nccl.c:123: ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, comm, stream) failed: invalid usage", 110)
               && strstr(out, "cause: two ranks of one NCCL communicator run on the same GPU") && strstr(out, "fix: one rank per GPU")
               && strstr(out, "--comm_backend=mpi") && strstr(out, "doctor: "),
           "error_fail prints file, line, the call, the raw error, then the cause, fix and doctor's view:\n%s", out);

@@ -363,7 +363,7 @@ int main(int argc, char **argv) {
     if (tp_only) setenv("LLM3D_TEST_ARGS", "--device=cuda --comm_backend=mpi", 1);
     const char *extra = getenv("LLM3D_TEST_ARGS");
     on_gpu = extra && strstr(extra, "--device=cuda");
-    /* the ranks of a run share the host's cores (parallel/launch.c) instead of each taking
+    /* the ranks of a run share the host's cores (comm/launch.c) instead of each taking
      * OMP_NUM_THREADS of them: 4 ranks x 2 spinning threads on 2 cores run ~10x slower */
     unsetenv("OMP_NUM_THREADS");
     make_data();
