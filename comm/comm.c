@@ -116,17 +116,16 @@ void comm_init_one(Comm *c) {
 void comm_attach(Comm *c, const Backend *be) {
     c->be = be;
     if (!c->impl) return;   /* one rank, no transport */
-    if (c->world_size == 1) { nccl_attach(c); return; }
-    mpi_attach(c);
-    if (c->transport == COMM_NCCL) nccl_attach(c);
-    else c->impl->device = &comm_mpi_transport;
+    if (c->world_size > 1) mpi_attach(c);   /* host values always go through MPI: it learns where device buffers live */
+    c->impl->device = c->transport == COMM_NCCL ? &comm_nccl_transport : &comm_mpi_transport;
+    if (c->impl->device->attach) c->impl->device->attach(c);
 }
 
 void comm_free(Comm *c) {
     watchdog_stop(c);
     if (c->impl) {
-        if (c->impl->nccl) nccl_free(c);
-        if (c->impl->mpi) mpi_free(c);
+        if (c->impl->device && c->impl->device->detach) c->impl->device->detach(c);
+        if (c->world_size > 1) mpi_free(c);   /* comm_init made MPI's communicators for every run of several ranks */
         free(c->impl);
     }
     memset(c, 0, sizeof *c);
@@ -273,4 +272,8 @@ void comm_barrier(const Comm *c, CommGroup g) {
     flight_end(id);
 }
 
-int comm_fault_hang(const Comm *c) { return c->transport == COMM_NCCL && c->impl && c->impl->nccl ? nccl_fault_hang(c) : 0; }
+int comm_fault_hang(const Comm *c) {
+    return c->impl && c->impl->device && c->impl->device->fault_hang ? c->impl->device->fault_hang(c) : 0;
+}
+
+int comm_nccl_built_in(void) { return nccl_built_in(); }

@@ -56,6 +56,8 @@ int comm_group_rank(const Comm *c, CommGroup g);
 int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int tp_rank);
 /* "mpi", "nccl" or "none". */
 const char *comm_transport_name(const Comm *c);
+/* 1 when this build has the NCCL transport. */
+int comm_nccl_built_in(void);
 
 /* ---- device buffers, blocking: done when they return (on a GPU: ordered before later work on the compute stream) */
 /* In-place sum of n values of dtype dt over the group. */

@@ -4,12 +4,27 @@
  * The idea: comm.c owns the grid and the cases every transport shares (a
  * group of one rank, comm_ablate); a transport only moves bytes over a group
  * of several ranks. MPI always exists when there are several ranks: it
- * carries host values and, when NCCL is not used, device buffers too. */
+ * carries host values and, when NCCL is not used, device buffers too.
+ *
+ * comm.c knows a device transport only through its table: it picks one
+ * (comm_mpi_transport or comm_nccl_transport), attaches it, calls it and
+ * detaches it, and never reads a transport's state (struct MpiState, struct
+ * NcclState), which only its own file sees. The one circle between files is
+ * the table's: comm.c names the tables and MPI's host functions declared
+ * here, and comm_mpi.c / comm_nccl.c fill them with functions that take
+ * comm.c's Comm and call back into comm.c (comm_group_size, comm_group_rank)
+ * and the flight recorder — a table of functions over a shared type cannot
+ * be had without it. The watchdog (watchdog.h) stands beside them: the
+ * transports ask it whether it runs and hand it their abort; it never calls
+ * a transport. */
 #pragma once
 #include "comm.h"
 
 typedef struct {
     const char *name;
+    void (*attach)(Comm *c);      /* make this transport's state for device buffers of c->be; NULL: nothing to make */
+    void (*detach)(Comm *c);      /* give back what attach made (comm_free); NULL: nothing */
+    int (*fault_hang)(const Comm *c);   /* comm_fault_hang; NULL: no stream to stop (returns 0) */
     void (*allreduce)(const Comm *c, CommGroup g, void *buf, size_t n, DType dt);
     void (*reduce_scatter)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
     void (*allgather)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
@@ -45,7 +60,4 @@ extern const CommTransport comm_mpi_transport;
 
 /* comm_nccl.c */
 int nccl_built_in(void);
-void nccl_attach(Comm *c);
-void nccl_free(Comm *c);
-int nccl_fault_hang(const Comm *c);        /* comm_fault_hang on the NCCL transport */
 extern const CommTransport comm_nccl_transport;

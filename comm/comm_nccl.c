@@ -66,17 +66,16 @@ static void flight_mark(const Comm *c, cudaStream_t st, int after) {
     if (after) flight_device(id, s->flight_start[k], s->flight_done[k]);
 }
 static void CUDART_CB wait_for_ever(void *arg) { (void)arg; for (;;) pause(); }
-int nccl_fault_hang(const Comm *c) {   /* the comm stream stops: what a collective waiting for a peer that never comes looks like */
+static int nccl_fault_hang(const Comm *c) {   /* the comm stream stops: what a collective waiting for a peer that never comes looks like */
     cudaOk(cudaLaunchHostFunc(c->impl->nccl->comm, wait_for_ever, NULL));
     return 1;
 }
 
 static ncclDataType_t nccl_type(DType dt) { return dt == DTYPE_FP32 ? ncclFloat32 : dt == DTYPE_BF16 ? ncclBfloat16 : ncclFloat16; }
 
-void nccl_attach(Comm *c) {
+static void nccl_attach(Comm *c) {
     struct NcclState *s = callocCheck(1, sizeof *s);
     c->impl->nccl = s;
-    c->impl->device = &comm_nccl_transport;
     s->compute = (cudaStream_t)c->be->stream;
     cudaOk(cudaStreamCreateWithFlags(&s->comm, cudaStreamNonBlocking));
     for (int i = 0; i < MAX_OPS; i++) {
@@ -102,7 +101,7 @@ void nccl_attach(Comm *c) {
     watchdog_on_abort(abort_all, s);
 }
 
-void nccl_free(Comm *c) {
+static void nccl_free(Comm *c) {
     struct NcclState *s = c->impl->nccl;
     watchdog_on_abort(NULL, NULL);
     flight_set_event_query(NULL);
@@ -255,7 +254,7 @@ static void nccl_p2p(const Comm *c, const CommP2P *ops, int n) {
 }
 
 const CommTransport comm_nccl_transport = {
-    .name = "nccl", .allreduce = nccl_allreduce, .reduce_scatter = nccl_reduce_scatter, .allgather = nccl_allgather,
+    .name = "nccl", .attach = nccl_attach, .detach = nccl_free, .fault_hang = nccl_fault_hang, .allreduce = nccl_allreduce, .reduce_scatter = nccl_reduce_scatter, .allgather = nccl_allgather,
     .allreduce_start = nccl_allreduce_start,
     .reduce_scatter_start = nccl_reduce_scatter_start, .allgather_start = nccl_allgather_start,
     .wait = nccl_wait, .progress = nccl_progress, .p2p = nccl_p2p, .stats = nccl_stats,
@@ -264,8 +263,6 @@ const CommTransport comm_nccl_transport = {
 #else   /* no NCCL in this build: MPI carries device buffers too */
 
 int nccl_built_in(void) { return 0; }
-int nccl_fault_hang(const Comm *c) { (void)c; return 0; }
-void nccl_attach(Comm *c) { (void)c; die("internal: NCCL asked for in a build without it"); }
-void nccl_free(Comm *c) { (void)c; }
-const CommTransport comm_nccl_transport = {.name = "nccl"};
+static void nccl_attach(Comm *c) { (void)c; die("internal: NCCL asked for in a build without it"); }
+const CommTransport comm_nccl_transport = {.name = "nccl", .attach = nccl_attach};
 #endif

@@ -2,7 +2,6 @@
  * sections, the init of every rank under a timeout, and the verdict
  * (doctor/doctor.h). */
 #include "doctor.h"
-#include "../comm/comm_impl.h"
 #include "../comm/launch.h"
 #include "../comm/watchdog.h"
 #include "../kernels/backend.h"
@@ -125,7 +124,7 @@ int doctor_main(int argc, char **argv) {
         die("doctor --device=cuda, but no GPU is visible here (no driver, CUDA_VISIBLE_DEVICES empty, or a build without CUDA)\n"
             "  hint: leave --device out: the doctor then checks the CPU sections and says so");
     int gpu = device == 1 || (device == -1 && gpus > 0);
-    if (gpu && li->world == 1 && backend == COMM_AUTO && nccl_built_in()) backend = COMM_NCCL;   /* one rank: a NCCL communicator of one */
+    if (gpu && li->world == 1 && backend == COMM_AUTO && comm_nccl_built_in()) backend = COMM_NCCL;   /* one rank: a NCCL communicator of one */
     Comm c;
     comm_init(&c, li->world, 1, 1, backend, gpu);
     launch_errors_rank0_only(0);
