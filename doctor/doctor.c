@@ -6,7 +6,6 @@
 #include "../comm/watchdog.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,17 +21,6 @@ static const char *usage =
     "  Exit 1 when it finds a problem.\n";
 
 static int lead;
-
-static void say(DoctorTally *t, int problem, const char *fmt, va_list ap) {
-    if (!lead) return;
-    printf("  %s: ", problem ? "PROBLEM" : "warning");
-    vprintf(fmt, ap);
-    printf("\n");
-    if (problem) t->problems++;
-    else t->warnings++;
-}
-void doctor_problem(DoctorTally *t, const char *fmt, ...) { va_list ap; va_start(ap, fmt); say(t, 1, fmt, ap); va_end(ap); }
-void doctor_warning(DoctorTally *t, const char *fmt, ...) { va_list ap; va_start(ap, fmt); say(t, 0, fmt, ap); va_end(ap); }
 
 /* /proc/meminfo's MemAvailable in bytes; 0 if unknown */
 static double host_available(void) {
@@ -131,7 +119,7 @@ int doctor_main(int argc, char **argv) {
     c.timeout_s = timeout;
     DoctorHost *hosts = callocCheck(c.world_size, sizeof(DoctorHost));
     int n_hosts = doctor_hosts(&c, hosts);
-    DoctorTally tally = {0};
+    DoctorTally tally = {.lead = lead};
     if (lead) {
         printf("doctor | %d rank(s) on %d host(s) | ", c.world_size, n_hosts);
         if (gpu) printf("device cuda, %d GPU(s) visible to rank 0", gpus);

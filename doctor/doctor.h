@@ -14,22 +14,18 @@
  * sweep then runs over MPI between CPU ranks.
  *
  * The report's pieces, one file each: doctor.c (options, order, the init),
+ * tally.c (each finding printed and counted, for every section),
  * doctor_env.c (versions and environment), doctor_net.c (hosts, interfaces,
  * reaching rank 0), doctor_gpu.c (GPUs and links through NVML, loaded at run
  * time so the binary runs where there is no driver), doctor_sweep.c (the
  * bandwidth sweep and the pairs). */
 #pragma once
 #include "../comm/comm.h"
+#include "tally.h"
 
 int doctor_main(int argc, char **argv);
 
-/* ---- shared by the doctor's files ---- */
-typedef struct {
-    int problems, warnings;
-} DoctorTally;
-/* Rank 0 prints "  problem: ..." or "  warning: ..." and counts it (printf-style). */
-void doctor_problem(DoctorTally *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void doctor_warning(DoctorTally *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ---- shared by the doctor's files: the tally (doctor/tally.h), and what each section gives the others ---- */
 
 /* What connects two ranks, and how fast it should be (GB/s each way; 0: unknown). */
 typedef enum { LINK_SELF, LINK_SAME_GPU, LINK_NVLINK, LINK_NVSWITCH, LINK_PIX, LINK_PXB, LINK_PHB, LINK_NODE, LINK_SYS,
