@@ -105,13 +105,12 @@ int checkpoint_inspect_main(int argc, char **argv) {
     return checkpoint_inspect(path, stdout);
 }
 
-void checkpoint_load_model(const char *dir, Model *m, Comm *comm, int T) {
+void checkpoint_load_model(const char *dir, Model *m, int T) {
     ModelConfig mc;
     char err[2048];
-    comm_init_one(comm);
     if (has_file(dir, "config.json")) {
         if (hf_read_config(dir, &mc, err, sizeof err) != 0) die("%s", err);
-        model_create(m, &mc, backend_cpu(), comm, NULL, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
+        model_create(m, &mc, backend_cpu(), NULL, NULL, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
         if (hf_load_weights(dir, m, err, sizeof err) != 0) die("%s", err);
         return;
     }
@@ -121,7 +120,7 @@ void checkpoint_load_model(const char *dir, Model *m, Comm *comm, int T) {
     CkptReader r;
     if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
-    model_create(m, &mc, backend_cpu(), comm, NULL, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
+    model_create(m, &mc, backend_cpu(), NULL, NULL, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
     checkpoint_load_weights(path, m, r.config_text);
     ckpt_close(&r);
 }
@@ -146,8 +145,7 @@ int checkpoint_logits_main(int argc, char **argv) {
     }
     if (T == 0) die("logits: --ids is empty");
     Model m;
-    Comm comm;
-    checkpoint_load_model(dir, &m, &comm, T);
+    checkpoint_load_model(dir, &m, T);
     for (int t = 0; t < T; t++)
         if (ids[t] >= m.cfg.vocab_size) die("logits: token id %d is not below vocab_size %d", ids[t], m.cfg.vocab_size);
     size_t n = (size_t)T * m.V;

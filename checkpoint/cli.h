@@ -20,4 +20,4 @@ int checkpoint_inspect_main(int argc, char **argv);
 int checkpoint_logits_main(int argc, char **argv);
 /* A one-sequence CPU model (micro-batch 1 x T; T = 0: the model's seq_len) with
  * the weights of a Hugging Face folder, a checkpoint folder or a run_dir's newest. */
-void checkpoint_load_model(const char *dir, Model *m, Comm *comm, int T);
+void checkpoint_load_model(const char *dir, Model *m, int T);

@@ -47,6 +47,8 @@ typedef struct {
 void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cuda);
 /* The one-rank grid, whatever launched this process: for tools and tests that run one model alone. */
 void comm_init_one(Comm *c);
+/* The same grid, shared and read-only: what a model created with no Comm uses (model_create). */
+const Comm *comm_one(void);
 /* Create the transport's communicators and buffers for device memory of be. */
 void comm_attach(Comm *c, const struct Backend *be);
 void comm_free(Comm *c);

@@ -258,7 +258,7 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->recompute = recompute;
     m->cfg = *cfg;
     m->be = be;
-    m->comm = comm;
+    m->comm = comm ? comm : comm_one();   /* a model alone needs no grid of its own */
     int tp = p->tp;
     char err[512];
     if (model_check_tp(cfg, tp, err, sizeof err) != 0) die("%s", err);

@@ -169,7 +169,8 @@ typedef struct {
 ModelPart model_part_whole(const ModelConfig *cfg);
 /* Build the layout for this rank and allocate everything on the backend: the
  * part's parameters, and its slots' activations for micro-batches up to B x T
- * under the given RECOMPUTE_* mode. part NULL: the whole model, one slot. */
+ * under the given RECOMPUTE_* mode. part NULL: the whole model, one slot.
+ * comm NULL: the one-rank grid (comm_one), for a model that runs alone. */
 void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, const ModelPart *part, int B, int T,
                   int recompute);
 /* The layout alone — tensor table, units, n_params, act_bytes — with nothing

@@ -119,8 +119,7 @@ int sample_main(int argc, char **argv) {
         die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
     Tokenizer *tok = tokenizer_load(tok_path);
     Model m;
-    Comm comm;
-    checkpoint_load_model(model, &m, &comm, 0);
+    checkpoint_load_model(model, &m, 0);
     if (tokenizer_vocab_size(tok) > m.V)
         die("sample: the vocabulary '%s' has %d tokens but the model only %d: it is not the one the model was trained with",
             tok_path, tokenizer_vocab_size(tok), m.V);
