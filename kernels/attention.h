@@ -12,6 +12,7 @@
  * memory still in use fails its tests. */
 #pragma once
 #include <stddef.h>
+#include "dtype.h"
 typedef void AttentionForward(void *out /* (B,T,NH*HD) */, float *lse /* (B,NH,T) */,
                               const void *qkv /* (B,T,(NH+2*NKV)*HD) */, int B, int T, int NH, int NKV, int HD);
 typedef void AttentionBackward(void *dqkv /* (B,T,(NH+2*NKV)*HD) */, const void *dout /* (B,T,NH*HD) */,
@@ -34,6 +35,16 @@ static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap
     if (per_seq > cap) return 0;
     size_t all = (size_t)B * per_seq, slices = all / cap + (all % cap != 0);   /* (no all + cap - 1: cap may be SIZE_MAX) */
     return ((size_t)B + slices - 1) / slices * per_seq;   /* sequences a slice, times their bytes */
+}
+
+/* What the CUDA backward takes beyond its arguments for a (B,T,NH,HD) batch in activation dtype act — the op's own
+ * answer, which the memory plan asks instead of knowing the kernels: the row sums Dsum (B,NH,T) fp32, in a scratch of
+ * the backend's own, and the dS tiles at ATTENTION_DS_CAP (bf16/fp16; 0 where none fit), in the caller's lent work
+ * when it holds them, else in a scratch of the backend's own too. */
+typedef struct { size_t row_sums, ds_tiles; } AttentionScratch;
+static inline AttentionScratch attention_backward_scratch(int B, int T, int NH, int HD, DType act) {
+    AttentionScratch s = {(size_t)B * NH * T * sizeof(float), act != DTYPE_FP32 ? attention_ds_bytes(B, T, NH, HD, ATTENTION_DS_CAP) : 0};
+    return s;
 }
 
 /* Generation with a KV cache: T new tokens at positions pos0 .. pos0+T-1.

@@ -34,9 +34,9 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     p.activations = m.act_bytes;
     if (be->workspace_bytes) {   /* the CUDA kernels' scratch: attention's per-query statistics and dS tiles, the embedding backward's sort */
         size_t N = (size_t)batch_size * c->seq_len;
-        p.workspace = be->workspace_bytes + (size_t)batch_size * m.NH * c->seq_len * 4 + N * 16;
-        size_t tiles = be->act != DTYPE_FP32 ? attention_ds_bytes(batch_size, c->seq_len, m.NH, m.HD, ATTENTION_DS_CAP) : 0;
-        if (tiles > model_attention_work_bytes(&m, batch_size, c->seq_len)) p.workspace += tiles;   /* more than the model lends */
+        AttentionScratch a = attention_backward_scratch(batch_size, c->seq_len, m.NH, m.HD, be->act);
+        p.workspace = be->workspace_bytes + a.row_sums + N * 16;
+        if (a.ds_tiles > model_attention_work_bytes(&m, batch_size, c->seq_len)) p.workspace += a.ds_tiles;   /* more than the model lends */
     }
     p.total = p.master + p.compute + p.grads + p.optimizer + p.shards + p.activations + p.workspace;
     model_plan_free(&m);
