@@ -91,6 +91,8 @@ const Backend *backend_cpu_emulated(DType act);
  * when this build has no CUDA, or there is no usable GPU. */
 const Backend *backend_cuda(DType act);
 /* GPUs this process sees (0 without CUDA or a driver), and the one the CUDA
- * backend will run on: call before backend_cuda (a rank takes its local rank's GPU). */
+ * backend will run on: call before backend_cuda (a rank takes its local rank's GPU).
+ * Defined in kernels/cuda/backend_cuda.cu, or kernels/backend_cpu.c in a build
+ * without CUDA; comm/ and train/ reach them through this header only. */
 int backend_cuda_device_count(void);
 void backend_cuda_use_device(int ordinal);
