@@ -2,6 +2,9 @@
 # tests/test_report.sh — "why isn't my speedup linear", on CPU ranks:
 #   - the step-time split of every logged step sums to the step (within 2%);
 #   - a rank made slow on purpose (fault=slow) is named, with data loading as the cause;
+#   - tensor parallel with sequence parallel (tp=2, all its communication the
+#     blocking reduce-scatters and all-gathers inside the model) books that
+#     communication as exposed, not as compute;
 #   - the measured pipeline bubble orders as its formula: m=2 above m=8 (pp=2,
 #     one core a stage; m=2 is 33% by the formula, m=8 11%);
 #   - `plan` predicts the memory the training run itself plans, layout by layout;
@@ -28,6 +31,17 @@ sums=$(grep '"compute_ms"' "$dir/slow.jsonl" | awk -F'[:,]' '{
     h = v[" \"host_ms\""] + 0; if (d > 0.02 * t || h < -0.02 * t || h > 0.5 * t) bad++; n++ } END { print n, bad + 0 }')
 check '[ "${sums#* }" = 0 ] && [ "${sums% *}" -ge 4 ]' \
       "the split of each logged step sums to its time within 2%, the measured pieces covering at least half of it (steps, off: $sums)"
+
+# tp=2 with sequence parallel over MPI: every collective is a blocking reduce-scatter or all-gather inside the
+# forward and backward, so nearly all of the busy communication time is exposed (it used to be booked as compute)
+timeout 120 mpirun -np 2 "$BUILD"/train $tiny --tp=2 --sequence_parallel=1 --total_batch_tokens=32 --max_steps=3 \
+    --log_jsonl="$dir/sp.jsonl" > "$dir/sp.log" 2>&1; rc=$?
+sp=$(grep '"comm_exposed_ms"' "$dir/sp.jsonl" | awk -F'[:,]' '{
+    for (i = 1; i < NF; i++) v[$i] = $(i + 1)
+    e = v[" \"comm_exposed_ms\""] + 0; b = v[" \"comm_busy_ms\""] + 0
+    if (!(e > 0 && b > 0 && e >= 0.5 * b)) bad++; n++ } END { print n + 0, bad + 0 }')
+check '[ $rc -eq 0 ] && [ "${sp% *}" -eq 3 ] && [ "${sp#* }" = 0 ]' \
+      "tp=2 sequence_parallel=1: each step's exposed communication is above zero and at least half of the busy time (steps, off: $sp): $(grep '^split' "$dir/sp.log" | tail -1)"
 
 # the bubble orders as the formula
 pipe="--train_data=$dir/data/train_*.bin --val_data= --dim=256 --n_layers=4 --n_heads=4 --n_kv_heads=2 --ffn_dim=512 --seq_len=64
