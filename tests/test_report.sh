@@ -11,7 +11,7 @@
 #     a model that fits no layout is refused with the closest one and by how much;
 #   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture;
 #     more ranks than GPUs under NCCL is refused;
-#   - `plot` draws a run's log and refuses a file that is not one.
+#   - `plot` draws a run's log, leaves no scratch file behind, and refuses a file that is not one.
 source "$(dirname "$0")/ranks.sh"
 "$BUILD"/train prepare --input=tests/data/sotu_sample.txt --out="$dir/data" --train-vocab=300 >/dev/null 2>&1
 tiny="--train_data=$dir/data/train_*.bin --val_data= --dim=32 --n_layers=4 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16
@@ -77,15 +77,22 @@ check 'grep -q "^why   | 4 ranks" "$dir/scale.log" && grep -q "^loss  |" "$dir/s
 "$BUILD"/train scale --ranks=1,2 --device=cuda --comm_backend=nccl $tiny > "$dir/nccl.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "rank(s) with comm_backend=nccl need [12] GPUs, and this machine has 0" "$dir/nccl.log"' "more NCCL ranks than GPUs refused: $(head -2 "$dir/nccl.log")"
 
-# plot
-"$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/slow.png" > "$dir/plot.log" 2>&1; rc=$?
+# plot: the PNG and nothing beside it (its tables and script are scratch, in a folder of its own under $TMPDIR, removed)
+mkdir -p "$dir/tmp"
+TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/slow.png" > "$dir/plot.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && [ -s "$dir/slow.png" ] && grep -q "step-time split" "$dir/plot.log"' "plot draws a run's log: $(cat "$dir/plot.log")"
-# each curve is a table of its own (a line through rows of other curves would break at every one of them)
-check '[ "$(wc -l < "$dir/slow.png.split.dat")" -eq "$(grep -c compute_ms "$dir/slow.jsonl")" ] && [ "$(wc -l < "$dir/slow.png.eval.dat")" -eq "$(grep -c val_loss "$dir/slow.jsonl")" ]' \
-      "plot's tables hold every split and every evaluation of the log"
+check '[ "$(ls "$dir" | grep -c "^slow\.png")" -eq 1 ] && [ -z "$(ls -A "$dir/tmp")" ]' \
+      "plot leaves no scratch file beside the PNG nor in TMPDIR: $(ls "$dir" | grep "^slow\.png" | tr '\n' ' ') $(ls -A "$dir/tmp")"
+# --keep=1: each curve is a table of its own (a line through rows of other curves would break at every one of them)
+TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/slow.png" --keep=1 > "$dir/plot.log" 2>&1; rc=$?
+kept=$(sed -n 's/^plot  | kept the tables and the gnuplot script in \(.*\) (--keep=1)$/\1/p' "$dir/plot.log")
+check '[ $rc -eq 0 ] && [ -n "$kept" ] && [ "$(wc -l < "$kept/split.dat")" -eq "$(grep -c compute_ms "$dir/slow.jsonl")" ] && [ "$(wc -l < "$kept/eval.dat")" -eq "$(grep -c val_loss "$dir/slow.jsonl")" ]' \
+      "plot --keep=1 keeps its tables, which hold every split and every evaluation of the log: $(cat "$dir/plot.log")"
 printf '{"hello": 1}\n' > "$dir/other.jsonl"
-"$BUILD"/train plot "$dir/other.jsonl" > "$dir/plot2.log" 2>&1; rc=$?
-check '[ $rc -ne 0 ] && grep -q "not an llm3d log" "$dir/plot2.log"' "a JSONL that is not llm3d's is refused: $(cat "$dir/plot2.log")"
+rm -rf "$dir/tmp"/llm3d_plot.*
+TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/other.jsonl" > "$dir/plot2.log" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "not an llm3d log" "$dir/plot2.log" && [ -z "$(ls -A "$dir/tmp")" ]' \
+      "a JSONL that is not llm3d's is refused, and its scratch folder removed: $(cat "$dir/plot2.log")"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
