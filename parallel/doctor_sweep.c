@@ -138,7 +138,7 @@ void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, Docto
     if (lead) {
         size_text(max, sz, sizeof sz);
         printf("\nbandwidth sweep: %d rank(s) through %s, fp32 sums, 8 B to %s (--max_bytes, memory) while the next size fits in %.0f s\n"
-               "  (--sweep_seconds); each operation's deadline: --timeout=%.0f s plus ten times what the size before took\n"
+               "  (--sweep_seconds); each operation's deadline: --timeout=%g s plus ten times what the size before took\n"
                "  time per operation, then %s in GB/s: algbw = bytes / time; busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n\n"
                "  (reduce-scatter, all-gather), x 1 (send/recv), as nccl-tests reports them\n",
                n, comm_transport_name(c), sz, o->seconds, c->timeout_s, n > 1 ? "busbw" : "algbw (one rank: nothing crosses a link, busbw is 0)");

@@ -221,7 +221,7 @@ static void stall(const FlightOp *op) {
     int others = 0;
     for (int k = 0; k < n; k++) others += m[k] != me;
     if (wd.use_mpi && others && arrived_n == others)   /* nobody missing: the operation is slow, not stalled */
-        len += snprintf(msg + len, size - len, "  every rank of it arrived, so none is missing: the operation itself is slow (%s in over %.0f s) "
+        len += snprintf(msg + len, size - len, "  every rank of it arrived, so none is missing: the operation itself is slow (%s in over %.3g s) "
                                                 "- a loaded host or slow links; give it a longer deadline (comm_timeout_s, the doctor's --timeout)\n",
                         bytes, op->deadline_s);
     char why[300];
