@@ -137,7 +137,7 @@ void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, Docto
     char sz[32], name[16];
     if (lead) {
         size_text(max, sz, sizeof sz);
-        printf("\nbandwidth sweep: %d rank(s) through %s, fp32 sums, 8 B to %s (--max_bytes, memory) while the next size fits in %.0f s\n"
+        printf("\nbandwidth sweep: %d rank(s) through %s, fp32 sums, 8 B to %s (--max_bytes, memory) while the next size fits in %g s\n"
                "  (--sweep_seconds); each operation's deadline: --timeout=%g s plus ten times what the size before took\n"
                "  time per operation, then %s in GB/s: algbw = bytes / time; busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n\n"
                "  (reduce-scatter, all-gather), x 1 (send/recv), as nccl-tests reports them\n",
@@ -178,7 +178,7 @@ void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, Docto
     if (lead && stopped) {
         char next[32];
         size_text(stopped * 2, next, sizeof next);
-        printf("  (stopped after %s: %.1f s spent, and %s would take about %.1f s more, past --sweep_seconds=%.0f;\n"
+        printf("  (stopped after %s: %.1f s spent, and %s would take about %.1f s more, past --sweep_seconds=%g;\n"
                "   a larger --sweep_seconds measures further)\n", sz, spent, next, next_s, o->seconds);
     }
     if (lead) {   /* the slowest link between neighbours bounds a ring */
