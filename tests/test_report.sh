@@ -90,6 +90,9 @@ check '[ $rc -eq 0 ] && [ -n "$kept" ] && [ "$(wc -l < "$kept/split.dat")" -eq "
       "plot --keep=1 keeps its tables, which hold every split and every evaluation of the log: $(cat "$dir/plot.log")"
 printf '{"hello": 1}\n' > "$dir/other.jsonl"
 rm -rf "$dir/tmp"/llm3d_plot.*
+TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/no/such/folder/x.png" > "$dir/plot3.log" 2>&1; rc=$?
+check '[ $rc -eq 1 ] && grep -q "^error: plot: gnuplot could not draw $dir/no/such/folder/x.png; it said:" "$dir/plot3.log" && [ -z "$(ls -A "$dir/tmp")" ]' \
+      "a picture gnuplot cannot write fails with gnuplot's own words, and no scratch left: $(head -3 "$dir/plot3.log")"
 TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/other.jsonl" > "$dir/plot2.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "not an llm3d log" "$dir/plot2.log" && [ -z "$(ls -A "$dir/tmp")" ]' \
       "a JSONL that is not llm3d's is refused, and its scratch folder removed: $(cat "$dir/plot2.log")"

@@ -106,8 +106,10 @@ int plot_main(int argc, char **argv) {
                    "'' using 1:5 with lines title 'optimizer', '' using 1:6 with lines title 'data', '' using 1:7 with lines title 'host'\n", split_path);
     fprintf(g, "unset multiplot\n");
     fclose(g);
+    if (keep) printf("plot  | kept the tables and the gnuplot script in %s (--keep=1)\n", scratch_dir);
     if (system("command -v gnuplot >/dev/null 2>&1") != 0)
-        die("plot: gnuplot is not installed (apt-get install gnuplot-nox; scripts/setup.sh installs it)");
+        die("plot: gnuplot is not installed (apt-get install gnuplot-nox; scripts/setup.sh installs it)%s",
+            keep ? "" : "\n  hint: --keep=1 keeps the tables and the script, to draw them where gnuplot is");
     char cmd[2600];
     snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>'%s'", script, scratch[F_LOG]);
     if (system(cmd) != 0) {
@@ -119,6 +121,5 @@ int plot_main(int argc, char **argv) {
         die("plot: gnuplot could not draw %s; it said:\n%s", png, msg);
     }
     printf("plot  | %s (%d steps, %d evaluations%s)\n", png, steps, evals, split ? ", step-time split" : "");
-    if (keep) printf("plot  | kept the tables and the gnuplot script in %s (--keep=1)\n", scratch_dir);
     return 0;
 }
