@@ -218,6 +218,12 @@ static void stall(const FlightOp *op) {
             if (m[k] != me && got[k] && arrived(&ans[k], op) && shown++ < 32) len += snprintf(msg + len, size - len, " %d", m[k]);
         len += snprintf(msg + len, size - len, "%s\n", arrived_n > 32 ? " ..." : "");
     }
+    int others = 0;
+    for (int k = 0; k < n; k++) others += m[k] != me;
+    if (wd.use_mpi && others && arrived_n == others)   /* nobody missing: the operation is slow, not stalled */
+        len += snprintf(msg + len, size - len, "  every rank of it arrived, so none is missing: the operation itself is slow (%s in over %.3g s) "
+                                                "- a loaded host or slow links; give it a longer deadline (comm_timeout_s, the doctor's --timeout)\n",
+                        bytes, op->deadline_s);
     char why[300];
     snprintf(why, sizeof why, "the watchdog: %s at step %d did not complete within %.0f s", op->op, op->step, op->deadline_s);
     len += dump(msg + len, size - len, why);

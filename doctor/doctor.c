@@ -11,11 +11,12 @@
 
 static const char *usage =
     "usage: build/train doctor [--device=auto|cpu|cuda] [--comm_backend=auto|nccl|mpi] [--timeout=10]\n"
-    "                          [--max_bytes=1G] [--sweep_seconds=60] [--sweep=1] [--pairs=1] [--nproc=N]\n"
+    "                          [--max_bytes=1G] [--sweep_seconds=20] [--sweep=1] [--pairs=1] [--nproc=N]\n"
     "  finds, before training, what would make NCCL or MPI fail or crawl: versions, NCCL_* variables, hosts\n"
     "  and interfaces and whether every rank reaches rank 0's bootstrap port, GPUs and their links, an init\n"
     "  of every rank under --timeout seconds, and a sweep of the collectives training uses (8 B up to\n"
-    "  --max_bytes, within --sweep_seconds) with a verdict per link and per pair of ranks.\n"
+    "  --max_bytes, growing while the next size fits in --sweep_seconds; a slow size is measured, not cut\n"
+    "  off: its deadline grows with its bytes) with a verdict per link and per pair of ranks.\n"
     "  Run it the way training runs: alone, under mpirun -np N (across hosts too), or with --nproc=N.\n"
     "  Without a GPU (or with --device=cpu) the GPU sections are skipped and the sweep runs over MPI.\n"
     "  Exit 1 when it finds a problem.\n";
@@ -82,7 +83,7 @@ int doctor_main(int argc, char **argv) {
     launch_errors_rank0_only(1);   /* bad options are the same on every rank */
     int device = -1, backend = COMM_AUTO, do_sweep = 1;
     double timeout = 10;
-    SweepOptions so = {(size_t)1 << 30, 60, 1};
+    SweepOptions so = {(size_t)1 << 30, 20, 1};   /* 20 s: a GPU sweep to 1 GiB takes a few; CPU ranks stop where the time runs out */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { if (lead) printf("%s", usage); return 0; }

@@ -69,4 +69,5 @@ typedef struct {
     int pairs;                  /* also measure each pair of ranks */
 } SweepOptions;
 /* links[i * world + j]: what connects ranks i and j (the same on every rank). */
-void doctor_sweep(const Comm *c, const DoctorLink *links, const SweepOptions *o, DoctorTally *t);
+/* Sets c->timeout_s per operation while it runs (scaled with the bytes), and puts it back. */
+void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, DoctorTally *t);

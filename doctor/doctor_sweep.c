@@ -13,7 +13,15 @@
  * beside the nominal rate of the links between the ranks (doctor_gpu.c,
  * doctor_net.c). Every rank runs the same number of iterations: each count is
  * taken from the slowest rank's warm-up time (comm_max). Then each pair of
- * ranks exchanges one large message both ways alone, for a verdict per pair. */
+ * ranks exchanges one large message both ways alone, for a verdict per pair.
+ *
+ * Time: the sizes grow while the measured time allows — a row takes about
+ * twice the one before it (twice the bytes), so the sweep stops, and says so,
+ * before a row that would pass --sweep_seconds. And slow is not stalled: each
+ * operation's deadline is --timeout plus ten times what the previous size took,
+ * scaled to its bytes, so a 1 GiB all-reduce between CPU ranks on a loaded
+ * host is measured, not ended by the watchdog. A row is printed whole, so no
+ * message (stderr) ever lands inside one. */
 #include "doctor.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
@@ -112,7 +120,10 @@ static void pairs(const Comm *c, const DoctorLink *links, void *a, void *b, size
     if (lead && count) doctor_warning(t, "%d pair(s) reach under a quarter of their link's nominal rate: see the pairs above", count);
 }
 
-void doctor_sweep(const Comm *c, const DoctorLink *links, const SweepOptions *o, DoctorTally *t) {
+/* The seconds an operation of real bytes should take, from the last size measured (0: none yet). */
+static double expected(double last_secs, size_t last_bytes, size_t real) { return last_bytes ? last_secs * real / last_bytes : 0; }
+
+void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, DoctorTally *t) {
     int n = c->world_size, lead = c->rank == 0;
     if (n == 1 && !c->impl) {
         if (lead) printf("\nbandwidth sweep: one rank and no transport, so nothing to measure; run it under mpirun -np 2 (or --nproc=2)%s\n",
@@ -126,37 +137,49 @@ void doctor_sweep(const Comm *c, const DoctorLink *links, const SweepOptions *o,
     char sz[32], name[16];
     if (lead) {
         size_text(max, sz, sizeof sz);
-        printf("\nbandwidth sweep: %d rank(s) through %s, fp32 sums, 8 B to %s (--max_bytes, memory), at most %.0f s (--sweep_seconds)\n"
+        printf("\nbandwidth sweep: %d rank(s) through %s, fp32 sums, 8 B to %s (--max_bytes, memory) while the next size fits in %g s\n"
+               "  (--sweep_seconds); each operation's deadline: --timeout=%g s plus ten times what the size before took\n"
                "  time per operation, then %s in GB/s: algbw = bytes / time; busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n\n"
                "  (reduce-scatter, all-gather), x 1 (send/recv), as nccl-tests reports them\n",
-               n, comm_transport_name(c), sz, o->seconds, n > 1 ? "busbw" : "algbw (one rank: nothing crosses a link, busbw is 0)");
+               n, comm_transport_name(c), sz, o->seconds, c->timeout_s, n > 1 ? "busbw" : "algbw (one rank: nothing crosses a link, busbw is 0)");
         printf("  %9s", "bytes");
         for (int k = 0; k < N_OPS; k++) printf(" | %-22s", op_names[k]);
         printf("\n");
     }
-    double best[N_OPS] = {0}, t_start = now_seconds();
-    size_t stopped = 0;
+    double best[N_OPS] = {0}, last_secs[N_OPS] = {0}, t_start = now_seconds(), base_timeout = c->timeout_s, next_s = 0, spent = 0;
+    size_t last_real[N_OPS] = {0}, stopped = 0;
+    char row[256];
     for (size_t bytes = 8; bytes <= max; bytes *= 2) {
-        if (lead) { size_text(bytes, sz, sizeof sz); printf("  %9s", sz); }
+        double t_row = now_seconds();
+        size_text(bytes, sz, sizeof sz);
+        int len = snprintf(row, sizeof row, "  %9s", sz);
         for (int k = 0; k < N_OPS; k++) {
             size_t real = real_bytes((Op)k, bytes, n);
-            if (!real) { if (lead) printf(" | %-22s", "-"); continue; }
+            if (!real) { len += snprintf(row + len, sizeof row - len, " | %-22s", "-"); continue; }
+            c->timeout_s = base_timeout + 10 * expected(last_secs[k], last_real[k], real);   /* slow is not stalled */
             double warm = timed(c, (Op)k, a, b, real, counts, 1);
             int iters = warm > 0 ? (int)(0.05 / warm) : 20;
             iters = iters < 1 ? 1 : iters > 20 ? 20 : iters;
             double secs = timed(c, (Op)k, a, b, real, counts, iters);
+            last_secs[k] = secs > warm ? secs : warm;
+            last_real[k] = real;
             double alg = real / secs / 1e9, shown = n > 1 ? alg * bus_factor((Op)k, n) : alg;
             if (shown > best[k]) best[k] = shown;
             char cell[40];
             snprintf(cell, sizeof cell, "%9.1f us %8.2f", 1e6 * secs, shown);
-            if (lead) printf(" | %-22s", cell);
+            len += snprintf(row + len, sizeof row - len, " | %-22s", cell);
         }
-        if (lead) { printf("\n"); fflush(stdout); }
-        if (comm_max(c, GROUP_WORLD, now_seconds() - t_start) > o->seconds && bytes < max) { stopped = bytes; break; }
+        if (lead) { printf("%s\n", row); fflush(stdout); }   /* the whole row at once: an error never lands inside it */
+        spent = comm_max(c, GROUP_WORLD, now_seconds() - t_start);
+        next_s = 2 * comm_max(c, GROUP_WORLD, now_seconds() - t_row);   /* twice the bytes: about twice the time */
+        if (bytes < max && spent + next_s > o->seconds) { stopped = bytes; break; }
     }
+    c->timeout_s = base_timeout;
     if (lead && stopped) {
-        size_text(stopped, sz, sizeof sz);
-        printf("  (stopped after %s: --sweep_seconds=%.0f spent)\n", sz, o->seconds);
+        char next[32];
+        size_text(stopped * 2, next, sizeof next);
+        printf("  (stopped after %s: %.1f s spent, and %s would take about %.1f s more, past --sweep_seconds=%g;\n"
+               "   a larger --sweep_seconds measures further)\n", sz, spent, next, next_s, o->seconds);
     }
     if (lead) {   /* the slowest link between neighbours bounds a ring */
         double nominal = 0;
@@ -179,7 +202,12 @@ void doctor_sweep(const Comm *c, const DoctorLink *links, const SweepOptions *o,
                                   "NCCL_SHM_DISABLE, and that no other job shares the links", 100 * best[OP_ALLREDUCE] / nominal);
         }
     }
-    if (o->pairs && n > 1) pairs(c, links, a, b, max < (64u << 20) ? max : (64u << 20), t);
+    if (o->pairs && n > 1) {   /* as large as the sweep went, at most 64 MiB; its deadline from the sweep's send/recv */
+        size_t reached = stopped ? stopped : max, pair = reached < (64u << 20) ? reached : (64u << 20);
+        c->timeout_s = base_timeout + 10 * expected(last_secs[OP_SENDRECV], last_real[OP_SENDRECV], pair);
+        pairs(c, links, a, b, pair, t);
+        c->timeout_s = base_timeout;
+    }
     free(counts);
     c->be->free(a);
     c->be->free(b);

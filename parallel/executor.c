@@ -52,6 +52,7 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
     ensure_events(e, n + 1);
     void **ev = e->events;
     e->n_log = 0;
+    comm_stats_take(e->comm);   /* what ran between steps (an evaluation's tensor-parallel sums) is not this step's */
     for (int i = 0; i < n;) {
         const Action *a = &actions[i];
         if (a->kind <= ACT_RECV_GRAD) flight_set_micro_batch(a->mb);   /* the micro-batch a stall names (comm/flight.h) */

@@ -6,7 +6,8 @@
  * the forward of micro-batch 3, B3 its backward; with interleaving, F3.1 is
  * micro-batch 3 through the stage's chunk 1. A backward the data-parallel pass
  * split around a bucket's reduction shows as its parts; the reductions
- * themselves take no simulated time and are listed under the timeline. */
+ * themselves take no simulated time and are listed under the timeline (in the
+ * SVG, a lane under the stage: each from its start to the stage's wait). */
 #include "schedule.h"
 #include "../common/util.h"
 #include <stdlib.h>
@@ -57,17 +58,35 @@ void schedule_print(const Schedule *s, const ScheduleSim *sim, FILE *out) {
     }
 }
 
+/* The simulated start of stage st's wait for bucket b's operation (kind: ACT_REDUCE_WAIT or ACT_GATHER_WAIT); -1: none. */
+static double wait_time(const Schedule *s, const ScheduleSim *sim, int st, int kind, int b) {
+    for (int i = 0; i < s->n[st]; i++)
+        if ((int)s->list[st][i].kind == kind && s->list[st][i].bucket == b) return sim->start[(size_t)st * sim->max_actions + i];
+    return -1;
+}
+
+/* Under a stage that reduces buckets of gradients (dp > 1), a lane of its own: each bucket's reduction (and
+ * ZeRO-1's all-gather) as a thin bar from where it starts to where the stage waits for it, so what runs
+ * under the rest of the backward shows as overlap. Reductions take no simulated time: a bar spans when the
+ * operation may run, not how long the link needs. */
 int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *path, const char *title) {
     FILE *f = fopen(path, "w");
     if (!f) return -1;
-    const int unit = 36, lane = 34, left = 70, top = 40;
-    int w = left + (int)(sim->makespan * unit) + 20, h = top + s->stages * lane + 30;
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' font-size='12'>\n", w, h);
+    const int lane = 34, left = 70, top = 40;
+    const double unit = sim->makespan * 36 >= 640 ? 36 : 640 / sim->makespan;   /* a short step is drawn wider, to be legible */
+    int *y = mallocCheck(((size_t)s->stages + 1) * sizeof(int)), *ops = callocCheck((size_t)s->stages, sizeof(int)), any = 0;
+    for (int st = 0; st < s->stages; st++)
+        for (int i = 0; i < s->n[st]; i++) ops[st] += s->list[st][i].kind == ACT_REDUCE || s->list[st][i].kind == ACT_GATHER;
+    y[0] = top;
+    for (int st = 0; st < s->stages; st++) { y[st + 1] = y[st] + lane + (ops[st] ? lane : 0); any |= ops[st] > 0; }
+    int w = left + (int)(sim->makespan * unit) + 20, h = y[s->stages] + (any ? 70 : 30);
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' viewBox='0 0 %d %d' font-family='sans-serif' font-size='12'>\n",
+            w, h, w, h);   /* the viewBox lets a page scale it to its width */
     fprintf(f, "<rect width='%d' height='%d' fill='white'/>\n<text x='10' y='20' font-size='14'>%s</text>\n", w, h, title);
     for (int st = 0; st < s->stages; st++) {
-        int y = top + st * lane;
-        fprintf(f, "<text x='10' y='%d'>stage %d</text>\n", y + lane / 2 + 4, st);
-        fprintf(f, "<rect x='%d' y='%d' width='%d' height='%d' fill='#eeeeee'/>\n", left, y + 2, (int)(sim->makespan * unit), lane - 4);
+        int yy = y[st];
+        fprintf(f, "<text x='10' y='%d'>stage %d</text>\n", yy + lane / 2 + 4, st);
+        fprintf(f, "<rect x='%d' y='%d' width='%d' height='%d' fill='#eeeeee'/>\n", left, yy + 2, (int)(sim->makespan * unit), lane - 4);
         for (int i = 0; i < s->n[st]; i++) {
             const Action *a = &s->list[st][i];
             if (a->kind != ACT_FORWARD && a->kind != ACT_BACKWARD) continue;
@@ -78,13 +97,38 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
             char colour[32], l[16];
             snprintf(colour, sizeof colour, fmt, shade - 40);
             label(s, a, l, sizeof l);
-            fprintf(f, "<rect x='%.1f' y='%d' width='%.1f' height='%d' fill='%s' stroke='white'/>\n", left + t0 * unit, y + 2,
+            fprintf(f, "<rect x='%.1f' y='%d' width='%.1f' height='%d' fill='%s' stroke='white'/>\n", left + t0 * unit, yy + 2,
                     (t1 - t0) * unit, lane - 4, colour);
-            fprintf(f, "<text x='%.1f' y='%d' fill='white'>%s</text>\n", left + t0 * unit + 3, y + lane / 2 + 4, l);
+            if (a->kind == ACT_FORWARD || a->from == 0)   /* the later parts of a split backward carry no label */
+                fprintf(f, "<text x='%.1f' y='%d' fill='white'>%s</text>\n", left + t0 * unit + 3, yy + lane / 2 + 4, l);
+        }
+        if (!ops[st]) continue;
+        int yd = yy + lane, k = 0;   /* the stage's data-parallel lane: one thin row per operation */
+        double row = (double)(lane - 6) / ops[st];
+        fprintf(f, "<text x='10' y='%d' font-size='10'>dp sums</text>\n", yd + lane / 2 + 4);
+        for (int i = 0; i < s->n[st]; i++) {
+            const Action *a = &s->list[st][i];
+            if (a->kind != ACT_REDUCE && a->kind != ACT_GATHER) continue;
+            double t0 = sim->start[(size_t)st * sim->max_actions + i];
+            double t1 = wait_time(s, sim, st, a->kind == ACT_REDUCE ? ACT_REDUCE_WAIT : ACT_GATHER_WAIT, a->bucket);
+            double x = left + t0 * unit, width = t1 > t0 ? (t1 - t0) * unit : 0;
+            if (width < 4) width = 4;   /* started where it is waited for: exposed, a tick */
+            fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='%s'><title>bucket %d %s</title></rect>\n", x,
+                    yd + 2 + k * row, width, row > 2 ? row - 1 : row, a->kind == ACT_REDUCE ? "rgb(240,150,40)" : "rgb(160,90,200)",
+                    a->bucket, a->kind == ACT_REDUCE ? "all-reduce" : "all-gather");
+            k++;
         }
     }
-    fprintf(f, "<text x='%d' y='%d'>grey: idle (the bubble) — simulated with a forward = 1, a backward = 2 time units</text>\n", left,
-            top + s->stages * lane + 20);
+    int yl = y[s->stages] + 20;
+    fprintf(f, "<text x='%d' y='%d'>grey: idle (the bubble) — simulated with a forward = 1, a backward = 2 time units</text>\n", left, yl);
+    if (any) {
+        int gathers = 0;
+        for (int st = 0; st < s->stages; st++) gathers |= wait_time(s, sim, st, ACT_GATHER_WAIT, 0) >= 0;
+        fprintf(f, "<text x='%d' y='%d'>dp sums: each bucket's gradient all-reduce (orange)%s, from when its gradients are complete</text>\n"
+                   "<text x='%d' y='%d'>to where the stage waits for it: what runs under the backward is hidden; a tick is waited for at once</text>\n",
+                left, yl + 20, gathers ? " and ZeRO-1's all-gather (purple)" : "", left, yl + 38);
+    }
     fprintf(f, "</svg>\n");
+    free(y); free(ops);
     return fclose(f) == 0 ? 0 : -1;
 }

@@ -5,6 +5,10 @@
 #   - on 2 ranks (mpirun and --nproc=2): every rank reaches rank 0's port, the
 #     sweep of the four collectives runs over MPI from 8 B to --max_bytes with
 #     nccl-tests' bus bandwidth, and the pair of ranks gets a verdict;
+#   - the default options on 2 CPU ranks (the README's pre-flight check) end
+#     green within the sweep's budget: sizes grow while the time allows, the
+#     sweep says where it stopped, no operation is cut off as a missing rank,
+#     and every table row is a whole line (no message inside one);
 #   - risky and unknown NCCL_* variables are named; an interface name that
 #     matches nothing is warned about;
 #   - bad input: a timeout of 0 or below, --device=cuda without a GPU, and a
@@ -52,6 +56,26 @@ check '[ "$rows" -eq 18 ] && grep -q "^ *1 MiB |" "$out"' "the sweep has a row f
 check 'grep -q "busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n" "$out" && grep -q "^  verdict: all-reduce  *peaks at" "$out"' "nccl-tests' bus bandwidth and a verdict"
 check 'grep -q "^  rank 0 <-> rank 1 | shm .* measured *[0-9.]* GB/s each way .* verdict:" "$out"' "a verdict line for the pair"
 check 'grep -q "^doctor | 0 problem(s)" "$out"' "no problem on a healthy pair of CPU ranks"
+# the defaults, as the README runs them: 1 GiB at most, 20 s of sweep; on 2 busy cores it stops where the time runs out
+# (once: the sanitizer pass runs the same code in the short sweeps around it)
+if [ -z "${LLM3D_SANITIZER_PASS:-}" ]; then
+t0=$(date +%s)
+timeout 120 mpirun -np 2 "$BUILD"/train doctor > "$out" 2>&1; rc=$?
+secs=$(( $(date +%s) - t0 ))
+check '[ $rc -eq 0 ] && grep -q "^doctor | 0 problem(s)" "$out"' "the default sweep on 2 CPU ranks ends green (exit $rc, $secs s): $(grep -m3 -E "error|watchdog|PROBLEM" "$out")"
+check '[ $secs -le 60 ]' "it fits its budget: --sweep_seconds=20, the whole doctor in $secs s (at most 60)"
+check 'grep -q "while the next size fits in 20 s" "$out" && { grep -q "^ *1 GiB |" "$out" || grep -q "^  (stopped after [0-9]* [KMG]*i*B: [0-9.]* s spent, and [0-9]* [KMG]*i*B would take about [0-9.]* s more, past --sweep_seconds=20;" "$out"; }' \
+      "it reaches --max_bytes or says where it stopped and why: $(grep -A1 "stopped after" "$out")"
+check '! grep -qE "watchdog|did not complete|not arrived|^error" "$out"' "no operation is cut off by a deadline"
+rows=$(grep -cE "^ +[0-9]+ (B|KiB|MiB|GiB) " "$out")
+bad=$(grep -E "^ +[0-9]+ (B|KiB|MiB|GiB) " "$out" | grep -cvE "^ +[0-9]+ (B|KiB|MiB|GiB)( \| +[0-9.]+ us +[0-9.]+ +){4}$")
+check '[ "$rows" -ge 18 ] && [ "$bad" -eq 0 ]' "every row of the table is a whole line of four cells ($rows rows, 8 B up to 1 MiB at least; $bad not whole)"
+fi
+# a budget of 1 s: the sweep stops early, and says so
+timeout 120 mpirun -np 2 "$BUILD"/train doctor --sweep_seconds=1 --pairs=0 > "$out" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "^  (stopped after .* past --sweep_seconds=1;" "$out" && ! grep -q "^ *1 GiB |" "$out"' \
+      "--sweep_seconds=1 stops the sweep early and says so (exit $rc): $(grep "stopped after" "$out")"
+
 timeout 120 "$BUILD"/train doctor --nproc=2 --sweep=0 > "$out" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "^launch | mpirun .*-np 2 .* doctor --sweep=0" "$out" && grep -q "^doctor | 2 rank(s)" "$out"' "doctor --nproc=2 (exit $rc)"
 

@@ -2,13 +2,16 @@
 # tests/test_report.sh — "why isn't my speedup linear", on CPU ranks:
 #   - the step-time split of every logged step sums to the step (within 2%);
 #   - a rank made slow on purpose (fault=slow) is named, with data loading as the cause;
+#   - tensor parallel with sequence parallel (tp=2, all its communication the
+#     blocking reduce-scatters and all-gathers inside the model) books that
+#     communication as exposed, not as compute;
 #   - the measured pipeline bubble orders as its formula: m=2 above m=8 (pp=2,
 #     one core a stage; m=2 is 33% by the formula, m=8 11%);
 #   - `plan` predicts the memory the training run itself plans, layout by layout;
 #     a model that fits no layout is refused with the closest one and by how much;
 #   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture;
 #     more ranks than GPUs under NCCL is refused;
-#   - `plot` draws a run's log and refuses a file that is not one.
+#   - `plot` draws a run's log, leaves no scratch file behind, and refuses a file that is not one.
 source "$(dirname "$0")/ranks.sh"
 "$BUILD"/train prepare --input=tests/data/sotu_sample.txt --out="$dir/data" --train-vocab=300 >/dev/null 2>&1
 tiny="--train_data=$dir/data/train_*.bin --val_data= --dim=32 --n_layers=4 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16
@@ -28,6 +31,17 @@ sums=$(grep '"compute_ms"' "$dir/slow.jsonl" | awk -F'[:,]' '{
     h = v[" \"host_ms\""] + 0; if (d > 0.02 * t || h < -0.02 * t || h > 0.5 * t) bad++; n++ } END { print n, bad + 0 }')
 check '[ "${sums#* }" = 0 ] && [ "${sums% *}" -ge 4 ]' \
       "the split of each logged step sums to its time within 2%, the measured pieces covering at least half of it (steps, off: $sums)"
+
+# tp=2 with sequence parallel over MPI: every collective is a blocking reduce-scatter or all-gather inside the
+# forward and backward, so nearly all of the busy communication time is exposed (it used to be booked as compute)
+timeout 120 mpirun -np 2 "$BUILD"/train $tiny --tp=2 --sequence_parallel=1 --total_batch_tokens=32 --max_steps=3 \
+    --log_jsonl="$dir/sp.jsonl" > "$dir/sp.log" 2>&1; rc=$?
+sp=$(grep '"comm_exposed_ms"' "$dir/sp.jsonl" | awk -F'[:,]' '{
+    for (i = 1; i < NF; i++) v[$i] = $(i + 1)
+    e = v[" \"comm_exposed_ms\""] + 0; b = v[" \"comm_busy_ms\""] + 0
+    if (!(e > 0 && b > 0 && e >= 0.5 * b)) bad++; n++ } END { print n + 0, bad + 0 }')
+check '[ $rc -eq 0 ] && [ "${sp% *}" -eq 3 ] && [ "${sp#* }" = 0 ]' \
+      "tp=2 sequence_parallel=1: each step's exposed communication is above zero and at least half of the busy time (steps, off: $sp): $(grep '^split' "$dir/sp.log" | tail -1)"
 
 # the bubble orders as the formula
 pipe="--train_data=$dir/data/train_*.bin --val_data= --dim=256 --n_layers=4 --n_heads=4 --n_kv_heads=2 --ffn_dim=512 --seq_len=64
@@ -63,15 +77,25 @@ check 'grep -q "^why   | 4 ranks" "$dir/scale.log" && grep -q "^loss  |" "$dir/s
 "$BUILD"/train scale --ranks=1,2 --device=cuda --comm_backend=nccl $tiny > "$dir/nccl.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "rank(s) with comm_backend=nccl need [12] GPUs, and this machine has 0" "$dir/nccl.log"' "more NCCL ranks than GPUs refused: $(head -2 "$dir/nccl.log")"
 
-# plot
-"$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/slow.png" > "$dir/plot.log" 2>&1; rc=$?
+# plot: the PNG and nothing beside it (its tables and script are scratch, in a folder of its own under $TMPDIR, removed)
+mkdir -p "$dir/tmp"
+TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/slow.png" > "$dir/plot.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && [ -s "$dir/slow.png" ] && grep -q "step-time split" "$dir/plot.log"' "plot draws a run's log: $(cat "$dir/plot.log")"
-# each curve is a table of its own (a line through rows of other curves would break at every one of them)
-check '[ "$(wc -l < "$dir/slow.png.split.dat")" -eq "$(grep -c compute_ms "$dir/slow.jsonl")" ] && [ "$(wc -l < "$dir/slow.png.eval.dat")" -eq "$(grep -c val_loss "$dir/slow.jsonl")" ]' \
-      "plot's tables hold every split and every evaluation of the log"
+check '[ "$(ls "$dir" | grep -c "^slow\.png")" -eq 1 ] && [ -z "$(ls -A "$dir/tmp")" ]' \
+      "plot leaves no scratch file beside the PNG nor in TMPDIR: $(ls "$dir" | grep "^slow\.png" | tr '\n' ' ') $(ls -A "$dir/tmp")"
+# --keep=1: each curve is a table of its own (a line through rows of other curves would break at every one of them)
+TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/slow.png" --keep=1 > "$dir/plot.log" 2>&1; rc=$?
+kept=$(sed -n 's/^plot  | kept the tables and the gnuplot script in \(.*\) (--keep=1)$/\1/p' "$dir/plot.log")
+check '[ $rc -eq 0 ] && [ -n "$kept" ] && [ "$(wc -l < "$kept/split.dat")" -eq "$(grep -c compute_ms "$dir/slow.jsonl")" ] && [ "$(wc -l < "$kept/eval.dat")" -eq "$(grep -c val_loss "$dir/slow.jsonl")" ]' \
+      "plot --keep=1 keeps its tables, which hold every split and every evaluation of the log: $(cat "$dir/plot.log")"
 printf '{"hello": 1}\n' > "$dir/other.jsonl"
-"$BUILD"/train plot "$dir/other.jsonl" > "$dir/plot2.log" 2>&1; rc=$?
-check '[ $rc -ne 0 ] && grep -q "not an llm3d log" "$dir/plot2.log"' "a JSONL that is not llm3d's is refused: $(cat "$dir/plot2.log")"
+rm -rf "$dir/tmp"/llm3d_plot.*
+TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/no/such/folder/x.png" > "$dir/plot3.log" 2>&1; rc=$?
+check '[ $rc -eq 1 ] && grep -q "^error: plot: gnuplot could not draw $dir/no/such/folder/x.png; it said:" "$dir/plot3.log" && [ -z "$(ls -A "$dir/tmp")" ]' \
+      "a picture gnuplot cannot write fails with gnuplot's own words, and no scratch left: $(head -3 "$dir/plot3.log")"
+TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/other.jsonl" > "$dir/plot2.log" 2>&1; rc=$?
+check '[ $rc -ne 0 ] && grep -q "not an llm3d log" "$dir/plot2.log" && [ -z "$(ls -A "$dir/tmp")" ]' \
+      "a JSONL that is not llm3d's is refused, and its scratch folder removed: $(cat "$dir/plot2.log")"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

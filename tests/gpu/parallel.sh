@@ -11,7 +11,8 @@
 #   4. the planner against the GPU: a one-GPU profile of l124m bf16 at B=16,
 #      then plan's predicted step at B=16 and B=8 beside the measured ones;
 #   5. exposed communication two ways: the split's event figure against
-#      step(normal) - step(comm_ablate=1), dp=1 through NCCL and dp=2 sharing the GPU.
+#      step(normal) - step(comm_ablate=1), dp=1 through NCCL and dp=2 sharing the GPU;
+#      with two GPUs, tp=2 sequence_parallel=1 through NCCL shows its exposed communication.
 # Logs go to $LOGS (default build/gpu); SECTIONS="2 3" runs only those. Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
@@ -96,6 +97,12 @@ ablate() {   # $1 name, then the launcher and its arguments
 }
 ablate nccl1 mpirun -np 1 build/train --comm_backend=nccl
 ablate mpi2 mpirun -np 2 build/train --dp=2 --comm_backend=mpi
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then   # tensor parallel's blocking reduce-scatters and all-gathers through NCCL
+    ablate nccl_sp mpirun -np 2 build/train --tp=2 --sequence_parallel=1 --comm_backend=nccl
+    e=$(grep -o '"comm_exposed_ms": [0-9.]*' "$d/nccl_sp.jsonl" | tail -8 | awk '{s += $2} END {print s / NR}')
+    b=$(grep -o '"comm_busy_ms": [0-9.]*' "$d/nccl_sp.jsonl" | tail -8 | awk '{s += $2} END {print s / NR}')
+    check 'awk "BEGIN {exit !($e > 0 && $e >= 0.5 * $b)}"' "tp=2 sequence_parallel=1 through NCCL books its communication as exposed ($e ms of $b ms busy)"
+fi
 fi
 
 rm -rf "$d"
