@@ -93,7 +93,8 @@ static inline size_t adamw8bit_block_span(const AdamW8bitSlice *s, size_t b, int
 float adamw8bit_max_step(AdamWHyper h);
 
 /* One element of a quantized block's update: kernels/adamw.h's adamw_element with the Adam term
- * clamped to [-max_step, max_step] (fminf/fmaxf: exact, so the CUDA kernel's is the same). */
+ * clamped to [-max_step, max_step] by two comparisons (exact, and a NaN or a signed zero passes as it
+ * is), as the CUDA kernel does. */
 static inline float adamw8bit_element(float p, float g, float *m, float *v, float decay, float step_size, float bc2_sqrt,
                                       float max_step, const AdamWHyper *h) {
     g *= h->grad_scale;
@@ -101,7 +102,7 @@ static inline float adamw8bit_element(float p, float g, float *m, float *v, floa
     *m = h->beta1 * *m + (1.0f - h->beta1) * g;
     *v = h->beta2 * *v + (1.0f - h->beta2) * g * g;
     float u = step_size * *m / (__builtin_sqrtf(*v) / bc2_sqrt + h->eps);
-    return p - __builtin_fminf(__builtin_fmaxf(u, -max_step), max_step);
+    return p - (u > max_step ? max_step : u < -max_step ? -max_step : u);
 }
 
 /* The two maps, each sorted ascending, 256 values: signed (first moment) in

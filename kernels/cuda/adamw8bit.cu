@@ -4,8 +4,9 @@
  * 256 elements, within rows; fp32-state slices into pieces of 256) and one warp
  * takes one of them, a lane holding 8 elements. Where the piece is whole and its memory
  * is aligned (weights, grads, compute copy and fp32 state on 16 bytes, codes
- * on 8: every whole piece of a slice that starts on a multiple of 4 elements,
- * of 8 with a 16-bit compute copy, in buffers as the optimizer lays them out),
+ * on 8: every whole block of a slice whose offset and rows are multiples of 8
+ * elements, in buffers as the optimizer lays them out; l124m's o_proj rows of
+ * 192 make blocks of 192, which take the lane-by-lane path),
  * a lane's 8 are contiguous (lane * 8 ...): its weights and grads come in two
  * 16-byte loads each, its m and v codes in one 8-byte load each, and go back
  * the same way (a 16-bit compute copy in one 16-byte store). Elsewhere (a
@@ -60,7 +61,7 @@ __device__ __forceinline__ uint8_t q8_nearest(const float *tree, float map0, flo
 }
 
 /* the fp32 AdamW step of one element, in kernels/cpu/adamw.c's order, no contraction; CAP: a quantized
- * block's, its Adam term clamped to [-max_step, max_step] as adamw8bit_element does (fminf/fmaxf are exact) */
+ * block's, its Adam term clamped to [-max_step, max_step] by the comparisons of adamw8bit_element */
 template <bool CAP>
 __device__ __forceinline__ float q8_step(float p, float g, float &m, float &v, float decay, float b1, float b2,
                                          float omb1, float omb2, float eps, float step_size, float bc2_sqrt, float max_step) {
@@ -68,7 +69,7 @@ __device__ __forceinline__ float q8_step(float p, float g, float &m, float &v, f
     m = __fadd_rn(__fmul_rn(b1, m), __fmul_rn(omb1, g));
     v = __fadd_rn(__fmul_rn(b2, v), __fmul_rn(__fmul_rn(omb2, g), g));
     float u = __fdiv_rn(__fmul_rn(step_size, m), __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps));
-    if (CAP) u = fminf(fmaxf(u, -max_step), max_step);
+    if (CAP) u = u > max_step ? max_step : u < -max_step ? -max_step : u;
     return __fsub_rn(p, u);
 }
 
