@@ -4,7 +4,6 @@
  * and the bound on one element's step. Host code only: the CUDA backend
  * uploads these maps and calls adamw8bit_max_step on the host too. */
 #include "adamw8bit.h"
-#include "../common/util.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

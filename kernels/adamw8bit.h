@@ -41,7 +41,6 @@
 #include "adamw.h"
 
 #define ADAMW8BIT_BLOCK 256         /* most elements per quantization block: one absmax each */
-#define ADAMW8BIT_MIN_NUMEL 4096    /* default: tensors with fewer elements (whole-tensor count) keep fp32 m and v */
 
 typedef struct {
     size_t offset, count;   /* elements [offset, offset+count) of params and grads */

@@ -3,9 +3,13 @@
  *   - quantize -> dequantize of random normal blocks errs by at most G * absmax,
  *     G = half the widest gap between neighbouring map values (the code is the
  *     nearest one), and quantize(dequantize(codes)) gives the codes back;
- *   - the kernel against a naive re-implementation (codes identical, weights
- *     identical), fp32-state slices against kernels/cpu/adamw.c bit for bit, and
- *     one 8-bit step close to the fp32 step;
+ *   - the kernel against a naive re-implementation (blocks walked within rows of
+ *     600 and of 192, codes identical, weights identical, the capped step),
+ *     fp32-state slices against kernels/cpu/adamw.c bit for bit, and one 8-bit
+ *     step close to the fp32 step;
+ *   - the update bound (adamw8bit_max_step): exact AdamW stays under it and
+ *     meets it on the extremal gradient sequence; a block whose v codes vanished
+ *     under live m steps by exactly the bound, not m/eps;
  *   - state bytes per parameter on l124m (<= 2.1), a non-finite gradient skips the step;
  *   - 300 steps of a small model on a Markov-chain shard: adamw8bit's final loss
  *     within 2% of adamw's;

@@ -37,7 +37,7 @@ const ConfigField config_fields[] = {
     F(beta1, FIELD_FLOAT, "0.9", 0, 0.999999, NULL, "training", "AdamW beta1"),
     F(beta2, FIELD_FLOAT, "0.95", 0, 0.999999, NULL, "training", "AdamW beta2"),
     F(adam_eps, FIELD_FLOAT, "1e-8", 0, 1, NULL, "training", "AdamW epsilon"),
-    F(optimizer, FIELD_CHOICE, "adamw", 0, 0, "adamw|adamw8bit", "training", "adamw: fp32 moments (8 bytes/param); adamw8bit: blockwise 8-bit moments (~2 bytes/param; tensors under 4096 elements keep fp32)"),
+    F(optimizer, FIELD_CHOICE, "adamw", 0, 0, "adamw|adamw8bit", "training", "adamw: fp32 moments (8 bytes/param); adamw8bit: blockwise 8-bit moments (~2 bytes/param; tensors under adamw8bit_min_numel elements keep fp32)"),
     F(adamw8bit_min_numel, FIELD_INT, "4096", 1, BIG, NULL, "training", "adamw8bit: tensors of fewer elements (the whole tensor's, whatever the layout) keep fp32 moments"),
     F(grad_clip, FIELD_FLOAT, "1.0", 0, 1e9, NULL, "training", "clip the global gradient norm to this; 0 = off"),
     F(seed, FIELD_INT, "1337", 0, BIG, NULL, "training", "seed for init and data order"),
