@@ -408,7 +408,8 @@ int checkpoint_inspect(const char *path, FILE *out) {
     if (s->has_rng) fprintf(out, "  rng      %016llx\n", (unsigned long long)s->rng_state);
     else fprintf(out, "  rng      none\n");
     fprintf(out, "  loss     scale %g, %d clean steps\n", s->loss_scale, s->clean_steps);
-    fprintf(out, "  optim    %s, step %lld\n", s->optimizer == CKPT_OPT_ADAMW ? "adamw" : s->optimizer == CKPT_OPT_NONE ? "none" : "?",
+    fprintf(out, "  optim    %s, step %lld\n", s->optimizer == CKPT_OPT_ADAMW ? "adamw"
+                 : s->optimizer == CKPT_OPT_ADAMW8BIT_ROWS ? "adamw8bit (whole-tensor blocks)" : s->optimizer == CKPT_OPT_NONE ? "none" : "?",
             (long long)s->optimizer_step);
     fprintf(out, "config\n");
     for (const char *p = r.config_text; *p;) {

@@ -251,7 +251,7 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
     const char *bad = s->step < 0 || s->step > INT32_MAX ? "step" : s->loader_epoch < 0 || s->loader_epoch == INT64_MAX ? "loader epoch"
                     : s->loader_cursor < 0 ? "loader cursor" : s->has_rng != 0 && s->has_rng != 1 ? "has_rng"
                     : !(s->loss_scale > 0 && s->loss_scale <= 3.4e38f) ? "loss scale" : s->clean_steps < 0 ? "clean steps"
-                    : s->optimizer != CKPT_OPT_NONE && s->optimizer != CKPT_OPT_ADAMW ? "optimizer"
+                    : (s->optimizer < CKPT_OPT_NONE || s->optimizer > CKPT_OPT_ADAMW8BIT_ROWS) ? "optimizer"
                     : s->optimizer_step < 0 || s->optimizer_step > INT32_MAX ? "optimizer step" : NULL;
     if (bad) {
         snprintf(err, err_size, "'%s': the run state's %s is out of range (step %lld, epoch %lld, cursor %lld, loss scale %g, "

@@ -45,7 +45,12 @@ enum {
     CKPT_H_CRC = 255,
 };
 enum { CKPT_KIND_TRAIN = 1 };
-enum { CKPT_OPT_NONE = 0, CKPT_OPT_ADAMW = 1 };
+/* The optimizer state the file holds (always AdamW's m and v in fp32, under optimizer.adamw.m/v):
+ * ADAMW from fp32 AdamW, or from 8-bit AdamW of builds before the whole-tensor block rule (its config
+ * says optimizer=adamw8bit: the moments were quantized in rank-local 256-element runs);
+ * ADAMW8BIT_ROWS dequantized from 8-bit state under the whole-tensor rule (train/optimizer.c), so
+ * requantizing them gives the saver's codes back bit for bit. */
+enum { CKPT_OPT_NONE = 0, CKPT_OPT_ADAMW = 1, CKPT_OPT_ADAMW8BIT_ROWS = 2 };
 
 /* What a header holds besides the layout: the run's scalar state. */
 typedef struct {

@@ -83,6 +83,7 @@ static void build_layout(Model *m) {
             add_tensor(m, &at, LNAME("self_attn.v_proj.weight"), m->NKV * HD, C, c->n_kv_heads * HD, C, r * m->NKV * HD, 0, 0);
             o->wo = at;
             add_tensor(m, &at, LNAME("self_attn.o_proj.weight"), C, m->NH * HD, C, c->n_heads * HD, 0, r * m->NH * HD, 0);
+            m->tensors[m->n_tensors - 1].split_cols = 1;
             o->ffn_norm = at;
             add_tensor(m, &at, LNAME("post_attention_layernorm.weight"), 1, C, 1, C, 0, 0, 1);
             o->w13 = at;    /* gate and up rows of this tp rank, adjacent */
@@ -90,6 +91,7 @@ static void build_layout(Model *m) {
             add_tensor(m, &at, LNAME("mlp.up_proj.weight"), m->F, C, c->ffn_dim, C, r * m->F, 0, 0);
             o->w2 = at;
             add_tensor(m, &at, LNAME("mlp.down_proj.weight"), C, m->F, C, c->ffn_dim, 0, r * m->F, 0);
+            m->tensors[m->n_tensors - 1].split_cols = 1;
 #undef LNAME
             add_unit(m, start, at, k, p->chunks[k].n_layers - 1 - j);
         }

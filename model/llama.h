@@ -64,6 +64,7 @@ typedef struct {            /* one named tensor of the parameter buffer */
     int rows, cols;         /* local shape; vectors have rows = 1 */
     int global_rows, global_cols, row0, col0;   /* the whole tensor, and where this slice sits in it */
     int is_norm;            /* norm weights: init 1, no weight decay */
+    int split_cols;         /* 1: tensor parallelism splits its columns (o_proj, down_proj); else its rows, or nothing */
 } ParamTensor;
 
 typedef struct {            /* element offsets of one layer's tensors */

@@ -3,9 +3,13 @@
  *   - quantize -> dequantize of random normal blocks errs by at most G * absmax,
  *     G = half the widest gap between neighbouring map values (the code is the
  *     nearest one), and quantize(dequantize(codes)) gives the codes back;
- *   - the kernel against a naive re-implementation (codes identical, weights
- *     identical), fp32-state slices against kernels/cpu/adamw.c bit for bit, and
- *     one 8-bit step close to the fp32 step;
+ *   - the kernel against a naive re-implementation (blocks walked within rows of
+ *     600 and of 192, codes identical, weights identical, the capped step),
+ *     fp32-state slices against kernels/cpu/adamw.c bit for bit, and one 8-bit
+ *     step close to the fp32 step;
+ *   - the update bound (adamw8bit_max_step): exact AdamW stays under it and
+ *     meets it on the extremal gradient sequence; a block whose v codes vanished
+ *     under live m steps by exactly the bound, not m/eps;
  *   - state bytes per parameter on l124m (<= 2.1), a non-finite gradient skips the step;
  *   - 300 steps of a small model on a Markov-chain shard: adamw8bit's final loss
  *     within 2% of adamw's;
@@ -99,19 +103,20 @@ static uint8_t nearest_linear(const float *map, float x) {   /* first of the nea
     return (uint8_t)best;
 }
 
-/* 3 slices: quantized with a partial last block, fp32, quantized */
-typedef struct { size_t P, Q, S; float *p, *pc, *g; AdamW8bitState st; AdamW8bitSlice sl[3]; } Case;
+/* 3 slices: quantized in rows of 600 (blocks 256, 256, 88) with a partial last row, fp32, quantized in
+ * rows of 192 (one block each, as l124m's o_proj) with a partial last row */
+typedef struct { size_t P, Q, NB, S; float *p, *pc, *g; AdamW8bitState st; AdamW8bitSlice sl[3]; } Case;
 static void case_make(Case *k) {
     size_t c0 = 5000, c1 = 300, c2 = 4096;
     k->P = c0 + c1 + c2;
-    k->sl[0] = (AdamW8bitSlice){0, c0, 0, 0.1f, 1};
-    k->sl[1] = (AdamW8bitSlice){c0, c1, 0, 0.0f, 0};
-    k->sl[2] = (AdamW8bitSlice){c0 + c1, c2, 5120, 0.05f, 1};
-    k->Q = 5120 + 4096; k->S = c1;
+    k->sl[0] = (AdamW8bitSlice){0, c0, 0, 0, 600, 0.1f, 1};
+    k->sl[1] = (AdamW8bitSlice){c0, c1, 0, 0, c1, 0.0f, 0};
+    k->sl[2] = (AdamW8bitSlice){c0 + c1, c2, 5008, 25, 192, 0.05f, 1};
+    k->Q = 5008 + 4096; k->S = c1; k->NB = 25 + 22;
     k->p = mallocCheck(k->P * 4); k->pc = mallocCheck(k->P * 4); k->g = mallocCheck(k->P * 4);
     for (size_t i = 0; i < k->P; i++) { k->p[i] = rng_normal(&rng) * 0.02f; k->g[i] = 0; }
     k->st.m_code = callocCheck(k->Q, 1); k->st.v_code = callocCheck(k->Q, 1);
-    k->st.m_absmax = callocCheck(k->Q / 256, 4); k->st.v_absmax = callocCheck(k->Q / 256, 4);
+    k->st.m_absmax = callocCheck(k->NB, 4); k->st.v_absmax = callocCheck(k->NB, 4);
     k->st.m32 = callocCheck(k->S, 4); k->st.v32 = callocCheck(k->S, 4);
 }
 static void case_free(Case *k) {
@@ -126,21 +131,29 @@ static void test_kernel(void) {
     size_t P = k.P;
     float *rp = mallocCheck(P * 4), *fm = callocCheck(P, 4), *fv = callocCheck(P, 4), *fp = mallocCheck(P * 4);
     uint8_t *rmc = callocCheck(k.Q, 1), *rvc = callocCheck(k.Q, 1);
-    float *rma = callocCheck(k.Q / 256, 4), *rva = callocCheck(k.Q / 256, 4), *rm32 = callocCheck(k.S, 4), *rv32 = callocCheck(k.S, 4);
+    float *rma = callocCheck(k.NB, 4), *rva = callocCheck(k.NB, 4), *rm32 = callocCheck(k.S, 4), *rv32 = callocCheck(k.S, 4);
     memcpy(rp, k.p, P * 4);
     memcpy(fp, k.p, P * 4);
-    int codes_same = 1, params_same = 1, compute_same = 1, small_same = 1;
+    int codes_same = 1, params_same = 1, compute_same = 1, small_same = 1, blocks_ok = 1;
     double step_diff = 0, step_mean = 0;
     for (int t = 1; t <= 5; t++) {
         AdamWHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.5f, .step = t};
         for (size_t i = 0; i < P; i++) k.g[i] = (rng_normal(&rng) + 0.5f) * 1e-3f * (1 + i % 3);   /* a drift, mixed scales */
         adamw8bit_update_cpu(k.p, k.pc, k.g, k.st, k.sl, 3, h);
         float bc1 = 1.0f - powf(h.beta1, (float)t), bc2_sqrt = sqrtf(1.0f - powf(h.beta2, (float)t)), ss = h.lr / bc1;
+        float cap = adamw8bit_max_step(h);
         for (int s = 0; s < 3; s++) {
             AdamW8bitSlice sl = k.sl[s];
             float decay = 1.0f - h.lr * sl.weight_decay;
-            for (size_t j0 = 0; j0 < sl.count; j0 += 256) {
-                size_t n = sl.count - j0 < 256 ? sl.count - j0 : 256, blk = (sl.state + j0) / 256;
+            size_t blk = sl.block;
+            /* the blocks, walked naively: each row from its start in 256s */
+            for (size_t j0 = 0, r0 = 0; j0 < sl.count; blk++) {
+                size_t rend = r0 + sl.row < sl.count ? r0 + sl.row : sl.count;
+                size_t n = rend - j0 < 256 ? rend - j0 : 256;
+                if (t == 1 && s != 1) {
+                    int bn;
+                    blocks_ok &= adamw8bit_block_span(&sl, blk - sl.block, &bn) == j0 && (size_t)bn == n;
+                }
                 float nm[256], nv[256], am = 0, av = 0;
                 for (size_t j = j0; j < j0 + n; j++) {
                     size_t i = sl.offset + j;
@@ -149,7 +162,8 @@ static void test_kernel(void) {
                     float g = k.g[i] * h.grad_scale, p = rp[i] * decay;
                     m = h.beta1 * m + (1.0f - h.beta1) * g;
                     v = h.beta2 * v + (1.0f - h.beta2) * g * g;
-                    rp[i] = p - ss * m / (sqrtf(v) / bc2_sqrt + h.eps);
+                    float u = ss * m / (sqrtf(v) / bc2_sqrt + h.eps);
+                    rp[i] = p - (sl.quantized ? fminf(fmaxf(u, -cap), cap) : u);
                     nm[j - j0] = m; nv[j - j0] = v;
                     am = fmaxf(am, fabsf(m)); av = fmaxf(av, v);
                 }
@@ -159,10 +173,13 @@ static void test_kernel(void) {
                     rvc[sl.state + j] = nearest_linear(MU, av > 0 ? nv[j - j0] / av : 0.0f);
                 }
                 if (sl.quantized) { rma[blk] = am; rva[blk] = av; }
+                j0 += n;
+                if (j0 == rend) r0 = rend;
             }
+            if (s != 1) blocks_ok &= blk - sl.block == adamw8bit_slice_blocks(&sl);
         }
-        codes_same &= !memcmp(rmc, k.st.m_code, k.Q) && !memcmp(rvc, k.st.v_code, k.Q) && !memcmp(rma, k.st.m_absmax, k.Q / 256 * 4)
-                      && !memcmp(rva, k.st.v_absmax, k.Q / 256 * 4);
+        codes_same &= !memcmp(rmc, k.st.m_code, k.Q) && !memcmp(rvc, k.st.v_code, k.Q) && !memcmp(rma, k.st.m_absmax, k.NB * 4)
+                      && !memcmp(rva, k.st.v_absmax, k.NB * 4);
         params_same &= !memcmp(rp, k.p, P * 4);
         compute_same &= !memcmp(k.pc, k.p, P * 4);
         small_same &= !memcmp(rm32, k.st.m32, k.S * 4) && !memcmp(rv32, k.st.v32, k.S * 4);
@@ -176,16 +193,7 @@ static void test_kernel(void) {
     for (size_t i = 0; i < P; i++) { num += (double)(k.p[i] - fp[i]) * (k.p[i] - fp[i]); den += (double)fp[i] * fp[i]; }
     /* one step from the same weights and the fp32 moments, quantized for the 8-bit side: the update differs
      * only through the moments' quantization error */
-    for (int s = 0; s < 3; s++) {
-        AdamW8bitSlice sl = k.sl[s];
-        for (size_t j0 = 0; j0 < sl.count; j0 += 256) {
-            int n = sl.count - j0 < 256 ? (int)(sl.count - j0) : 256;
-            size_t q = sl.state + j0, i = sl.offset + j0;
-            if (!sl.quantized) { memcpy(k.st.m32 + q, fm + i, n * 4); memcpy(k.st.v32 + q, fv + i, n * 4); continue; }
-            k.st.m_absmax[q / 256] = adamw8bit_quantize_block(MS, fm + i, n, k.st.m_code + q);
-            k.st.v_absmax[q / 256] = adamw8bit_quantize_block(MU, fv + i, n, k.st.v_code + q);
-        }
-    }
+    adamw8bit_state_set(k.st, k.sl, 3, fm, fv);
     memcpy(k.p, fp, P * 4);
     AdamWHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .step = 6};
     for (size_t i = 0; i < P; i++) k.g[i] = (rng_normal(&rng) + 0.5f) * 1e-3f * (1 + i % 3);
@@ -203,6 +211,7 @@ static void test_kernel(void) {
         un += d * d; ud += ((double)fp[i] - before[i]) * (fp[i] - before[i]) / h.lr / h.lr;
     }
     free(before);
+    CHECK(blocks_ok, "adamw8bit_slice_blocks / adamw8bit_block_span walk the rows' blocks as the naive walk does");
     CHECK(codes_same, "codes and absmax equal the naive reference's (linear search) after each of 5 steps");
     CHECK(params_same, "weights equal the naive reference's bit for bit");
     CHECK(compute_same, "the compute copy is written with the weights");
@@ -215,6 +224,68 @@ static void test_kernel(void) {
            "after 5 steps weights rel diff %.2e\n", step_diff, step_mean, sqrt(un / ud), sqrt(num / den));
     free(rp); free(fm); free(fv); free(fp); free(rmc); free(rvc); free(rma); free(rva); free(rm32); free(rv32);
     case_free(&k);
+}
+
+/* ------------------------------------------------------- the update bound */
+/* adamw8bit_max_step is a bound exact AdamW obeys and nearly meets: fp32 AdamW on the sequence that makes
+ * Cauchy-Schwarz an equality (g_{t-k} ~ (b1/b2)^k: each gradient b2/b1 times the last) steps by almost the
+ * bound and never past it, nor on random sequences. Then the hole it closes: a quantized block whose v
+ * codes say 0 (the unsigned map's zero) while m survives — exact m/(0 + eps) would move the weight by
+ * ~1e5 lr; the capped step moves it by the bound, exactly, and no element of the block by more. */
+static void test_update_bound(void) {
+    AdamWHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .step = 1};
+    CHECK(adamw8bit_max_step(h) == (float)(1e-2f * (1 + 1e-5)), "step 1: the bound is lr (|m^|/sqrt(v^) = |g|/|g|): %.9g",
+          adamw8bit_max_step(h));
+    enum { N = 64, T = 60 };
+    float p[N], g[N], m[N] = {0}, v[N] = {0};
+    AdamWSlice sl = {0, N, 0.0f};
+    double worst = 0, tight = 0;
+    for (int i = 0; i < N; i++) p[i] = 0;
+    for (int t = 1; t <= T; t++) {
+        h.step = t;
+        for (int i = 0; i < N; i++)   /* element 0: the extremal sequence; the rest random, some with outliers */
+            g[i] = i == 0 ? 1e-3f * powf(h.beta2 / h.beta1, (float)t) : rng_normal(&rng) * (i % 5 == 0 && t % 7 == 0 ? 50.0f : 1.0f);
+        float before[N];
+        memcpy(before, p, sizeof p);
+        adamw_update_cpu(p, NULL, g, m, v, &sl, 1, h);
+        double cap = adamw8bit_max_step(h);
+        for (int i = 0; i < N; i++) worst = fmax(worst, fabs((double)p[i] - before[i]) / cap);
+        tight = fabs((double)p[0] - before[0]) / cap;
+    }
+    h.step = 1000000;
+    double r_inf = adamw8bit_max_step(h) / h.lr / (1 + 1e-5);
+    CHECK(worst <= 1.0, "exact fp32 AdamW stays within the bound: largest step %.6f of it", worst);
+    CHECK(tight > 0.99, "the bound is tight: the extremal sequence steps by %.6f of it at step %d", tight, T);
+    CHECK(fabs(r_inf - 0.1 * sqrt(20.0) / sqrt(1 - 0.81 / 0.95)) < 1e-4, "b1 0.9, b2 0.95: R -> %.5f (want 1.16502)", r_inf);
+    printf("update bound: exact AdamW's largest step %.6f of it over %d steps (the extremal sequence %.6f); R_inf %.5f lr\n",
+           worst, T, tight, r_inf);
+
+    /* one quantized block with a vanished second moment */
+    enum { B = ADAMW8BIT_BLOCK };
+    float pq[B], pq0[B], gq[B], mq[B], vq[B];
+    uint8_t mc[B], vc[B];
+    float am, av;
+    AdamW8bitSlice q = {0, B, 0, 0, B, 0.1f, 1};
+    AdamW8bitState st = {mc, vc, &am, &av, NULL, NULL};
+    for (int i = 0; i < B; i++) { pq[i] = rng_normal(&rng) * 0.02f; mq[i] = rng_normal(&rng) * 1e-3f; vq[i] = 1e-6f * (1 + rng_uniform(&rng)); gq[i] = 0; }
+    vq[7] = 1e-14f;   /* 5e-9 of the block's absmax: below the unsigned map's first value, code 0 */
+    adamw8bit_state_set(st, &q, 1, mq, vq);
+    CHECK(vc[7] == 0 && MU[vc[7]] == 0.0f && mc[7] != 127, "the constructed block: v code %d (map 0), m code %d (map %g)", vc[7], mc[7],
+          MS[mc[7]]);
+    memcpy(pq0, pq, sizeof pq);
+    h.step = 20;
+    adamw8bit_update_cpu(pq, NULL, gq, st, &q, 1, h);
+    float cap = adamw8bit_max_step(h), decay = 1.0f - h.lr * q.weight_decay;
+    float bc1 = 1.0f - powf(h.beta1, 20.0f), mdeq = MS[mc[7]] * am;   /* m after the step, dequantized again: ~ b1 m */
+    double worst_q = 0, uncapped = fabs(h.lr / bc1 * mdeq / h.eps);
+    for (int i = 0; i < B; i++) worst_q = fmax(worst_q, fabs((double)pq[i] - (double)(pq0[i] * decay)) / cap);
+    float step7 = pq0[7] * decay - pq[7];
+    CHECK(worst_q <= 1.0 + 1e-5, "no element of the block steps past the bound: largest %.6f of it", worst_q);
+    CHECK(fabsf(step7) == cap || fabs(fabs(step7) - cap) <= 2e-7 * fabs(pq0[7]) + 1e-12,
+          "the vanished-v element is capped: it moved %.6g, the bound %.6g (uncapped m/eps: %.3g)", step7, cap, uncapped);
+    CHECK(uncapped > 1e3 * cap, "without the cap it would have moved %.3g (%.0fx the bound)", uncapped, uncapped / cap);
+    printf("vanished v: the element moved %.4g = the bound %.4g; m/eps would have moved it %.3g (%.0fx)\n", fabsf(step7), cap,
+           uncapped, uncapped / cap);
 }
 
 /* ---------------------------------------------------- optimizer: bytes, skip */
@@ -400,10 +471,11 @@ static void test_checkpoint(void) {
     double worst_m = 0, worst_v = 0;
     for (int s = 0; s < g.opt.n_slices8; s++) {
         const AdamW8bitSlice *sl = &g.opt.slices8[s];
-        for (size_t j0 = 0; j0 < sl->count; j0 += 256) {
-            size_t n = sl->count - j0 < 256 ? sl->count - j0 : 256, i0 = sl->offset + j0;
+        for (size_t b = 0; b < adamw8bit_slice_blocks(sl); b++) {   /* the blocks of the rule */
+            int n;
+            size_t i0 = sl->offset + adamw8bit_block_span(sl, b, &n);
             double am = 0, av = 0, em = 0, ev = 0;
-            for (size_t i = i0; i < i0 + n; i++) {
+            for (size_t i = i0; i < i0 + (size_t)n; i++) {
                 am = fmax(am, fabsf(m32[i])); av = fmax(av, v32[i]);
                 em = fmax(em, fabs((double)m32[i] - m8[i])); ev = fmax(ev, fabs((double)v32[i] - v8[i]));
             }
@@ -442,6 +514,7 @@ int main(void) {
     test_maps();
     test_quantization_error();
     test_kernel();
+    test_update_bound();
     test_config();
     test_state_bytes();
     markov_shard(256, 300000);

@@ -80,7 +80,8 @@ void trainer_save_checkpoint(Trainer *tr) {
     LoaderState ls = loader_get_state(&tr->train);
     CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loader_epoch = ls.epoch, .loader_cursor = ls.cursor,
                    .rng_state = tr->sample_rng.s, .has_rng = tr->tokenizer != NULL, .loss_scale = tr->loss_scale,
-                   .clean_steps = tr->loss_scale_clean_steps, .optimizer = CKPT_OPT_ADAMW, .optimizer_step = tr->opt.step};
+                   .clean_steps = tr->loss_scale_clean_steps, .optimizer = tr->opt.kind == OPTIMIZER_ADAMW8BIT ? CKPT_OPT_ADAMW8BIT_ROWS : CKPT_OPT_ADAMW,
+                   .optimizer_step = tr->opt.step};
     double t0 = now_seconds();
     size_t P = tr->model.n_params;
     float *host[3];
@@ -115,6 +116,18 @@ void trainer_save_checkpoint(Trainer *tr) {
     free(text);
 }
 
+/* Whether the checkpoint was written by 8-bit AdamW before the whole-tensor block rule: optimizer
+ * CKPT_OPT_ADAMW in the header, optimizer=adamw8bit in its config. */
+static int saved_by_old_8bit(const char *path) {
+    char state[1400], err[1024], value[64] = "";
+    CkptReader r;
+    checkpoint_state_path(path, state, sizeof state);
+    if (ckpt_open(&r, state, err, sizeof err) != 0) return 0;   /* checkpoint_read has read it already */
+    int old = checkpoint_config_value(r.config_text, "optimizer", value, sizeof value) == 0 && !strcmp(value, "adamw8bit");
+    ckpt_close(&r);
+    return old;
+}
+
 /* Weights read for this rank (n_params host values) into the model and, with ZeRO-1, the master shard. */
 static void set_weights(Trainer *tr, const float *host) {
     model_set_params(&tr->model, host);
@@ -137,7 +150,12 @@ void trainer_restore(Trainer *tr) {
         for (int k = 0; k < 3; k++) host[k] = mallocCheck((P + 1) * sizeof(float));
         CkptState s;
         checkpoint_read(path, &tr->model, moment_prefixes, 2, host, &s, text, verbose);
-        if (s.optimizer != CKPT_OPT_ADAMW) die("checkpoint '%s' holds no AdamW state; this run uses AdamW", path);
+        if (s.optimizer != CKPT_OPT_ADAMW && s.optimizer != CKPT_OPT_ADAMW8BIT_ROWS)
+            die("checkpoint '%s' holds no AdamW state; this run uses AdamW", path);
+        if (verbose && s.optimizer == CKPT_OPT_ADAMW && c->optimizer == OPTIMIZER_ADAMW8BIT && saved_by_old_8bit(path))
+            printf("resume | %s: its 8-bit AdamW moments were quantized under the old block rule (rank-local 256-element runs);\n"
+                   "         converting: they are requantized in blocks of the whole tensor, so this run continues from nearly,\n"
+                   "         not exactly, the saved state (the next checkpoint is in the new form)\n", path);
         set_weights(tr, host[0]);
         if (tr->ddp.zero) {   /* my pieces of the moments */
             for (int k = 1; k < 3; k++) ddp_full_to_view(&tr->ddp, comm->dp_rank, host[k], host[k]);

@@ -22,7 +22,7 @@ typedef struct {
     float rope_theta, norm_eps, init_std;
     /* training */
     int batch_size, total_batch_tokens, max_steps, warmup_steps, lr_schedule, seed;
-    int optimizer;
+    int optimizer, adamw8bit_min_numel;
     float lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip;
     /* data */
     char train_data[1024], val_data[1024];

@@ -8,15 +8,15 @@
 #include <string.h>
 
 #define VIEW_ALIGN 256   /* bytes; every view of the 8-bit state buffer starts on this */
+#define CODE_ALIGN 16    /* codes; every 8-bit slice's codes start on this, for the CUDA kernel's packed loads */
 
 static size_t align_up(size_t x) { return (x + VIEW_ALIGN - 1) / VIEW_ALIGN * VIEW_ALIGN; }
 
 /* The views of the one 8-bit state buffer at base, in this order:
- * m32, v32 (S fp32) | m_absmax, v_absmax (Q/256 fp32) | m_code, v_code (Q uint8).
+ * m32, v32 (S fp32) | m_absmax, v_absmax (NB fp32) | m_code, v_code (Q uint8).
  * Returns the buffer's size in bytes. */
-static size_t q8_layout(char *base, size_t Q, size_t S, AdamW8bitState *st) {
-    size_t off[6], n = 0, sizes[6] = {S * sizeof(float), S * sizeof(float), Q / ADAMW8BIT_BLOCK * sizeof(float),
-                                      Q / ADAMW8BIT_BLOCK * sizeof(float), Q, Q};
+static size_t q8_layout(char *base, size_t Q, size_t NB, size_t S, AdamW8bitState *st) {
+    size_t off[6], n = 0, sizes[6] = {S * sizeof(float), S * sizeof(float), NB * sizeof(float), NB * sizeof(float), Q, Q};
     for (int k = 0; k < 6; k++) { off[k] = n; n = align_up(n + sizes[k]); }
     if (base && st) {
         st->m32 = (float *)(base + off[0]);
@@ -29,34 +29,62 @@ static size_t q8_layout(char *base, size_t Q, size_t S, AdamW8bitState *st) {
     return n;
 }
 
-/* The unsharded layout: runs of adjacent tensors with the same weight decay
- * (and, for adamw8bit, the same kind of state), in the model's buffer. */
-typedef struct { size_t offset, count; float weight_decay; int quantized; } Run;
+/* The 8-bit rule, one for every layout. Which tensors: those whose WHOLE tensor has at least
+ * adamw8bit_min_numel elements (a tp slice may be smaller; it is quantized all the same). Which
+ * blocks: each row of the whole tensor is cut into segments no tensor-parallel layout splits, and
+ * each segment into blocks of 256 from its start (the last one shorter). tp gives a rank whole rows
+ * of q/k/v, gate/up, the embedding and the head, so their segment is the whole row; o_proj and
+ * down_proj it splits by columns, at multiples of global_cols / tp, and every valid tp divides
+ * g = gcd(n_heads, n_kv_heads, ffn_dim) (model_check_tp), so their segment is global_cols / g, the
+ * finest slice any tp could cut (l124m: g = 4, o_proj rows in 4 segments of 192, down_proj in 4 of
+ * 512). A block thus lies inside one rank's slice at every tp, holds the same elements and so gets
+ * the same absmax as on one rank; dp and pp hold whole tensors; ZeRO-1 cuts only at block starts
+ * (optimizer_cut). Blocks within rows rather than across them cost absmax values only where a
+ * segment is not a multiple of 256. The alternatives: a block size dividing every slice (64 or less
+ * for most models: 4x the absmax), or one absmax shared over the tp group (a collective inside the
+ * update). Returns the segment length, or 0: fp32 moments. */
+size_t optimizer_q8_row(const Model *m, const Config *c, const ParamTensor *t) {
+    size_t whole = (size_t)t->global_rows * t->global_cols;
+    if (c->optimizer != OPTIMIZER_ADAMW8BIT || whole < (size_t)c->adamw8bit_min_numel) return 0;
+    if (!t->split_cols) return (size_t)t->global_cols;
+    int g = m->cfg.n_heads;
+    for (int b = m->cfg.n_kv_heads; b;) { int r = g % b; g = b; b = r; }
+    for (int b = m->cfg.ffn_dim; b;) { int r = g % b; g = b; b = r; }
+    return (size_t)t->global_cols / g;
+}
 
-static int build_runs(const Model *m, const Config *c, int kind, Run *runs) {
+/* The unsharded layout: runs of adjacent tensors with the same weight decay
+ * and, for adamw8bit, the same row segment (0: fp32 state), in the model's buffer. */
+typedef struct { size_t offset, count; float weight_decay; size_t row; } Run;
+
+static int build_runs(const Model *m, const Config *c, Run *runs) {
     int n = 0;
     for (int i = 0; i < m->n_tensors; i++) {
         const ParamTensor *t = &m->tensors[i];
         float wd = t->is_norm ? 0.0f : c->weight_decay;
-        size_t count = (size_t)t->rows * t->cols;
-        int quantized = kind == OPTIMIZER_ADAMW8BIT && count >= ADAMW8BIT_MIN_NUMEL;
+        size_t count = (size_t)t->rows * t->cols, row = optimizer_q8_row(m, c, t);
         if (!count) continue;
         Run *last = n ? &runs[n - 1] : NULL;
-        if (last && last->weight_decay == wd && last->quantized == quantized && last->offset + last->count == t->offset)
+        if (last && last->weight_decay == wd && last->row == row && last->offset + last->count == t->offset)
             last->count += count;
         else
-            runs[n++] = (Run){t->offset, count, wd, quantized};
+            runs[n++] = (Run){t->offset, count, wd, row};
     }
     return n;
 }
 
+/* The start of the 8-bit block holding element o of a quantized run (rows of r->row elements). */
+static size_t block_start(const Run *r, size_t o) {
+    size_t j = o - r->offset;
+    return r->offset + j / r->row * r->row + j % r->row / ADAMW8BIT_BLOCK * ADAMW8BIT_BLOCK;
+}
+
 size_t optimizer_cut(const Model *m, const Config *c, size_t offset) {
     Run *runs = callocCheck(m->n_tensors + 1, sizeof(Run));
-    int n = build_runs(m, c, c->optimizer, runs);
+    int n = build_runs(m, c, runs);
     size_t cut = offset;
     for (int r = 0; r < n; r++)
-        if (runs[r].quantized && runs[r].offset <= offset && offset < runs[r].offset + runs[r].count)
-            cut = runs[r].offset + (offset - runs[r].offset) / ADAMW8BIT_BLOCK * ADAMW8BIT_BLOCK;
+        if (runs[r].row && runs[r].offset <= offset && offset < runs[r].offset + runs[r].count) cut = block_start(&runs[r], offset);
     free(runs);
     return cut;
 }
@@ -76,35 +104,48 @@ OptimizerView optimizer_zero_view(const Ddp *d, OptPiece **pieces) {
     return (OptimizerView){d->master_shard, d->grad_shard, d->compute_shard, d->shard_n, *pieces, n, 1};
 }
 
-/* The view's slices: each run cut to each piece, in view elements. Pieces start
- * at cuts optimizer_cut allows, so an 8-bit slice starts on a block of its run
- * and quantizes the same blocks as the unsharded layout. */
+/* One 8-bit slice of run elements [lo, hi) at view element at, rows of `row` from lo; its codes and absmax
+ * appended to the state (codes from a multiple of CODE_ALIGN). */
+static void add_slice8(Optimizer *o, size_t at, size_t count, size_t row, float wd) {
+    AdamW8bitSlice *sl = &o->slices8[o->n_slices8++];
+    *sl = (AdamW8bitSlice){at, count, 0, 0, row, wd, row > 0};
+    if (!row) { sl->row = count; sl->state = o->n_fp32; o->n_fp32 += count; return; }
+    sl->state = (o->n_quantized + CODE_ALIGN - 1) / CODE_ALIGN * CODE_ALIGN;
+    sl->block = o->n_blocks;
+    o->n_quantized = sl->state + count;
+    o->n_blocks += adamw8bit_slice_blocks(sl);
+}
+
+/* The view's slices: each run cut to each piece, in view elements. Pieces start at cuts optimizer_cut
+ * allows, so an 8-bit slice starts on a block of the global rule; one that starts inside a row gets the
+ * rest of that row as a slice of its own (rows of its length), so the kernel cuts the same blocks. */
 static void build_slices(Optimizer *o, const Model *m, const Config *c) {
     Run *runs = callocCheck(m->n_tensors + 1, sizeof(Run));
-    int n_runs = build_runs(m, c, o->kind, runs);
+    int n_runs = build_runs(m, c, runs);
     const OptimizerView *v = &o->view;
-    int cap = n_runs + v->n_pieces + m->n_tensors + 1;
+    int cap = 2 * (n_runs + v->n_pieces) + m->n_tensors + 1;
     o->slices = callocCheck(cap, sizeof(AdamWSlice));
     o->slices8 = callocCheck(cap, sizeof(AdamW8bitSlice));
     o->replicated = callocCheck(cap, sizeof(OptPiece));
-    size_t Q = 0, S = 0;
     for (int p = 0; p < v->n_pieces; p++) {
         const OptPiece *pc = &v->pieces[p];
         for (int r = 0; r < n_runs; r++) {
-            size_t lo = runs[r].offset > pc->offset ? runs[r].offset : pc->offset;
-            size_t hi = runs[r].offset + runs[r].count < pc->offset + pc->count ? runs[r].offset + runs[r].count : pc->offset + pc->count;
+            const Run *run = &runs[r];
+            size_t lo = run->offset > pc->offset ? run->offset : pc->offset;
+            size_t hi = run->offset + run->count < pc->offset + pc->count ? run->offset + run->count : pc->offset + pc->count;
             if (lo >= hi) continue;
             size_t at = pc->at + (lo - pc->offset), count = hi - lo;
             AdamWSlice *last = o->n_slices ? &o->slices[o->n_slices - 1] : NULL;
-            if (last && last->weight_decay == runs[r].weight_decay && last->offset + last->count == at) last->count += count;
-            else o->slices[o->n_slices++] = (AdamWSlice){at, count, runs[r].weight_decay};
-            if (runs[r].quantized && (lo - runs[r].offset) % ADAMW8BIT_BLOCK)
-                die("internal: a ZeRO-1 piece cuts an 8-bit AdamW block at element %zu", lo);
-            AdamW8bitSlice *sl = &o->slices8[o->n_slices8++];
-            *sl = (AdamW8bitSlice){at, count, 0, runs[r].weight_decay, runs[r].quantized};
-            /* each quantized slice's state starts on a whole block, so every block belongs to one slice */
-            if (sl->quantized) { sl->state = Q; Q += (count + ADAMW8BIT_BLOCK - 1) / ADAMW8BIT_BLOCK * ADAMW8BIT_BLOCK; }
-            else { sl->state = S; S += count; }
+            if (last && last->weight_decay == run->weight_decay && last->offset + last->count == at) last->count += count;
+            else o->slices[o->n_slices++] = (AdamWSlice){at, count, run->weight_decay};
+            if (run->row && block_start(run, lo) != lo) die("internal: a ZeRO-1 piece cuts an 8-bit AdamW block at element %zu", lo);
+            size_t into = run->row ? (lo - run->offset) % run->row : 0;
+            if (into) {   /* the rest of a row */
+                size_t head = run->row - into < count ? run->row - into : count;
+                add_slice8(o, at, head, head, run->weight_decay);
+                at += head; count -= head;
+            }
+            if (count) add_slice8(o, at, count, run->row, run->weight_decay);
         }
         /* tensors every tensor-parallel rank holds whole (norms; an embedding not split over the vocabulary) */
         for (int i = 0; m->part.tp > 1 && i < m->n_tensors; i++) {
@@ -115,8 +156,7 @@ static void build_slices(Optimizer *o, const Model *m, const Config *c) {
             if (whole && lo < hi) o->replicated[o->n_replicated++] = (OptPiece){lo, hi - lo, pc->at + (lo - pc->offset)};
         }
     }
-    o->n_quantized = Q;
-    o->n_fp32 = S;
+    for (int i = 0; i < m->n_tensors; i++) o->n_q8_tensors += optimizer_q8_row(m, c, &m->tensors[i]) > 0;
     for (int r = 0; m->sp && r < o->n_replicated; r++) o->n_tp_pack += o->replicated[r].count;
     free(runs);
 }
@@ -134,9 +174,8 @@ static void layout(Optimizer *o, const Model *m, const Config *c, const Optimize
     memcpy(pieces, o->view.pieces, o->view.n_pieces * sizeof(OptPiece));
     o->view.pieces = pieces;
     build_slices(o, m, c);
-    if (o->kind == OPTIMIZER_ADAMW8BIT) o->state_bytes = q8_layout(NULL, o->n_quantized, o->n_fp32, NULL);
-    else { o->n_slices8 = 0; o->state_bytes = 2 * o->view.n * sizeof(float); }
-    if (o->kind != OPTIMIZER_ADAMW8BIT) o->n_quantized = o->n_fp32 = 0;
+    if (o->kind == OPTIMIZER_ADAMW8BIT) o->state_bytes = q8_layout(NULL, o->n_quantized, o->n_blocks, o->n_fp32, NULL);
+    else { o->n_slices8 = 0; o->state_bytes = 2 * o->view.n * sizeof(float); o->n_quantized = o->n_blocks = o->n_fp32 = 0; }
     o->beta1 = c->beta1; o->beta2 = c->beta2; o->eps = c->adam_eps; o->grad_clip = c->grad_clip;
 }
 
@@ -147,7 +186,7 @@ void optimizer_init(Optimizer *o, const Model *m, const Config *c, const Optimiz
     layout(o, m, c, view);
     if (o->kind == OPTIMIZER_ADAMW8BIT) {
         o->state = be->alloc(o->state_bytes, "8-bit AdamW state (codes, absmax, small tensors' fp32 moments)");
-        q8_layout(o->state, o->n_quantized, o->n_fp32, &o->q8);
+        q8_layout(o->state, o->n_quantized, o->n_blocks, o->n_fp32, &o->q8);
     } else {
         o->m = be->alloc(o->view.n * sizeof(float), "AdamW first moment");
         o->v = be->alloc(o->view.n * sizeof(float), "AdamW second moment");
@@ -230,28 +269,13 @@ void optimizer_moments_get(const Optimizer *o, const Model *m, float *hm, float 
         be->download(hv, o->v, P * sizeof(float));
         return;
     }
-    const float *ms, *mu;
-    adamw8bit_maps(&ms, &mu);
     char *hs = mallocCheck(o->state_bytes);
     memset(hm, 0, P * sizeof(float));
     memset(hv, 0, P * sizeof(float));
     be->download(hs, o->state, o->state_bytes);
     AdamW8bitState st;
-    q8_layout(hs, o->n_quantized, o->n_fp32, &st);
-    for (int s = 0; s < o->n_slices8; s++) {
-        const AdamW8bitSlice *sl = &o->slices8[s];
-        if (!sl->quantized) {
-            memcpy(hm + sl->offset, st.m32 + sl->state, sl->count * sizeof(float));
-            memcpy(hv + sl->offset, st.v32 + sl->state, sl->count * sizeof(float));
-            continue;
-        }
-        for (size_t j0 = 0; j0 < sl->count; j0 += ADAMW8BIT_BLOCK) {
-            size_t q = sl->state + j0, blk = q / ADAMW8BIT_BLOCK;
-            int n = sl->count - j0 < ADAMW8BIT_BLOCK ? (int)(sl->count - j0) : ADAMW8BIT_BLOCK;
-            adamw8bit_dequantize_block(ms, st.m_code + q, st.m_absmax[blk], n, hm + sl->offset + j0);
-            adamw8bit_dequantize_block(mu, st.v_code + q, st.v_absmax[blk], n, hv + sl->offset + j0);
-        }
-    }
+    q8_layout(hs, o->n_quantized, o->n_blocks, o->n_fp32, &st);
+    adamw8bit_state_get(st, o->slices8, o->n_slices8, hm, hv);
     free(hs);
 }
 
@@ -263,25 +287,10 @@ void optimizer_moments_set(Optimizer *o, const Model *m, const float *hm, const 
         be->upload(o->v, hv, P * sizeof(float));
         return;
     }
-    const float *ms, *mu;
-    adamw8bit_maps(&ms, &mu);
     char *hs = callocCheck(o->state_bytes, 1);
     AdamW8bitState st;
-    q8_layout(hs, o->n_quantized, o->n_fp32, &st);
-    for (int s = 0; s < o->n_slices8; s++) {
-        const AdamW8bitSlice *sl = &o->slices8[s];
-        if (!sl->quantized) {
-            memcpy(st.m32 + sl->state, hm + sl->offset, sl->count * sizeof(float));
-            memcpy(st.v32 + sl->state, hv + sl->offset, sl->count * sizeof(float));
-            continue;
-        }
-        for (size_t j0 = 0; j0 < sl->count; j0 += ADAMW8BIT_BLOCK) {
-            size_t q = sl->state + j0, blk = q / ADAMW8BIT_BLOCK;
-            int n = sl->count - j0 < ADAMW8BIT_BLOCK ? (int)(sl->count - j0) : ADAMW8BIT_BLOCK;
-            st.m_absmax[blk] = adamw8bit_quantize_block(ms, hm + sl->offset + j0, n, st.m_code + q);
-            st.v_absmax[blk] = adamw8bit_quantize_block(mu, hv + sl->offset + j0, n, st.v_code + q);
-        }
-    }
+    q8_layout(hs, o->n_quantized, o->n_blocks, o->n_fp32, &st);
+    adamw8bit_state_set(st, o->slices8, o->n_slices8, hm, hv);
     be->upload(o->state, hs, o->state_bytes);
     free(hs);
 }

@@ -5,8 +5,10 @@
  * slices that differ only in weight decay (none on norm weights); one step is
  * global-norm -> clip factor -> one fused update of every slice. adamw keeps
  * fp32 m and v (8 bytes/param). adamw8bit (kernels/adamw8bit.h) keeps, for
- * every tensor of at least 4096 elements, uint8 codes of m and v plus one fp32
- * absmax per 256-element block (~2.03 bytes/param), and fp32 m, v for the
+ * every tensor whose whole has at least adamw8bit_min_numel (4096) elements,
+ * uint8 codes of m and v plus one fp32 absmax per block of at most 256
+ * elements, cut within row segments of the whole tensor (optimizer_q8_row:
+ * the same blocks on every layout; ~2.03 bytes/param), and fp32 m, v for the
  * small tensors; its slices also differ in which kind of state they use. All
  * 8-bit state is one backend allocation with named views. */
 #pragma once
@@ -43,10 +45,12 @@ typedef struct {
     /* adamw8bit */
     void *state;            /* the one backend allocation holding q8's views */
     size_t state_bytes;
-    AdamW8bitState q8;      /* codes (Q), absmax (Q/256), fp32 m32, v32 (S) of the small tensors */
-    AdamW8bitSlice *slices8;/* runs of adjacent tensors with the same weight decay and state kind */
+    AdamW8bitState q8;      /* codes (Q), absmax (NB), fp32 m32, v32 (S) of the small tensors */
+    AdamW8bitSlice *slices8;/* runs of adjacent tensors with the same weight decay and row segment (or fp32 state) */
     int n_slices8;
-    size_t n_quantized;     /* Q: elements of 8-bit state (each slice rounded up to 256) */
+    int n_q8_tensors;       /* tensors of this rank's model with 8-bit moments */
+    size_t n_quantized;     /* Q: codes of 8-bit state (each slice's start rounded up to 16) */
+    size_t n_blocks;        /* NB: 8-bit blocks, one absmax each */
     size_t n_fp32;          /* S: elements of fp32 state */
     int step;               /* updates done */
     float beta1, beta2, eps, grad_clip;
@@ -57,10 +61,15 @@ void optimizer_init(Optimizer *o, const Model *m, const Config *c, const Optimiz
 /* The same layout with nothing allocated: state_bytes for the memory plan. Free with optimizer_free. */
 void optimizer_plan(Optimizer *o, const Model *m, const Config *c, const OptimizerView *view);
 void optimizer_free(Optimizer *o, const Backend *be);
+/* adamw8bit's rule for one tensor (see train/optimizer.c): 0 when its moments
+ * stay fp32 (adamw, or the whole tensor under adamw8bit_min_numel elements),
+ * else the length of the row segments of the whole tensor its blocks are cut
+ * within, the same on every layout. */
+size_t optimizer_q8_row(const Model *m, const Config *c, const ParamTensor *t);
 /* The largest offset <= offset of the model's buffer where its elements may be
  * cut between two ranks' pieces without changing what the update computes:
- * anywhere for adamw; on a 256-element block boundary of the unsharded 8-bit
- * layout for adamw8bit, so every rank quantizes the same blocks as one rank. */
+ * anywhere for adamw; at a block start of the 8-bit rule for adamw8bit, so
+ * every rank quantizes the same blocks as one rank. */
 size_t optimizer_cut(const Model *m, const Config *c, size_t offset);
 /* optimizer_cut as ddp_plan's CutRule; ctx: an OptimizerCut. */
 typedef struct { const Model *m; const Config *c; } OptimizerCut;

@@ -170,6 +170,10 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     OptimizerView view = zero ? optimizer_zero_view(&tr->ddp, &pieces) : (OptimizerView){0};
     optimizer_init(&tr->opt, &tr->model, c, zero ? &view : NULL);
     free(pieces);
+    if (tr->opt.kind == OPTIMIZER_ADAMW8BIT && tr->comm.rank == 0)   /* the optimizer's own accounting (tests assert on it) */
+        printf("optim | adamw8bit on rank 0: %d tensors 8-bit, %zu elements in %zu blocks, %zu elements fp32 | %.2f bytes of state a parameter\n",
+               tr->opt.n_q8_tensors, tr->opt.n_quantized, tr->opt.n_blocks, tr->opt.n_fp32,
+               (double)tr->opt.state_bytes / (double)(tr->opt.view.n ? tr->opt.view.n : 1));
     launch_errors_rank0_only(0);
     tr->exec = (Executor){.model = &tr->model, .comm = &tr->comm, .ddp = &tr->ddp, .optimizer = optimizer_action, .ctx = tr};
     tr->comm.ablate = c->comm_ablate;

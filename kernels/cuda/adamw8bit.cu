@@ -1,10 +1,12 @@
 /* kernels/cuda/adamw8bit.cu — 8-bit AdamW (kernels/adamw8bit.h) in one launch.
  *
- * The idea: every slice is cut into 256-element pieces and one warp takes one
- * of them, a lane holding 8 elements. Where the piece is whole and its memory
+ * The idea: every slice is cut into its blocks (kernels/adamw8bit.h: at most
+ * 256 elements, within rows; fp32-state slices into pieces of 256) and one warp
+ * takes one of them, a lane holding 8 elements. Where the piece is whole and its memory
  * is aligned (weights, grads, compute copy and fp32 state on 16 bytes, codes
- * on 8: every whole piece of a slice that starts on a multiple of 4 elements,
- * of 8 with a 16-bit compute copy, in buffers as the optimizer lays them out),
+ * on 8: every whole block of a slice whose offset and rows are multiples of 8
+ * elements, in buffers as the optimizer lays them out; l124m's o_proj rows of
+ * 192 make blocks of 192, which take the lane-by-lane path),
  * a lane's 8 are contiguous (lane * 8 ...): its weights and grads come in two
  * 16-byte loads each, its m and v codes in one 8-byte load each, and go back
  * the same way (a 16-bit compute copy in one 16-byte store). Elsewhere (a
@@ -34,7 +36,7 @@ extern "C" {
 
 __constant__ float q8_map_signed[256], q8_map_unsigned[256];
 
-struct Q8Slice { size_t offset, count, state; float weight_decay; int quantized; int first_block; };
+struct Q8Slice { size_t offset, count, state, block, row; float weight_decay; int quantized; int first_block; };
 
 /* adamw8bit_nearest of kernels/adamw8bit.h: the last map[k] <= x, then k or k + 1. The same probes
  * map[k + step] in the same order, read from the map laid out as its search tree, level by level
@@ -58,13 +60,17 @@ __device__ __forceinline__ uint8_t q8_nearest(const float *tree, float map0, flo
     return (uint8_t)(__fsub_rn(hi, x) < __fsub_rn(x, lo) ? k + 1 : k);
 }
 
-/* the fp32 AdamW step of one element, in kernels/cpu/adamw.c's order, no contraction */
+/* the fp32 AdamW step of one element, in kernels/cpu/adamw.c's order, no contraction; CAP: a quantized
+ * block's, its Adam term clamped to [-max_step, max_step] by the comparisons of adamw8bit_element */
+template <bool CAP>
 __device__ __forceinline__ float q8_step(float p, float g, float &m, float &v, float decay, float b1, float b2,
-                                         float omb1, float omb2, float eps, float step_size, float bc2_sqrt) {
+                                         float omb1, float omb2, float eps, float step_size, float bc2_sqrt, float max_step) {
     p = __fmul_rn(p, decay);
     m = __fadd_rn(__fmul_rn(b1, m), __fmul_rn(omb1, g));
     v = __fadd_rn(__fmul_rn(b2, v), __fmul_rn(__fmul_rn(omb2, g), g));
-    return __fsub_rn(p, __fdiv_rn(__fmul_rn(step_size, m), __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps)));
+    float u = __fdiv_rn(__fmul_rn(step_size, m), __fadd_rn(__fdiv_rn(__fsqrt_rn(v), bc2_sqrt), eps));
+    if (CAP) u = u > max_step ? max_step : u < -max_step ? -max_step : u;
+    return __fsub_rn(p, u);
 }
 
 #define Q8_WARPS 8                     /* pieces (warps) per CUDA block */
@@ -100,7 +106,7 @@ __device__ __forceinline__ bool q8_aligned(const void *a, const void *b, const v
 template <typename T> __global__ void __launch_bounds__(32 * Q8_WARPS)
 adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bitState st, const Q8Slice *slices,
                  int n_slices, int n_pieces, float lr, float b1, float b2, float omb1, float omb2, float eps, float gs,
-                 float step_size, float bc2_sqrt) {
+                 float step_size, float bc2_sqrt, float max_step) {
     __shared__ float ms[256], mu[256], ts[256], tu[256];   /* the maps (dequantizing) and their search trees */
     for (int k = threadIdx.x; k < 256; k += blockDim.x) {
         ms[k] = q8_map_signed[k];
@@ -119,9 +125,11 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
     }
     Q8Slice s = slices[lo];
     float decay = __fsub_rn(1.0f, __fmul_rn(lr, s.weight_decay));
-    /* 64-bit arithmetic once per piece; below, 32-bit offsets inside it */
-    size_t j0 = (size_t)(piece - s.first_block) * ADAMW8BIT_BLOCK;   /* the piece's first element in the slice */
-    int n = s.count - j0 < ADAMW8BIT_BLOCK ? (int)(s.count - j0) : ADAMW8BIT_BLOCK;   /* its elements */
+    /* 64-bit arithmetic once per piece (adamw8bit_block_span's); below, 32-bit offsets inside it */
+    size_t b = (size_t)(piece - s.first_block), per = (s.row + ADAMW8BIT_BLOCK - 1) / ADAMW8BIT_BLOCK, r = b / per;
+    size_t j0 = r * s.row + b % per * ADAMW8BIT_BLOCK;                  /* the piece's first element in the slice */
+    size_t end = r * s.row + s.row < s.count ? r * s.row + s.row : s.count;
+    int n = end - j0 < ADAMW8BIT_BLOCK ? (int)(end - j0) : ADAMW8BIT_BLOCK;   /* its elements */
     float *p = params + s.offset + j0;                                  /* (n) weights */
     const float *g = grads + s.offset + j0;                             /* (n) grads */
     T *pc = params_compute ? params_compute + s.offset + j0 : NULL;     /* (n) compute copy or NULL */
@@ -138,7 +146,7 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
             q8_load8(v32 + e, v);
 #pragma unroll
             for (int k = 0; k < Q8_PER_LANE; k++)
-                x[k] = q8_step(x[k], __fmul_rn(gr[k], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+                x[k] = q8_step<false>(x[k], __fmul_rn(gr[k], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt, 0.0f);
             q8_store8(m32 + e, m);
             q8_store8(v32 + e, v);
             q8_store8(p + e, x);
@@ -150,7 +158,7 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
             int j = k * 32 + lane;
             if (j >= n) continue;
             float mk = m32[j], vk = v32[j];
-            float pj = q8_step(p[j], __fmul_rn(g[j], gs), mk, vk, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+            float pj = q8_step<false>(p[j], __fmul_rn(g[j], gs), mk, vk, decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt, 0.0f);
             m32[j] = mk;
             v32[j] = vk;
             p[j] = pj;
@@ -158,8 +166,8 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
         }
         return;
     }
-    size_t q0 = s.state + j0, blk = q0 / ADAMW8BIT_BLOCK;
-    uint8_t *mc = st.m_code + q0, *vc = st.v_code + q0;   /* (256) the piece's codes */
+    size_t q0 = s.state + j0, blk = s.block + b;
+    uint8_t *mc = st.m_code + q0, *vc = st.v_code + q0;   /* (n) the piece's codes */
     float am_old = st.m_absmax[blk], av_old = st.v_absmax[blk], am = 0.0f, av = 0.0f;
     if (whole && q8_aligned(mc, vc, NULL, 8)) {
         float gr[Q8_PER_LANE];
@@ -170,7 +178,7 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
         for (int k = 0; k < Q8_PER_LANE; k++) {
             m[k] = __fmul_rn(ms[q8_byte(cm, k)], am_old);
             v[k] = __fmul_rn(mu[q8_byte(cv, k)], av_old);
-            x[k] = q8_step(x[k], __fmul_rn(gr[k], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+            x[k] = q8_step<true>(x[k], __fmul_rn(gr[k], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt, max_step);
             am = fmaxf(am, fabsf(m[k]));
             av = fmaxf(av, v[k]);
         }
@@ -196,7 +204,7 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
             if (j >= n) continue;
             m[k] = __fmul_rn(ms[mc[j]], am_old);
             v[k] = __fmul_rn(mu[vc[j]], av_old);
-            float pj = q8_step(p[j], __fmul_rn(g[j], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt);
+            float pj = q8_step<true>(p[j], __fmul_rn(g[j], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt, max_step);
             p[j] = pj;
             if (pc) pc[j] = from_f<T>(pj);
             am = fmaxf(am, fabsf(m[k]));
@@ -241,10 +249,10 @@ extern "C" void adamw8bit_update_cuda(float *params, void *params_compute, const
         Q8Slice *d = (Q8Slice *)mallocCheck(n_slices * sizeof(Q8Slice));
         total_blocks = 0;
         for (int s = 0; s < n_slices; s++) {
-            if (slices[s].quantized && slices[s].state % ADAMW8BIT_BLOCK)
-                die("internal: 8-bit AdamW slice %d starts its state at %zu, not a multiple of %d", s, slices[s].state, ADAMW8BIT_BLOCK);
-            d[s] = Q8Slice{slices[s].offset, slices[s].count, slices[s].state, slices[s].weight_decay, slices[s].quantized, total_blocks};
-            total_blocks += (int)ceil_div(slices[s].count, ADAMW8BIT_BLOCK);
+            if (!slices[s].row) die("internal: 8-bit AdamW slice %d has rows of 0 elements", s);
+            d[s] = Q8Slice{slices[s].offset, slices[s].count, slices[s].state, slices[s].block, slices[s].row,
+                           slices[s].weight_decay, slices[s].quantized, total_blocks};
+            total_blocks += (int)adamw8bit_slice_blocks(&slices[s]);
         }
         cuda_scratch(&dev, &dev_cap, n_slices * sizeof(Q8Slice), "8-bit AdamW slice list");
         cudaCheck(cudaMemcpyAsync(dev, d, n_slices * sizeof(Q8Slice), cudaMemcpyHostToDevice, cuda_stream));
@@ -254,11 +262,11 @@ extern "C" void adamw8bit_update_cuda(float *params, void *params_compute, const
     if (total_blocks == 0) return;
     /* the same host arithmetic as kernels/cpu/adamw8bit.c */
     float bc1 = 1.0f - powf(h.beta1, (float)h.step), bc2_sqrt = sqrtf(1.0f - powf(h.beta2, (float)h.step));
-    float step_size = h.lr / bc1, omb1 = 1.0f - h.beta1, omb2 = 1.0f - h.beta2;
+    float step_size = h.lr / bc1, omb1 = 1.0f - h.beta1, omb2 = 1.0f - h.beta2, max_step = adamw8bit_max_step(h);
     ACT_SWITCH(T, {
         adamw8bit_kernel<T><<<ceil_div(total_blocks, Q8_WARPS), 32 * Q8_WARPS, 0, cuda_stream>>>(
             params, (T *)params_compute, grads, st, (const Q8Slice *)dev, n_slices, total_blocks, h.lr, h.beta1, h.beta2,
-            omb1, omb2, h.eps, h.grad_scale, step_size, bc2_sqrt);
+            omb1, omb2, h.eps, h.grad_scale, step_size, bc2_sqrt, max_step);
     });
     launchCheck();
 }

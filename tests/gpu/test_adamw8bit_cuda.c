@@ -12,7 +12,10 @@
  * so that each dtype's run has whole pieces of both kinds of state both ways
  * (count_layouts says which, and checks it). The backend table's entry is
  * checked too, and one large update is timed. Run on a GPU machine:
- * tests/gpu/run.sh. */
+ * tests/gpu/run.sh. Blocks follow the rows of kernels/adamw8bit.h (rows of 768:
+ * 3 whole blocks; of 192, l124m's o_proj: one partial block each); at step 3
+ * some v codes are set to 0 under live m (a vanished second moment), so the
+ * capped step (adamw8bit_max_step) runs on both sides and must agree too. */
 #include "../../kernels/backend.h"
 #include "../../common/util.h"
 #include "../test.h"
@@ -31,12 +34,12 @@ static uint16_t to_bf16(float f) {
 }
 static uint16_t to_fp16(float f) { _Float16 h = (_Float16)f; uint16_t u; memcpy(&u, &h, 2); return u; }
 
-typedef struct { size_t Q, S, P; } Sizes;
+typedef struct { size_t Q, NB, S, P; } Sizes;
 
 /* state views into one host or device buffer: m32 v32 | m_absmax v_absmax | m_code v_code */
 static AdamW8bitState views(char *base, Sizes z) {
     AdamW8bitState st;
-    size_t nb = z.Q / ADAMW8BIT_BLOCK;
+    size_t nb = z.NB;
     st.m32 = (float *)base;
     st.v32 = st.m32 + z.S;
     st.m_absmax = st.v32 + z.S;
@@ -45,7 +48,22 @@ static AdamW8bitState views(char *base, Sizes z) {
     st.v_code = st.m_code + z.Q;
     return st;
 }
-static size_t state_bytes(Sizes z) { return 2 * z.S * 4 + 2 * (z.Q / ADAMW8BIT_BLOCK) * 4 + 2 * z.Q; }
+static size_t state_bytes(Sizes z) { return 2 * z.S * 4 + 2 * z.NB * 4 + 2 * z.Q; }
+/* appends a slice of count elements in rows of row (0: fp32 state) to z */
+static AdamW8bitSlice add_slice(Sizes *z, size_t count, size_t row, float wd) {
+    AdamW8bitSlice sl = {z->P, count, 0, 0, row ? row : count, wd, row > 0};
+    if (row) {
+        sl.state = (z->Q + 15) / 16 * 16;
+        sl.block = z->NB;
+        z->Q = sl.state + count;
+        z->NB += adamw8bit_slice_blocks(&sl);
+    } else {
+        sl.state = z->S;
+        z->S += count;
+    }
+    z->P += count;
+    return sl;
+}
 
 /* kernels/cuda/adamw8bit.cu's choice for each whole piece, from the device
  * addresses (never dereferenced): contiguous 16-byte loads where weights,
@@ -56,8 +74,10 @@ static void count_layouts(const AdamW8bitSlice *sl, int n_slices, const float *d
                           size_t esize, AdamW8bitState dst, size_t n[2][2]) {
     memset(n, 0, 4 * sizeof(size_t));
     for (int s = 0; s < n_slices; s++)
-        for (size_t j0 = 0; j0 + ADAMW8BIT_BLOCK <= sl[s].count; j0 += ADAMW8BIT_BLOCK) {
-            size_t i = sl[s].offset + j0, q = sl[s].state + j0;
+        for (size_t b = 0; b < adamw8bit_slice_blocks(&sl[s]); b++) {
+            int len;
+            size_t j0 = adamw8bit_block_span(&sl[s], b, &len), i = sl[s].offset + j0, q = sl[s].state + j0;
+            if (len < ADAMW8BIT_BLOCK) continue;
             uintptr_t a = (uintptr_t)(dp + i) | (uintptr_t)(dg + i) | (dc ? (uintptr_t)((const char *)dc + i * esize) : 0);
             int c = sl[s].quantized ? a % 16 == 0 && ((uintptr_t)(dst.m_code + q) | (uintptr_t)(dst.v_code + q)) % 8 == 0
                                     : a % 16 == 0 && ((uintptr_t)(dst.m32 + q) | (uintptr_t)(dst.v32 + q)) % 16 == 0;
@@ -67,22 +87,16 @@ static void count_layouts(const AdamW8bitSlice *sl, int n_slices, const float *d
 
 static void run_case(DType act, const char *name) {
     const Backend *gpu = backend_cuda(act), *cpu = backend_cpu();
-    /* slices: 8-bit with a partial block, fp32, 8-bit, fp32 tiny, 8-bit large, fp32. Device addresses (buffers
-     * 256-byte aligned): element offsets 0, 5000, 5300, 9396, 9403, 209416; fp32 state at 0, 300, 307, so v32 is
-     * m32 + 824 floats and the codes start 13136 bytes in. Contiguous: slice 0's whole pieces; slice 1's first
-     * (fp32 state); slice 2's in fp32 only (offset 5300 is 4 but not 8 elements on). Lane by lane: slice 4's (odd
-     * offset), slice 5's (m32 + 307), slice 2's in bf16 and fp16, and every partial last piece. */
+    /* slices: 8-bit in rows of 768 with a partial last row, fp32, 8-bit in rows of 192, fp32 tiny, 8-bit large
+     * in rows of 2048, fp32. Element offsets 0, 5000, 5300, 9396, 9403, 209416; fp32 state at 0, 300, 307.
+     * Contiguous: slice 0's whole blocks; slice 1's first (fp32 state). Lane by lane: slice 2's (blocks of 192),
+     * slice 4's (odd offset), slice 5's (m32 + 307), and every partial block. */
     enum { NS = 6 };
-    size_t counts[NS] = {5000, 300, 4096, 7, 200000 + 13, 2 * 256 + 5};
-    int quant[NS] = {1, 0, 1, 0, 1, 0};
+    size_t counts[NS] = {5000, 300, 4096, 7, 200000 + 13, 2 * 256 + 5}, rows[NS] = {768, 0, 192, 0, 2048, 0};
     float wd[NS] = {0.1f, 0.0f, 0.05f, 0.0f, 0.1f, 0.02f};
     AdamW8bitSlice sl[NS];
-    Sizes z = {0, 0, 0};
-    for (int s = 0; s < NS; s++) {
-        sl[s] = (AdamW8bitSlice){z.P, counts[s], quant[s] ? z.Q : z.S, wd[s], quant[s]};
-        if (quant[s]) z.Q += (counts[s] + 255) / 256 * 256; else z.S += counts[s];
-        z.P += counts[s];
-    }
+    Sizes z = {0, 0, 0, 0};
+    for (int s = 0; s < NS; s++) sl[s] = add_slice(&z, counts[s], rows[s], wd[s]);
     size_t P = z.P, SB = state_bytes(z), esize = act == DTYPE_FP32 ? 4 : 2;
     float *hp = mallocCheck(P * 4), *hg = mallocCheck(P * 4), *gp_back = mallocCheck(P * 4);
     char *hs = callocCheck(SB, 1), *gs_back = mallocCheck(SB);
@@ -99,14 +113,36 @@ static void run_case(DType act, const char *name) {
            lay[0][1], lay[0][0]);
     CHECK(lay[1][1] && lay[1][0] && lay[0][1] && lay[0][0], "%s: the slices take both layouts of the kernel for both kinds of state",
           name);
+    /* vanished v at step 3: elements of a contiguous block (slice 0), a lane-by-lane one (slice 2) and the odd slice 4 */
+    size_t holes[3] = {sl[0].offset + 5, sl[2].offset + 200, sl[4].offset + 3000};
+    int capped = 0;
     for (int t = 1; t <= 6; t++) {
         for (size_t i = 0; i < P; i++) hg[i] = (rng_normal(&rng) + 0.3f) * 1e-3f * (1 + i % 5);
         if (t == 4) for (size_t i = 0; i < 256; i++) hg[i] = 0;   /* an all-zero m block's update: absmax 0 path next step */
-        gpu->upload(dg, hg, P * 4);
         AdamWHyper h = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 0.7f, .step = t};
+        float before[3];
+        if (t == 3) {   /* the same state on both sides, with v codes 0 under live m and no gradient to refill them */
+            for (int k = 0; k < 3; k++) {
+                const AdamW8bitSlice *s = &sl[k == 0 ? 0 : k == 1 ? 2 : 4];
+                hst.v_code[s->state + (holes[k] - s->offset)] = 0;
+                hg[holes[k]] = 0;
+                before[k] = hp[holes[k]];
+            }
+            gpu->upload(ds, hs, SB);
+        }
+        gpu->upload(dg, hg, P * 4);
         cpu->adamw8bit_update(hp, NULL, hg, hst, sl, NS, h);
         adamw8bit_update_cuda(dp, dc, dg, dst, sl, NS, h);
+        if (t == 3) {
+            float cap = adamw8bit_max_step(h);
+            for (int k = 0; k < 3; k++) {
+                const AdamW8bitSlice *s = &sl[k == 0 ? 0 : k == 1 ? 2 : 4];
+                float step = before[k] * (1.0f - h.lr * s->weight_decay) - hp[holes[k]];
+                capped += fabsf(fabsf(step) - cap) <= 1e-3f * cap;
+            }
+        }
     }
+    CHECK(capped == 3, "%s: the vanished-v elements took the capped step on the CPU (%d of 3); the GPU must match", name, capped);
     gpu->synchronize();
     gpu->download(gp_back, dp, P * 4);
     gpu->download(gs_back, ds, SB);
@@ -137,8 +173,8 @@ static void check_table_and_time(void) {
     const Backend *gpu = backend_cuda(DTYPE_BF16);
     CHECK(gpu->adamw8bit_update == adamw8bit_update_cuda, "the CUDA backend table holds adamw8bit_update_cuda");
     size_t P = (size_t)124 << 20;   /* about l124m */
-    Sizes z = {P, 0, P};
-    AdamW8bitSlice sl = {0, P, 0, 0.1f, 1};
+    Sizes z = {0, 0, 0, 0};
+    AdamW8bitSlice sl = add_slice(&z, P, 768, 0.1f);   /* rows of 768: l124m's q/k/v, gate/up, embedding */
     float *dp = gpu->alloc(P * 4, "params"), *dg = gpu->alloc(P * 4, "grads");
     void *dc = gpu->alloc(P * 2, "compute copy");
     char *ds = gpu->alloc(state_bytes(z), "8-bit state");
