@@ -41,6 +41,7 @@ static struct {
     char run_dir[1024], dump_path[1100];
     void (*abort_fn)(void *);
     void *abort_ctx;
+    volatile int aborted;            /* abort_fn returned */
     void (*prev_end)(int);
 #ifdef LLM3D_MPI
     MPI_Comm hb;                     /* the watchdog's own copy of the world (have_hb) */
@@ -156,7 +157,7 @@ static int arrived(const Answer *a, const FlightOp *op) {
     return !(a->pending && a->group == op->group && a->group_seq == op->group_seq && !a->device_started);
 }
 
-static void *run_abort(void *arg) { (void)arg; wd.abort_fn(wd.abort_ctx); return NULL; }
+static void *run_abort(void *arg) { (void)arg; wd.abort_fn(wd.abort_ctx); wd.aborted = 1; return NULL; }
 
 static void mkdirs(const char *dir) {
     char buf[1100];
@@ -246,9 +247,12 @@ static void stall(const FlightOp *op) {
     fflush(stderr);
     if (wd.abort_fn) {   /* ncclCommAbort, in a thread of its own: it must not hold up the end */
         pthread_t t;
+        double t0 = now_seconds();
         if (pthread_create(&t, NULL, run_abort, NULL) == 0) {
             pthread_detach(t);
-            sleep_ns(1000000000L);
+            while (!wd.aborted && now_seconds() - t0 < 1.0) sleep_ns(10000000L);
+            if (wd.aborted) fprintf(stderr, "watchdog: [rank %d] its NCCL communicators aborted (ncclCommAbort) in %.2f s\n", me, now_seconds() - t0);
+            else fprintf(stderr, "watchdog: [rank %d] ncclCommAbort had not returned after 1 s: the job ends without it\n", me);
         }
     }
     sleep_ns(500000000L);   /* the other ranks that saw the same stall say so too before the job ends */
