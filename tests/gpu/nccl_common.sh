@@ -1,11 +1,12 @@
 # tests/gpu/nccl_common.sh — sourced by tests/gpu/nccl_*.sh: ranks that share
+# shellcheck shell=bash
 # the one GPU through real NCCL, each standing for a host of its own
 # (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, parallel/launch.h; docs/nccl-one-gpu.md).
 # Sets the switch and mpirun's permissions, $LOGS (under $OUT when set, else
 # build/gpu) and a scratch folder $d with a small token set in $d/data, and
 # gives check, within, job and the closing tally.
 set -u
-cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 LOGS=${OUT:-build/gpu}/$(basename "$0" .sh); mkdir -p "$LOGS"
 export LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 NCCL_NVLS_ENABLE=0 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
