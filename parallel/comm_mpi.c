@@ -271,11 +271,16 @@ static CommHandle mpi_allgather_start(const Comm *c, CommGroup g, const void *se
     return h;
 }
 
+/* blocking, timed like mpi_allreduce: sequence parallelism's scatters and gathers are exposed communication, not compute */
 static void mpi_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    double t0 = now_seconds();
     mpi_wait(c, mpi_reduce_scatter_start(c, g, send, recv, counts, dt));
+    c->impl->mpi->stats.blocking_s += now_seconds() - t0;
 }
 static void mpi_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    double t0 = now_seconds();
     mpi_wait(c, mpi_allgather_start(c, g, send, recv, counts, dt));
+    c->impl->mpi->stats.blocking_s += now_seconds() - t0;
 }
 
 static void mpi_p2p(const Comm *c, const CommP2P *ops, int n) {

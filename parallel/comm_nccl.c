@@ -163,15 +163,23 @@ static void nccl_wait(const Comm *c, CommHandle h) {
 
 static void nccl_progress(const Comm *c) { (void)c; }
 
-static void nccl_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
-    struct NcclState *s = c->impl->nccl;
-    int k = s->n_timed < MAX_TIMED ? s->n_timed++ : -1;   /* timed, while there is room */
+/* A blocking collective on the compute stream is timed by two events around it, while there is room (nccl_stats:
+ * blocking_s, the split's exposed communication); -1: not timed */
+static int block_begin(struct NcclState *s) {
+    int k = s->n_timed < MAX_TIMED ? s->n_timed++ : -1;
     if (k >= 0 && !s->block_start[k]) { cudaOk(cudaEventCreate(&s->block_start[k])); cudaOk(cudaEventCreate(&s->block_end[k])); }
     if (k >= 0) cudaOk(cudaEventRecord(s->block_start[k], s->compute));
+    return k;
+}
+static void block_end(struct NcclState *s, int k) { if (k >= 0) cudaOk(cudaEventRecord(s->block_end[k], s->compute)); }
+
+static void nccl_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
+    struct NcclState *s = c->impl->nccl;
+    int k = block_begin(s);
     flight_mark(c, s->compute, 0);
     ncclCheck(ncclAllReduce(buf, buf, n, nccl_type(dt), ncclSum, s->group[g], s->compute));
     flight_mark(c, s->compute, 1);
-    if (k >= 0) cudaOk(cudaEventRecord(s->block_end[k], s->compute));
+    block_end(s, k);
 }
 
 static CommHandle nccl_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
@@ -219,12 +227,17 @@ static void allgather_on(const Comm *c, CommGroup g, const void *send, void *rec
     ncclCheck(ncclGroupEnd());
 }
 
-/* blocking: on the compute stream, like nccl_allreduce (never queued behind a bucket on the comm stream) */
+/* blocking: on the compute stream, like nccl_allreduce (never queued behind a bucket on the comm stream), and timed
+ * like it: sequence parallelism's gathers and scatters are exposed communication, not compute */
 static void nccl_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    int k = block_begin(c->impl->nccl);
     reduce_scatter_on(c, g, send, recv, counts, dt, c->impl->nccl->compute);
+    block_end(c->impl->nccl, k);
 }
 static void nccl_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
+    int k = block_begin(c->impl->nccl);
     allgather_on(c, g, send, recv, counts, dt, c->impl->nccl->compute);
+    block_end(c->impl->nccl, k);
 }
 
 static CommHandle nccl_reduce_scatter_start(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
