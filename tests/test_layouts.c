@@ -73,6 +73,11 @@ static int train(const char *name, int ranks, const char *args) {
     if (nccl_hosts) setenv("NCCL_DEBUG_FILE", log, 1);
     int rc = test_run(cmd, a, out, sizeof out);
     if (rc != 0) printf("--- %s (rc %d):\n%s\n", name, rc, out);
+    if (rc != 0 && nccl_hosts) {   /* NCCL's own warnings went to its log files: show them */
+        snprintf(cmd, sizeof cmd, "grep -h 'NCCL WARN' %s/%s.nccl.*.log 2>/dev/null | head -20", dir, name);
+        fflush(stdout);
+        if (system(cmd) != 0) printf("(no NCCL WARN in its log)\n");
+    }
     if (rc == 0 && nccl_hosts && ranks > 1) nccl_proof(name, ranks);
     return rc;
 }

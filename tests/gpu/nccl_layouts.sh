@@ -19,7 +19,7 @@ export LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl" NCCL_DEBUG=INFO
 t0=$(date +%s)
 pids=()
 for part in dp tp; do
-    LLM3D_TEST_PART=$part timeout 420 build/tests/test_layouts >"$LOGS/$part.log" 2>&1 &
+    LLM3D_TEST_PART=$part timeout 250 build/tests/test_layouts >"$LOGS/$part.log" 2>&1 &
     pids+=($!)
 done
 for i in 0 1; do wait "${pids[$i]}"; done

@@ -7,7 +7,7 @@
 # and again with the portable attention forced (LLM3D_ATTENTION=mma: what a GPU
 # without Hopper's wgmma runs), and a misspelt LLM3D_ATTENTION refused.
 # Then multi-rank NCCL with every rank a test host on the one GPU
-# (tests/gpu/nccl_layouts.sh, nccl_faults.sh, nccl_doctor.sh, nccl_scale.sh;
+# (tests/gpu/nccl.sh: nccl_layouts.sh, nccl_faults.sh, nccl_doctor.sh, nccl_scale.sh;
 # docs/nccl-one-gpu.md). `--bench` also times every op at the l124m shape
 # (bench/gpu/bench_cuda_ops).
 # Logs go to build/gpu/*.log. Not part of `make test`: CI has no GPU.
@@ -91,12 +91,9 @@ if [ $rc -ne 0 ] && grep -q 'LLM3D_ATTENTION=wgma is not an attention path' buil
 else echo "FAIL: LLM3D_ATTENTION=wgma gave rc $rc:"; tail -3 build/gpu/attention_env.log; failed=$((failed + 1)); fi
 
 echo "== NCCL on one GPU, every rank a test host (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1): layouts, faults, doctor, the split"
-for s in nccl_layouts nccl_faults nccl_doctor nccl_scale; do
-    echo "== tests/gpu/$s.sh"
-    OUT=build/gpu tests/gpu/$s.sh >build/gpu/$s.log 2>&1; rc=$?
-    grep -E '^  FAIL|^FAIL|^== ' build/gpu/$s.log | head -30
-    tally build/gpu/$s.log $rc
-done
+OUT=build/gpu tests/gpu/nccl.sh >build/gpu/nccl.log 2>&1; rc=$?
+grep -E '^  FAIL|^FAIL|^   nccl_' build/gpu/nccl.log | head -40
+tally build/gpu/nccl.log $rc
 
 if [ $bench = 1 ]; then
     echo "== l124m op timings (bf16)"
