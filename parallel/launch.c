@@ -70,6 +70,7 @@ static void become_a_host_of_one(void) {
     snprintf(id, sizeof id, "llm3d-test-host-%d", info.rank);
     setenv("NCCL_HOSTID", id, 1);
     setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    setenv("NCCL_NET", "Socket", 0);   /* not an InfiniBand NIC's loopback where the machine has one: the same path everywhere */
     info.local_rank = 0;
     info.local_size = 1;
 }

@@ -21,9 +21,9 @@ typedef struct {
  * NCCL refuses two ranks on one GPU of one host ("Duplicate GPU detected"), and
  * takes the host from NCCL_HOSTID when it is set: so launch_init makes each rank
  * local rank 0 of a host of one, sets NCCL_HOSTID=llm3d-test-host-<rank> before
- * NCCL starts, and NCCL_SOCKET_IFNAME=lo unless the user set it. NCCL then joins
- * the ranks through its network (socket) transport over loopback, as it joins
- * separate nodes: every NCCL code path runs, the multi-node one included; the
+ * NCCL starts, and NCCL_SOCKET_IFNAME=lo and NCCL_NET=Socket unless the user
+ * set them. NCCL then joins the ranks through its network (socket) transport
+ * over loopback, as it joins separate nodes: every NCCL code path runs, the multi-node one included; the
  * speed says nothing about real hosts or NVLink. Off unless set; 0 or empty is
  * off, any other value than 0 or 1 is refused. comm_init refuses it in words
  * with device=cpu or in a build without NCCL, and says it once (rank 0). */
