@@ -56,8 +56,9 @@ static void hosts_on_one_gpu(const LaunchInfo *li, int comm_backend, int device_
     launch_errors_rank0_only(0);
     if (li->rank == 0) {
         printf("comm  | " LAUNCH_HOSTS_ON_ONE_GPU_ENV "=1, a test setup: %d rank(s) on GPU 0, each standing for a host of its own "
-               "(NCCL_HOSTID), joined by NCCL's network transport over sockets on %s; every NCCL code path runs, the multi-node one "
-               "included, and its speed says nothing about real hosts or NVLink\n", li->world, getenv("NCCL_SOCKET_IFNAME"));
+               "(NCCL_HOSTID), joined by NCCL's network transport (NCCL_NET=%s, NCCL_SOCKET_IFNAME=%s); every NCCL code path runs, the "
+               "multi-node one included, and its speed says nothing about real hosts or NVLink\n", li->world, getenv("NCCL_NET"),
+               getenv("NCCL_SOCKET_IFNAME"));
         fflush(stdout);
     }
 }
