@@ -15,8 +15,10 @@ start() {
     setsid "tests/gpu/$1.sh" >"$LOGS/$1.log" 2>&1 &
     local pid=$!
     eval "pid_$1=$pid"
-    ( sleep "$2"; echo "  FAIL $1: not done within its cap of $2 s: ended" >>"$LOGS/$1.log"
-      kill -TERM -- "-$pid" 2>/dev/null; sleep 5; kill -KILL -- "-$pid" 2>/dev/null ) &
+    (   # the watcher: gone a second after the script ends, holding no output open
+        for ((i = 0; i < $2; i++)); do sleep 1; kill -0 "$pid" 2>/dev/null || exit 0; done
+        echo "  FAIL $1: not done within its cap of $2 s: ended" >>"$LOGS/$1.log"
+        kill -TERM -- "-$pid" 2>/dev/null; sleep 5; kill -KILL -- "-$pid" 2>/dev/null ) </dev/null >/dev/null 2>&1 &
     eval "cap_$1=$!"
 }
 # collect NAME: wait for it, print its lines, add its closing line to the sum

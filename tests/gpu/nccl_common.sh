@@ -16,11 +16,11 @@ check() { if eval "$1"; then passed=$((passed + 1)); echo "  ok   $2"; else fail
 within() { awk -v t="$1" -v m="$2" 'BEGIN { exit !(t != "" && t + 0 < m + 0) }'; }   # within SECONDS LIMIT
 finish() { rm -rf "$d"; echo "$passed passed, $failed failed"; [ "$failed" -eq 0 ]; exit; }
 if [ ! -x build/train ] || ! ldd build/train | grep -q libnccl; then
-    echo "build/train is missing or has no NCCL: run make (the CUDA build) first"; failed=1; d=""; finish
+    echo "  FAIL build/train is missing or has no NCCL: run make (the CUDA build) first"; failed=1; d=""; finish
 fi
 d=$(mktemp -d /tmp/llm3d_nccl.XXXXXX)
 build/train prepare --input=tests/data/sotu_sample.txt --out="$d/data" --train-vocab=512 >/dev/null 2>&1 ||
-    { echo "prepare failed"; failed=1; finish; }
+    { echo "  FAIL build/train prepare failed"; failed=1; finish; }
 
 # job NAME RANKS MARKER [train args...]: mpirun -np RANKS build/train into $d/NAME, log $LOGS/NAME.log, in the
 # background; sets pid. MARKER (an ERE, or "") is a line of the log awaited by mark.

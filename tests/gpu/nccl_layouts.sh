@@ -14,7 +14,7 @@
 # build/gpu)/nccl_layouts. Ends with "N passed, N failed".
 #   run: make -j16 && tests/gpu/nccl_layouts.sh
 source "$(dirname "$0")/nccl_common.sh"
-[ -x build/tests/test_layouts ] || { echo "no build/tests/test_layouts: run make first"; failed=1; finish; }
+[ -x build/tests/test_layouts ] || { echo "  FAIL no build/tests/test_layouts: run make first"; failed=1; finish; }
 export LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl" NCCL_DEBUG=INFO
 t0=$(date +%s)
 pids=()
