@@ -12,7 +12,7 @@
 # Logs under $OUT (or build/gpu)/nccl_scale. Ends with "N passed, N failed".
 #   run: make -j16 && tests/gpu/nccl_scale.sh
 source "$(dirname "$0")/nccl_common.sh"
-small="--dim=512 --n_layers=8 --n_heads=8 --n_kv_heads=4 --ffn_dim=1408 --seq_len=512 --batch_size=8 --vocab_size=512 --device=cuda
+small="--dim=512 --n_layers=8 --n_heads=8 --n_kv_heads=4 --ffn_dim=1408 --seq_len=512 --batch_size=8 --device=cuda
        --comm_backend=nccl --precision=bf16 --train_data=$d/data/train_*.bin --val_data= --warmup_steps=0 --sample_tokens=0"
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print ""; else print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 field() { grep -o "\"$1\": [-0-9.e]*" | awk '{ print $2 }'; }   # one value per line from JSONL on stdin
