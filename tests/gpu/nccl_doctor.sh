@@ -14,7 +14,7 @@ for n in 2 4 8; do
     echo "== doctor over $n test hosts"
     log="$LOGS/doctor$n.log"
     t0=$(date +%s)
-    timeout 240 mpirun -np $n build/train doctor --device=cuda --max_bytes=16M --sweep_seconds=10 >"$log" 2>&1; rc=$?
+    timeout 120 mpirun -np $n build/train doctor --device=cuda --max_bytes=4M --sweep_seconds=60 >"$log" 2>&1; rc=$?
     pairs=$((n * (n - 1) / 2))
     check '[ $rc -eq 0 ] && grep -q "^doctor | $n rank(s) on $n host(s) | device cuda, .* | device collectives through nccl" "$log"' \
           "$n hosts: $n ranks on $n hosts through NCCL, exit $rc ($(( $(date +%s) - t0 )) s): $(grep -m1 "^doctor |" "$log")"
@@ -23,8 +23,8 @@ for n in 2 4 8; do
           "$n hosts: every rank reaches rank 0's bootstrap port on lo"
     check '[ "$(grep -cE "^  rank [0-9]+ <-> rank [0-9]+ \| net .*verdict: loopback sockets" "$log")" -eq $pairs ]' \
           "$n hosts: each of the $pairs pairs named net (NCCL's network transport) with the loopback verdict: $(grep -m1 "<->" "$log" | cut -c1-150)"
-    check 'grep -q "^  verdict: every collective above measured loopback sockets" "$log" && grep -qE "^ +16 MiB \|" "$log"' \
-          "$n hosts: the sweep reaches 16 MiB and its verdict says it measured loopback sockets, not NVLink"
+    check 'grep -q "^  verdict: every collective above measured loopback sockets" "$log" && grep -qE "^ +4 MiB \|" "$log"' \
+          "$n hosts: the sweep reaches 4 MiB and its verdict says it measured loopback sockets, not NVLink"
     check 'grep -q "^doctor | 0 problem(s)" "$log"' "$n hosts: no problem found: $(tail -1 "$log")"
 done
 
