@@ -27,13 +27,13 @@ build/train prepare --input=tests/data/sotu_sample.txt --out="$d/data" --train-v
 job() {
     local name=$1 ranks=$2; shift 2
     rm -f "$LOGS/$name.log"
-    timeout 300 mpirun -np "$ranks" build/train "$@" --run_dir="$d/$name" >"$LOGS/$name.log" 2>&1 &
+    timeout 60 mpirun -np "$ranks" build/train "$@" --run_dir="$d/$name" >"$LOGS/$name.log" 2>&1 &
     pid=$!
 }
-# mark NAME ERE [SECONDS]: wait until the log of NAME has a line matching ERE (at most SECONDS, default 120);
+# mark NAME ERE [SECONDS]: wait until the log of NAME has a line matching ERE (at most SECONDS, default 60);
 # sets t_mark (epoch seconds, fractional), empty when it never came
 mark() {
-    local i n=$(( ${3:-120} * 10 ))
+    local i n=$(( ${3:-60} * 10 ))
     t_mark=""
     for ((i = 0; i < n; i++)); do
         if grep -qE -- "$2" "$LOGS/$1.log" 2>/dev/null; then t_mark=$(date +%s.%N); return 0; fi

@@ -26,7 +26,7 @@ resume_on() {
     local name=$1 ranks=$2; shift 2
     local last; last=$(ls -d "$d/$name"/ckpt_[0-9]*[0-9] 2>/dev/null | tail -1); last=${last##*_}; last=$((10#${last:-0}))
     local steps=$((last + 1))
-    timeout 120 mpirun -np "$ranks" build/train $args "$@" --max_steps="$steps" --checkpoint_every=-1 --resume=1 --run_dir="$d/$name" \
+    timeout 60 mpirun -np "$ranks" build/train $args "$@" --max_steps="$steps" --checkpoint_every=-1 --resume=1 --run_dir="$d/$name" \
         >"$LOGS/${name}_resume.log" 2>&1; local r=$?
     check '[ $r -eq 0 ] && [ $last -gt 0 ] && grep -q "^resume | step $last from" "$LOGS/${name}_resume.log" && grep -q "^step *$steps/$steps" "$LOGS/${name}_resume.log" && grep -q "through nccl" "$LOGS/${name}_resume.log"' \
           "$name: its last complete checkpoint (step $last) resumes on $ranks ranks, $* (exit $r): $(tail -1 "$LOGS/${name}_resume.log")"
@@ -78,16 +78,16 @@ check 'grep -q "aborted (ncclCommAbort) in" "$LOGS/stop.log" && [ "$(flights sto
 check '[ "$n_left" -eq 0 ]' "stop: no process left, the stopped one included ($n_left left)"
 
 echo "== NaN on rank 1 at step 2: fp16 skips the step on every rank; bf16 stops in words"
-timeout 120 mpirun -np 2 build/train $args --dp=2 --max_steps=4 --checkpoint_every=-1 --precision=fp16 --fault=nan:rank=1:step=2 \
+timeout 60 mpirun -np 2 build/train $args --dp=2 --max_steps=4 --checkpoint_every=-1 --precision=fp16 --fault=nan:rank=1:step=2 \
     --run_dir="$d/nan16" >"$LOGS/nan16.log" 2>&1; rc=$?
-timeout 120 build/train $args --max_steps=4 --checkpoint_every=-1 --precision=fp16 --fault=nan:rank=0:step=2 --run_dir="$d/nan16one" \
+timeout 60 build/train $args --max_steps=4 --checkpoint_every=-1 --precision=fp16 --fault=nan:rank=0:step=2 --run_dir="$d/nan16one" \
     >"$LOGS/nan16one.log" 2>&1
 losses() { grep "^step" "$1" | sed 's/.*| loss \([0-9.]*\) .*/\1/' | tr '\n' ' '; }
 check '[ $rc -eq 0 ] && grep -q "^step *4/4 .* skipped 1$" "$LOGS/nan16.log" && grep -q "through nccl" "$LOGS/nan16.log"' "nan fp16: the step is skipped and the run goes on (exit $rc)"
 check 'a=$(losses "$LOGS/nan16.log"); b=$(losses "$LOGS/nan16one.log"); [ -n "$b" ] && awk -v a="$a" -v b="$b" "BEGIN { n = split(a, x); m = split(b, y); if (n != m || n != 4) exit 1; for (i = 1; i <= n; i++) if ((x[i] - y[i]) ^ 2 > (1e-3 * y[i]) ^ 2) exit 1 }"' \
       "nan fp16: every rank skipped it, the losses of one rank with the same NaN within 1e-3 ($(losses "$LOGS/nan16.log")| $(losses "$LOGS/nan16one.log"))"
 t0=$(date +%s.%N)
-timeout 120 mpirun -np 2 build/train $args --dp=2 --max_steps=4 --checkpoint_every=-1 --precision=bf16 --fault=nan:rank=1:step=2 \
+timeout 60 mpirun -np 2 build/train $args --dp=2 --max_steps=4 --checkpoint_every=-1 --precision=bf16 --fault=nan:rank=1:step=2 \
     --run_dir="$d/nanbf" >"$LOGS/nanbf.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "error: step 2: the gradients are not finite (global norm nan) and precision=bf16" "$LOGS/nanbf.log" && ! grep -q "^step *2/" "$LOGS/nanbf.log"' \
       "nan bf16: the run stops in words at step 2 (exit $rc, $(awk -v s="$t0" -v n="$(date +%s.%N)" 'BEGIN { printf "%.1f", n - s }') s in all)"
