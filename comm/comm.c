@@ -41,9 +41,34 @@ const char *comm_transport_name(const Comm *c) {
     return c->transport == COMM_NCCL ? "nccl" : c->transport == COMM_MPI ? "mpi" : "none";
 }
 
+/* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (parallel/launch.h): refused in words where it cannot work, said once where it runs */
+static void hosts_on_one_gpu(const LaunchInfo *li, int comm_backend, int device_cuda) {
+    const char *what = LAUNCH_HOSTS_ON_ONE_GPU_ENV "=1 puts every rank on GPU 0 and joins them through NCCL, each rank standing for a host";
+    launch_errors_rank0_only(1);   /* the same on every rank: launch_check_same_config compares the switch */
+    if (!device_cuda)
+        die("%s, but device=cpu\n  hint: use --device=cuda on a machine with a GPU, or unset " LAUNCH_HOSTS_ON_ONE_GPU_ENV
+            " for CPU ranks (they talk through MPI)", what);
+    if (!nccl_built_in())
+        die("%s, but this build of llm3d has no NCCL\n  hint: install NCCL (libnccl-dev, or the one in the CUDA toolkit) and "
+            "rebuild with make, or unset " LAUNCH_HOSTS_ON_ONE_GPU_ENV " to let the ranks share the GPU through MPI", what);
+    if (comm_backend == COMM_MPI)
+        die("%s, but comm_backend=mpi\n  hint: use --comm_backend=auto or nccl with it, or unset it to share the GPU through MPI", what);
+    launch_errors_rank0_only(0);
+    if (li->rank == 0) {
+        printf("comm  | " LAUNCH_HOSTS_ON_ONE_GPU_ENV "=1, a test setup: %d rank(s) on GPU 0, each standing for a host of its own "
+               "(NCCL_HOSTID), joined by NCCL's network transport (NCCL_NET=%s, NCCL_SOCKET_IFNAME=%s); every NCCL code path runs, the "
+               "multi-node one included, and its speed says nothing about real hosts or NVLink\n", li->world, getenv("NCCL_NET"),
+               getenv("NCCL_SOCKET_IFNAME"));
+        fflush(stdout);
+    }
+}
+
 void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cuda) {
     memset(c, 0, sizeof *c);
     const LaunchInfo *li = launch_info();
+    int rank0_only = die_get_context().rank0_only;
+    if (li->hosts_on_one_gpu) hosts_on_one_gpu(li, comm_backend, device_cuda);
+    launch_errors_rank0_only(rank0_only);
     c->world_size = li->world; c->rank = li->rank;
     c->local_rank = li->local_rank; c->local_size = li->local_size;
     c->dp = dp; c->pp = pp; c->tp = tp;
@@ -77,7 +102,7 @@ void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cud
         if (c->world_size > 1) {
             int own_gpu = gpus > 0 && c->local_size <= gpus;
             int nccl = comm_backend == COMM_NCCL || (comm_backend == COMM_AUTO && own_gpu && nccl_built_in());
-            if (nccl && tp > gpus && c->rank == 0)   /* tp ranks are neighbours: a group wider than a host's GPUs spans hosts */
+            if (nccl && tp > gpus && c->rank == 0 && !li->hosts_on_one_gpu)   /* tp ranks are neighbours: a group wider than a host's GPUs spans hosts */
                 fprintf(stderr, "warning: tp=%d, but this host has %d GPU(s): tensor parallelism across hosts is slow. Its collectives "
                         "(two per layer forward, two backward) wait on the critical path, and across hosts they cross the network, an "
                         "order of magnitude slower than NVLink inside one\n  hint: keep tp within the GPUs of one host and scale across "

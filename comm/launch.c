@@ -11,7 +11,7 @@
 #include <mpi.h>
 #endif
 
-static LaunchInfo info = {0, 1, 0, 1, 0};
+static LaunchInfo info = {0, 1, 0, 1, 0, 0};
 static int started;
 
 const LaunchInfo *launch_info(void) { return &info; }
@@ -54,6 +54,27 @@ void launch_errors_rank0_only(int on) {
     die_set_context(d);
 }
 
+/* LLM3D_NCCL_HOSTS_ON_ONE_GPU (launch.h): 1 on; unset, empty or 0 off; anything else refused */
+static int hosts_on_one_gpu_asked(void) {
+    const char *v = getenv(LAUNCH_HOSTS_ON_ONE_GPU_ENV);
+    if (!v || !v[0] || !strcmp(v, "0")) return 0;
+    if (strcmp(v, "1"))
+        die(LAUNCH_HOSTS_ON_ONE_GPU_ENV "=%s: use 1 (every rank on GPU 0, each standing for its own host: a test setup) or 0\n"
+            "  hint: unset it for a normal run", v);
+    return 1;
+}
+
+/* Every rank its own host for NCCL: local rank 0 of 1, a host id of its own, loopback sockets (launch.h). */
+static void become_a_host_of_one(void) {
+    char id[64];
+    snprintf(id, sizeof id, "llm3d-test-host-%d", info.rank);
+    setenv("NCCL_HOSTID", id, 1);
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    setenv("NCCL_NET", "Socket", 0);   /* not an InfiniBand NIC's loopback where the machine has one: the same path everywhere */
+    info.local_rank = 0;
+    info.local_size = 1;
+}
+
 void launch_init(int *argc, char ***argv) {
     if (started) return;
     started = 1;
@@ -87,6 +108,8 @@ void launch_init(int *argc, char ***argv) {
         int threads = (int)(cores / info.local_size);
         omp_set_num_threads(threads > 0 ? threads : 1);
     }
+    info.hosts_on_one_gpu = hosts_on_one_gpu_asked();
+    if (info.hosts_on_one_gpu) become_a_host_of_one();   /* after the threads: the ranks still share this host's cores */
 }
 
 const char *launch_mpi_version(void) {
@@ -146,9 +169,14 @@ static uint64_t line_hash(const char *p, size_t len) {
     return h;
 }
 
-void launch_check_same_config(const char *text) {
+void launch_check_same_config(const char *config_text) {
     if (info.world <= 1) return;
 #ifdef LLM3D_MPI
+    /* the switch of launch.h is compared as one more line: ranks that disagree on it would each pick another GPU and host */
+    size_t len = strlen(config_text);
+    char *text = mallocCheck(len + 64);
+    snprintf(text, len + 64, "%s%s" LAUNCH_HOSTS_ON_ONE_GPU_ENV "=%d\n", config_text,
+             len && config_text[len - 1] != '\n' ? "\n" : "", info.hosts_on_one_gpu);
     int n = 0;
     for (const char *p = text; *p; p++) n += *p == '\n';
     uint64_t *mine = callocCheck(n ? n : 1, sizeof(uint64_t)), *all = callocCheck((size_t)n * info.world + 1, sizeof(uint64_t));
@@ -172,7 +200,7 @@ void launch_check_same_config(const char *text) {
         for (int i = 0; i < n; i++)
             if (all[(size_t)r * n + i] != all[i]) { bad_rank = r; bad_line = i; break; }
     free(mine); free(all); free(counts);
-    if (bad_rank < 0) return;
+    if (bad_rank < 0) { free(text); return; }
     /* every rank knows which line differs on which rank: that rank sends its line to rank 0 */
     char theirs[1200] = {0}, ours[1200] = {0};
     line = text;
@@ -185,6 +213,6 @@ void launch_check_same_config(const char *text) {
         "  hint: every rank must get the same settings; check the command line, --config file and environment of each host",
         bad_rank, ours, theirs, bad_rank);
 #else
-    (void)text;
+    (void)config_text;
 #endif
 }

@@ -13,7 +13,21 @@ typedef struct {
     int rank, world;             /* MPI_COMM_WORLD */
     int local_rank, local_size;  /* ranks on this host */
     int mpi;                     /* 1: MPI was started (launched by mpirun/srun) */
+    int hosts_on_one_gpu;        /* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1: every rank stands for a host of its own (below) */
 } LaunchInfo;
+
+/* The test setup LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (docs/nccl-one-gpu.md): N ranks
+ * share GPU 0 and still talk through NCCL, each standing for its own host.
+ * NCCL refuses two ranks on one GPU of one host ("Duplicate GPU detected"), and
+ * takes the host from NCCL_HOSTID when it is set: so launch_init makes each rank
+ * local rank 0 of a host of one, sets NCCL_HOSTID=llm3d-test-host-<rank> before
+ * NCCL starts, and NCCL_SOCKET_IFNAME=lo and NCCL_NET=Socket unless the user
+ * set them. NCCL then joins the ranks through its network (socket) transport
+ * over loopback, as it joins separate nodes: every NCCL code path runs, the multi-node one included; the
+ * speed says nothing about real hosts or NVLink. Off unless set; 0 or empty is
+ * off, any other value than 0 or 1 is refused. comm_init refuses it in words
+ * with device=cpu or in a build without NCCL, and says it once (rank 0). */
+#define LAUNCH_HOSTS_ON_ONE_GPU_ENV "LLM3D_NCCL_HOSTS_ON_ONE_GPU"
 
 /* Idempotent. Starts MPI when launched by an MPI launcher, sets how die()
  * reports and ends a run of many ranks (common/util.h), and picks OpenMP
@@ -26,8 +40,8 @@ void launch_errors_rank0_only(int on);
  * the same arguments (without --nproc). Returns when there is nothing to do. */
 void launch_nproc(int argc, char **argv);
 /* Every rank must run the same config: compares every "key=value" line of
- * config_text across the world and dies naming the first key that differs,
- * with both values, when one does. */
+ * config_text, and the switch LLM3D_NCCL_HOSTS_ON_ONE_GPU, across the world
+ * and dies naming the first key that differs, with both values, when one does. */
 void launch_check_same_config(const char *config_text);
 /* MPI's version string ("" without MPI). */
 const char *launch_mpi_version(void);

@@ -41,6 +41,7 @@ static struct {
     char run_dir[1024], dump_path[1100];
     void (*abort_fn)(void *);
     void *abort_ctx;
+    volatile int aborted;            /* abort_fn returned */
     void (*prev_end)(int);
 #ifdef LLM3D_MPI
     MPI_Comm hb;                     /* the watchdog's own copy of the world (have_hb) */
@@ -156,7 +157,7 @@ static int arrived(const Answer *a, const FlightOp *op) {
     return !(a->pending && a->group == op->group && a->group_seq == op->group_seq && !a->device_started);
 }
 
-static void *run_abort(void *arg) { (void)arg; wd.abort_fn(wd.abort_ctx); return NULL; }
+static void *run_abort(void *arg) { (void)arg; wd.abort_fn(wd.abort_ctx); wd.aborted = 1; return NULL; }
 
 static void mkdirs(const char *dir) {
     char buf[1100];
@@ -204,14 +205,30 @@ static void stall(const FlightOp *op) {
     if (world == 1)
         len += snprintf(msg + len, size - len, "  this is the only rank: its device never finished the operation (a hung kernel, "
                                                 "or a stream that waits for ever)\n");
-    int arrived_n = 0;
-    for (int k = 0; k < n && wd.use_mpi; k++) {   /* one line for each rank that did not come, then the ones that did */
-        if (m[k] == me) continue;
-        if (got[k] && arrived(&ans[k], op)) { arrived_n++; continue; }
-        if (got[k]) describe(line, sizeof line, &ans[k], op);
-        else snprintf(line, sizeof line, "rank %d did not answer within %.0f s: it died, or its whole process hangs", m[k], WATCHDOG_ASK_S);
-        if (len + 1200 < (int)size) len += snprintf(msg + len, size - len, "  not arrived: %s\n", line);
-    }
+    /* Who kept the others waiting. A member that did not answer is frozen (SIGSTOP, a debugger) or dead: it is named as
+     * not answering, never as arrived. While one is silent, a member that answered from inside a collective is waiting
+     * on it: named as waiting, not as the culprit (on NCCL its GPU may not have started the stalled operation yet,
+     * blocked behind an earlier one that the frozen rank never joined). */
+    int silent = 0, arrived_n = 0;
+    for (int k = 0; k < n; k++)
+        if (m[k] != me && got[k] && ans[k].rank != m[k]) got[k] = 0;   /* not a reply from that rank */
+    for (int k = 0; k < n && wd.use_mpi; k++) silent += m[k] != me && !got[k];
+    for (int pass = 0; pass < 3 && wd.use_mpi; pass++)   /* not answering, then not arrived, then waiting */
+        for (int k = 0; k < n; k++) {
+            if (m[k] == me) continue;
+            int kind = !got[k] ? 0 : arrived(&ans[k], op) ? 3 : silent && ans[k].pending ? 2 : 1;
+            if (kind == 3) { arrived_n += pass == 0; continue; }
+            if (kind != pass) continue;
+            if (kind == 0)
+                snprintf(line, sizeof line, "  not answering: rank %d did not answer the watchdog within %.0f s: its whole process is "
+                                            "frozen (stopped, e.g. SIGSTOP or a debugger) or dead\n", m[k], WATCHDOG_ASK_S);
+            else {
+                int at = snprintf(line, sizeof line, kind == 1 ? "  not arrived: " : "  waiting (on the rank(s) not answering): ");
+                describe(line + at, sizeof line - at - 2, &ans[k], op);
+                strcat(line, "\n");
+            }
+            if (len + 1200 < (int)size) len += snprintf(msg + len, size - len, "%s", line);
+        }
     if (arrived_n) {
         len += snprintf(msg + len, size - len, "  arrived: %d rank(s):", arrived_n);
         for (int k = 0, shown = 0; k < n; k++)
@@ -228,16 +245,20 @@ static void stall(const FlightOp *op) {
     snprintf(why, sizeof why, "the watchdog: %s at step %d did not complete within %.0f s", op->op, op->step, op->deadline_s);
     len += dump(msg + len, size - len, why);
     snprintf(msg + len, size - len, "  hint: read the output of the ranks named above first (the rank that stopped says why, if it "
-                                    "could); a rank busy outside any collective is hung in its own work or stalled; see docs/nccl-errors.md");
+                                    "could); a rank busy outside any collective is hung in its own work or stalled; a rank not answering is frozen or dead "
+                                    "(ps shows state T for a stopped process); see docs/nccl-errors.md");
     fflush(stdout);
     if (world > 1) fprintf(stderr, "error: [rank %d/%d] %s\n", me, world, msg);
     else fprintf(stderr, "error: %s\n", msg);
     fflush(stderr);
     if (wd.abort_fn) {   /* ncclCommAbort, in a thread of its own: it must not hold up the end */
         pthread_t t;
+        double t0 = now_seconds();
         if (pthread_create(&t, NULL, run_abort, NULL) == 0) {
             pthread_detach(t);
-            sleep_ns(1000000000L);
+            while (!wd.aborted && now_seconds() - t0 < 1.0) sleep_ns(10000000L);
+            if (wd.aborted) fprintf(stderr, "watchdog: [rank %d] its NCCL communicators aborted (ncclCommAbort) in %.2f s\n", me, now_seconds() - t0);
+            else fprintf(stderr, "watchdog: [rank %d] ncclCommAbort had not returned after 1 s: the job ends without it\n", me);
         }
     }
     sleep_ns(500000000L);   /* the other ranks that saw the same stall say so too before the job ends */

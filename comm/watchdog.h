@@ -12,10 +12,13 @@
  * from its own recorder, even while that rank's training thread is stuck. A
  * member that has begun fewer operations over the group than the stalled one's
  * number has not arrived; one that does not answer within WATCHDOG_ASK_S has
- * died or its whole process hangs. Then it prints the op, group, size, step,
- * micro-batch and the ranks that had not arrived, writes the flight recorder
- * to run_dir/flight_rank<R>.txt, runs the transports' abort hooks
- * (ncclCommAbort) and ends the job (MPI_Abort): every rank exits non-zero
+ * died or its whole process is frozen (SIGSTOP): it is named as not answering,
+ * never as arrived, and while one is silent the members that answered from
+ * inside a collective are named as waiting, not in its place. Then it prints
+ * the op, group, size, step, micro-batch and those ranks, writes the flight
+ * recorder to run_dir/flight_rank<R>.txt, runs the transports' abort hooks
+ * (ncclCommAbort, saying whether it returned within 1 s) and ends the job
+ * (MPI_Abort): every rank exits non-zero
  * within the deadline plus a few seconds. Any other error that ends a rank
  * while the watchdog runs (die()) writes the flight recorder too.
  *

@@ -13,7 +13,8 @@ const ErrorHint error_hints[] = {
      "two ranks of one NCCL communicator run on the same GPU: more ranks than GPUs on a host, or CUDA_VISIBLE_DEVICES "
      "giving every rank the same device",
      "one rank per GPU (mpirun -np <GPUs of the host> per host, no CUDA_VISIBLE_DEVICES pinning every rank to one GPU); "
-     "for a test with ranks sharing one GPU use --comm_backend=mpi",
+     "for a test with ranks sharing one GPU use --comm_backend=mpi, or LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 to keep NCCL with every rank a "
+     "test host of its own (docs/nccl-one-gpu.md)",
      "the GPU section says how many ranks share how many GPUs on each host and whether NCCL can run"},
     {"mismatched nccl version", "NCCL", "Mismatched NCCL version detected : rank 1 version 22809 rank 0 version 22703",
      "the ranks loaded different libnccl builds (different containers or LD_LIBRARY_PATH on different hosts)",

@@ -48,6 +48,7 @@ static unsigned long long nccl_env_hash(void) {
     unsigned long long sum = 0;
     for (char **e = environ; *e; e++) {
         if (!starts(*e, "NCCL_")) continue;
+        if (starts(*e, "NCCL_HOSTID=") && launch_info()->hosts_on_one_gpu) continue;   /* one per test host (parallel/launch.h) */
         unsigned long long x = h;
         for (const char *p = *e; *p; p++) x = (x ^ (unsigned char)*p) * 1099511628211ull;
         sum += x;
@@ -129,6 +130,7 @@ static const EnvDoc docs[] = {
     {"NCCL_DEBUG_SUBSYS", "which parts NCCL_DEBUG=INFO covers, e.g. INIT,NET,GRAPH"},
     {"NCCL_DEBUG_FILE", "NCCL's log to a file per rank (%h host, %p pid)"},
     {"NCCL_SOCKET_IFNAME", "the interfaces NCCL's bootstrap and socket transport may use: prefixes, ^ to exclude, = for exact names"},
+    {"NCCL_HOSTID", "the host NCCL takes this process for (the duplicate-GPU check keys on it); LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 gives each rank its own"},
     {"NCCL_SOCKET_FAMILY", "AF_INET or AF_INET6 for NCCL's sockets"},
     {"NCCL_COMM_ID", "host:port of NCCL's bootstrap root instead of the one rank 0 picks (llm3d passes rank 0's id over MPI)"},
     {"NCCL_P2P_DISABLE", "1: no direct GPU-to-GPU copies over NVLink or PCIe"},

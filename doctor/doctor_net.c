@@ -11,6 +11,7 @@
  * The kernel completes a connection to a listening socket by itself, so rank
  * 0 never needs to accept. */
 #include "doctor.h"
+#include "launch.h"
 #include "../common/errors.h"
 #include "../common/util.h"
 #include <arpa/inet.h>
@@ -82,6 +83,8 @@ static double link_speed(const char *iface) {   /* /sys/class/net/IF/speed: Mb/s
 int doctor_hosts(const Comm *c, DoctorHost *hosts) {
     DoctorHost me = {0};
     gethostname(me.host, sizeof me.host - 1);
+    if (launch_info()->hosts_on_one_gpu)   /* a test host of its own (parallel/launch.h): named by its NCCL_HOSTID */
+        snprintf(me.host, sizeof me.host, "%.40s", getenv("NCCL_HOSTID") ? getenv("NCCL_HOSTID") : "?");
     Iface f[16];
     int n = interfaces(f, 16), len = 0;
     for (int i = 0; i < n && len < (int)sizeof me.ifaces - 80; i++)
@@ -216,8 +219,12 @@ void doctor_network(const Comm *c, const DoctorHost *hosts, int n_hosts, double 
             printf("\n");
         } else {
             const char *spec = getenv("NCCL_SOCKET_IFNAME");
-            if (gpu) doctor_problem(t, "on host %s NCCL_SOCKET_IFNAME=%s matches no interface: NCCL stops with \"Bootstrap : no socket "
-                                       "interface found\"", hosts[r].host, spec ? spec : "");
+            if (gpu) {
+                doctor_problem(t, "on host %s NCCL_SOCKET_IFNAME=%s matches no interface: NCCL stops with \"Bootstrap : no socket "
+                                  "interface found\"", hosts[r].host, spec ? spec : "");
+                const ErrorHint *h = error_lookup("no socket interface found");
+                if (h) printf("      cause: %s\n      fix: %s\n", h->cause, h->fix);
+            }
             else doctor_warning(t, "on host %s NCCL_SOCKET_IFNAME=%s matches no interface (only NCCL runs would fail)", hosts[r].host,
                                 spec ? spec : "");
         }

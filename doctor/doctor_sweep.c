@@ -23,6 +23,7 @@
  * host is measured, not ended by the watchdog. A row is printed whole, so no
  * message (stderr) ever lands inside one. */
 #include "doctor.h"
+#include "launch.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
 #include <stdlib.h>
@@ -69,7 +70,12 @@ static double timed(const Comm *c, Op op, void *a, void *b, size_t bytes, size_t
     return comm_max(c, GROUP_WORLD, now_seconds() - t0) / iters;
 }
 
+/* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (parallel/launch.h): what the figures of test hosts on one GPU measured */
+static const char *loopback = "loopback sockets (NCCL's network transport on one GPU, each rank a test host): the path works; "
+                              "the rate says nothing about NVLink or a real network";
+
 static const char *verdict(double measured, double nominal, LinkKind kind) {
+    if (kind == LINK_NET && launch_info()->hosts_on_one_gpu) return loopback;
     if (nominal <= 0) return "no nominal rate to compare with";
     if (kind == LINK_SHM) return "for reference only: CPU ranks share memory, and MPI's sums run on the CPU";
     double r = measured / nominal;
@@ -189,6 +195,7 @@ void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, Docto
             if (l->nominal_gbs > 0 && (weakest < 0 || l->nominal_gbs < nominal)) { nominal = l->nominal_gbs; weakest = i; }
         }
         if (n == 1) printf("  verdict: one rank: the sweep checks the path works; the algbw above is the device's own copy rate\n");
+        else if (launch_info()->hosts_on_one_gpu) printf("  verdict: every collective above measured %s\n", loopback);
         else if (weakest < 0) printf("  verdict: no nominal rate known for these links; the busbw above is what training gets\n");
         else {
             const DoctorLink *l = &links[weakest * n + (weakest + 1) % n];

@@ -6,6 +6,8 @@
 #     the flight recorder is in run_dir, and the last complete checkpoint resumes;
 #     in the first step the deadline is 5 x comm_timeout_s;
 #   - a rank that exits: the others are out within the deadline, none left over;
+#   - a whole process frozen (SIGSTOP of rank 2 of 3): it is named as not
+#     answering, never as arrived, and no healthy rank is named in its place;
 #   - a NaN on one rank: fp16 skips the step on every rank (the same losses as
 #     one rank with the same NaN); bf16 and fp32 stop in words;
 #   - a slow rank: the straggler line names it, with its data wait;
@@ -73,6 +75,30 @@ job exit --max_steps=8 --checkpoint_every=-1 --comm_timeout_s=$T --fault=exit:ra
 check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$secs < $limit" | bc)" = 1 ]' "a rank that exits ends the job within the deadline (exit $rc, $secs s)"
 sleep 0.5
 check '! left exit' "no process of that job is left"
+
+# a whole process frozen: SIGSTOP to rank 2 of 3 in the middle of the run
+timeout 120 mpirun -np 3 "$BUILD"/train $common --dp=3 --total_batch_tokens=96 --max_steps=100000 --checkpoint_every=-1 \
+    --comm_timeout_s=$T --run_dir="$dir/frozen" > "$dir/frozen.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do grep -q "^step *4/" "$dir/frozen.log" 2>/dev/null && break; sleep 0.1; done
+victim=""
+for p in $(pgrep -f -- "--run_dir=$dir/frozen( |\$)"); do
+    grep -qz "^OMPI_COMM_WORLD_RANK=2$" /proc/$p/environ 2>/dev/null && victim=$p
+done
+t0=$(date +%s.%N)
+[ -n "$victim" ] && kill -STOP "$victim"
+wait $job; rc=$?
+secs=$(echo "$(date +%s.%N) - $t0" | bc)
+[ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null   # if the job left it stopped, the check below says so first
+log="$dir/frozen.log"
+check '[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$secs < $limit" | bc)" = 1 ]' \
+      "a frozen rank 2: the job ends within comm_timeout_s=$T s + a few (exit $rc, $secs s after the SIGSTOP)"
+check 'grep -q "^  not answering: rank 2 did not answer the watchdog within 2 s: its whole process is frozen" "$log"' \
+      "the frozen rank is named as not answering: $(grep -A4 "watchdog:" "$log" | head -5)"
+check '! grep -q "not arrived: rank [01] " "$log" && ! grep -qE "^  arrived: .* 2( |$)" "$log"' \
+      "no healthy rank is named in its place, and the frozen one is never listed as arrived"
+check 'grep -qE "^  arrived: 1 rank\(s\): [01]$" "$log" && [ -s "$dir/frozen/flight_rank0.txt" ]' \
+      "the healthy rank waiting with the reporter is listed as arrived; rank 0's flight recorder is written"
 
 # NaN on rank 1 at step 2
 job nan16 --max_steps=4 --checkpoint_every=-1 --precision=fp16 --fault=nan:rank=1:step=2

@@ -31,11 +31,13 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 static char dir[128], out[1 << 16];
 static const char *mpirun = "mpirun --allow-run-as-root --oversubscribe";
 static int on_gpu;   /* --device=cuda: every run on the GPU, several ranks sharing it through MPI */
+static int nccl_hosts;   /* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1: the ranks share the GPU through NCCL, each a test host (tests/gpu/nccl_layouts.sh) */
 
 /* adam_eps=1e-5 rather than 1e-8: a layout changes the order of fp32 sums (tp splits matmuls, dp and tp
  * sum partial results), so gradients differ from one rank's at ~1e-7 of their size; AdamW's first update,
@@ -48,6 +50,22 @@ static int on_gpu;   /* --device=cuda: every run on the GPU, several ranks shari
 
 typedef struct { double loss[8], val; int steps; } Curve;
 
+/* A run of test hosts on one GPU went through NCCL: its banner says so, the test setup was said once,
+ * and (with NCCL_DEBUG=INFO) NCCL's own log shows its network transport on sockets. */
+static void nccl_proof(const char *name, int ranks) {
+    const char *said = strstr(out, "comm  | LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, a test setup");
+    CHECK(strstr(out, "through nccl") && said && !strstr(said + 1, "comm  | LLM3D_NCCL"),
+          "%s (%d ranks): want 'through nccl' in the banner and the test setup said once:\n%.2000s", name, ranks, out);
+    const char *debug = getenv("NCCL_DEBUG");
+    if (!debug || strcasecmp(debug, "INFO")) return;
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cat %s/%s.nccl.*.log 2>/dev/null | grep -c 'NET/Socket'", dir, name);
+    FILE *p = popen(cmd, "r");
+    int lines = 0;
+    if (p) { if (fscanf(p, "%d", &lines) != 1) lines = 0; pclose(p); }
+    CHECK(lines > 0, "%s (%d ranks): NCCL's log (%s/%s.nccl.*.log) never names its socket transport (NET/Socket)", name, ranks, dir, name);
+}
+
 /* Runs build/train (under mpirun with ranks > 1) into run_dir <dir>/<name>; returns the exit code. */
 static int train(const char *name, int ranks, const char *args) {
     char cmd[4096], a[4096];
@@ -56,8 +74,17 @@ static int train(const char *name, int ranks, const char *args) {
              BASE, dir, dir, dir, name, dir, name, args, extra ? extra : "");
     if (ranks > 1) snprintf(cmd, sizeof cmd, "timeout 120 %s -np %d build/train", mpirun, ranks);
     else snprintf(cmd, sizeof cmd, "timeout 120 build/train");
+    char log[600];   /* NCCL_DEBUG=INFO (the caller's) goes to files of this run, not into out */
+    snprintf(log, sizeof log, "%s/%s.nccl.%%h.%%p.log", dir, name);
+    if (nccl_hosts) setenv("NCCL_DEBUG_FILE", log, 1);
     int rc = test_run(cmd, a, out, sizeof out);
     if (rc != 0) printf("--- %s (rc %d):\n%s\n", name, rc, out);
+    if (rc != 0 && nccl_hosts) {   /* NCCL's own warnings went to its log files: show them */
+        snprintf(cmd, sizeof cmd, "grep -h 'NCCL WARN' %s/%s.nccl.*.log 2>/dev/null | head -20", dir, name);
+        fflush(stdout);
+        if (system(cmd) != 0) printf("(no NCCL WARN in its log)\n");
+    }
+    if (rc == 0 && nccl_hosts && ranks > 1) nccl_proof(name, ranks);
     return rc;
 }
 
@@ -533,6 +560,46 @@ static void tensor_parallel(void) {
     CHECK(layer < keep, "per-layer compute weights save memory: %zu bytes vs %zu with the copy", layer, keep);
 }
 
+/* The table through NCCL, every rank a test host on the one GPU (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, tests/gpu/nccl_layouts.sh):
+ * the layouts above that each reach another NCCL path, at the same tolerances; every one accumulates gradients over
+ * micro-batches (total_batch_tokens 256 = 8 micro-batches of 32 tokens on one rank); the 8-bit AdamW layouts
+ * (adamw8bit_layouts) run in the "dp" half. Two halves, so the script can run
+ * them side by side: "dp" (data and pipeline parallel, ZeRO-1, 8-bit AdamW, bf16, fp16, recompute, resume) and "tp". */
+static void nccl_data_and_pipeline(void) {
+    layout("ref", "dp2", 2, "--dp=2", fp32);
+    layout("ref", "dp2rf", 2, "--dp=2 --recompute=full", fp32);
+    layout("ref", "dp2b", 2, "--dp=2 --bucket_mb=0.004", fp32);
+    layout("ref", "dp4z", 4, "--dp=4 --zero=1", fp32);
+    layout_tol("refbf", "dp2bf", 2, "--dp=2 --precision=bf16", bf16, 1e-2);
+    layout_tol("refbf", "dp2zbf", 2, "--dp=2 --zero=1 --precision=bf16", bf16, 1e-2);
+    layout("ref", "pp2", 2, "--pp=2", fp32);
+    layout("ref", "pp4", 4, "--pp=4", fp32);
+    layout("ref", "pp2g", 2, "--pp=2 --pp_schedule=gpipe", fp32);
+    layout("ref", "pp2i", 2, "--pp=2 --pp_schedule=interleaved --pp_virtual=2", fp32);
+    layout("ref", "pp2u", 2, "--pp=2 --pp_layers=3,1", fp32);
+    layout("ref", "dp2pp2", 4, "--dp=2 --pp=2 --zero=1", fp32);
+    layout("refbf", "pp2bf", 2, "--pp=2 --precision=bf16 --recompute=full", bf16);
+    layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
+    resume("ref", "r21", 2, "--dp=2", 1, "");
+    resume("ref", "rp", 2, "--pp=2", 4, "--pp=4");
+    resume("ref", "rpi", 2, "--pp=2 --pp_schedule=interleaved", 2, "--dp=2 --zero=1");
+}
+static void nccl_tensor(void) {
+    if (train("ref84", 1, H84)) die("test: a one-rank reference run failed:\n%s", out);
+    layout("ref", "tp2", 2, "--tp=2", fp32);
+    layout("ref", "tp2s", 2, "--tp=2 --sequence_parallel=1 --recompute=full", fp32);
+    layout("ref84", "tp4", 4, "--tp=4 " H84, fp32);
+    layout("ref", "dp2tp2", 4, "--dp=2 --tp=2", fp32);
+    layout("ref", "dp2tp2pp2", 8, "--dp=2 --tp=2 --pp=2", fp32);
+    layout("ref", "dp2tp2pp2i", 8, "--dp=2 --tp=2 --pp=2 --pp_schedule=interleaved --pp_virtual=2 --zero=1 --sequence_parallel=1", fp32);
+    layout("ref", "tp2pp2s", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective", fp32);
+    layout_tol("refbf", "tp2sbf", 2, "--tp=2 --sequence_parallel=1 --precision=bf16", bf16, 5e-2);
+    /* fp16: partial sums rounded before the tp sum, as bf16 above (measured on CPU ranks: tensors 4.1e-3, a norm weight's v) */
+    layout_tol("ref16", "tp2f16", 2, "--tp=2 --precision=fp16 --recompute=selective", bf16, 5e-2);
+    resume("ref84", "rt24", 2, "--tp=2 " H84, 4, "--tp=4 --sequence_parallel=1 " H84);
+    resume("ref", "r3d", 8, "--dp=2 --tp=2 --pp=2", 2, "--tp=2 --sequence_parallel=1");
+}
+
 /* Bad launches: one clear line, every rank out. */
 static void launches_refused(void) {
     refused(2, "--dp=4", "dp*pp*tp = 4*1*1 = 4, but 2 ranks were launched");
@@ -561,7 +628,9 @@ static void launches_refused(void) {
 
 /* `test_layouts`: every layout on CPU ranks (make test); `test_layouts q8`: the 8-bit AdamW layouts alone. `test_layouts --device=cuda`: the tensor-parallel
  * part on the GPU, the ranks sharing it through MPI (tests/gpu/tp.sh); LLM3D_TEST_ARGS="--device=cuda
- * --comm_backend=mpi": every layout there (tests/gpu/parallel.sh). On the GPU the memory plan is within 10%. */
+ * --comm_backend=mpi": every layout there (tests/gpu/parallel.sh). On the GPU the memory plan is within 10%.
+ * LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 with LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl": the NCCL table above,
+ * its half LLM3D_TEST_PART=dp|tp (tests/gpu/nccl_layouts.sh). */
 int main(int argc, char **argv) {
 #ifndef LLM3D_MPI
     printf("skipped: this build has no Open MPI, so only the one-rank grid exists\n");
@@ -570,8 +639,11 @@ int main(int argc, char **argv) {
     int tp_only = argc > 1 && !strcmp(argv[1], "--device=cuda");
     int q8_only = argc > 1 && !strcmp(argv[1], "q8");   /* `test_layouts q8`: the 8-bit AdamW part alone */
     if (tp_only) setenv("LLM3D_TEST_ARGS", "--device=cuda --comm_backend=mpi", 1);
-    const char *extra = getenv("LLM3D_TEST_ARGS");
+    const char *extra = getenv("LLM3D_TEST_ARGS"), *sw = getenv("LLM3D_NCCL_HOSTS_ON_ONE_GPU"), *part = getenv("LLM3D_TEST_PART");
     on_gpu = extra && strstr(extra, "--device=cuda");
+    nccl_hosts = sw && !strcmp(sw, "1");
+    if (nccl_hosts && !(on_gpu && strstr(extra, "--comm_backend=nccl")))
+        die("test: LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 runs the NCCL table, and wants LLM3D_TEST_ARGS=\"--device=cuda --comm_backend=nccl\"");
     /* the ranks of a run share the host's cores (comm/launch.c) instead of each taking
      * OMP_NUM_THREADS of them: 4 ranks x 2 spinning threads on 2 cores run ~10x slower */
     unsetenv("OMP_NUM_THREADS");
@@ -580,10 +652,15 @@ int main(int argc, char **argv) {
     if (!q8_only && (train("ref", 1, "") || train("refbf", 1, "--precision=bf16") ||
                      train("ref16", 1, "--precision=fp16 --recompute=selective")))
         die("test: the one-rank reference run failed:\n%s", out);
-    if (!tp_only && !q8_only) data_parallel_and_pipeline();
-    if (!q8_only) tensor_parallel();
-    if (!tp_only) adamw8bit_layouts();
-    if (!on_gpu && !q8_only) launches_refused();
+    if (nccl_hosts) {   /* LLM3D_TEST_PART: dp, tp, or both */
+        if (!part || !strcmp(part, "dp")) { nccl_data_and_pipeline(); adamw8bit_layouts(); }
+        if (!part || !strcmp(part, "tp")) nccl_tensor();
+    } else {
+        if (!tp_only && !q8_only) data_parallel_and_pipeline();
+        if (!q8_only) tensor_parallel();
+        if (!tp_only) adamw8bit_layouts();
+        if (!on_gpu && !q8_only) launches_refused();
+    }
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", dir);

@@ -6,7 +6,10 @@
 # Then the whole-model test (tests/gpu/test_cuda_model.c), also under memcheck,
 # and again with the portable attention forced (LLM3D_ATTENTION=mma: what a GPU
 # without Hopper's wgmma runs), and a misspelt LLM3D_ATTENTION refused.
-# `--bench` also times every op at the l124m shape (bench/gpu/bench_cuda_ops).
+# Then multi-rank NCCL with every rank a test host on the one GPU
+# (tests/gpu/nccl.sh: nccl_layouts.sh, nccl_faults.sh, nccl_doctor.sh, nccl_scale.sh;
+# docs/nccl-one-gpu.md). `--bench` also times every op at the l124m shape
+# (bench/gpu/bench_cuda_ops).
 # Logs go to build/gpu/*.log. Not part of `make test`: CI has no GPU.
 # Ends with the summed "N passed, N failed"; exits non-zero on any failure.
 set -u
@@ -86,6 +89,11 @@ echo "== a misspelt LLM3D_ATTENTION is refused with one message"
 LLM3D_ATTENTION=wgma build/gpu/test_cuda_ops >build/gpu/attention_env.log 2>&1; rc=$?
 if [ $rc -ne 0 ] && grep -q 'LLM3D_ATTENTION=wgma is not an attention path' build/gpu/attention_env.log; then passed=$((passed + 1))
 else echo "FAIL: LLM3D_ATTENTION=wgma gave rc $rc:"; tail -3 build/gpu/attention_env.log; failed=$((failed + 1)); fi
+
+echo "== NCCL on one GPU, every rank a test host (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1): layouts, faults, doctor, the split"
+OUT=build/gpu tests/gpu/nccl.sh >build/gpu/nccl.log 2>&1; rc=$?
+grep -E '^  FAIL|^FAIL|^   nccl_' build/gpu/nccl.log | head -40
+tally build/gpu/nccl.log $rc
 
 if [ $bench = 1 ]; then
     echo "== l124m op timings (bf16)"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# tests/gpu/nccl_layouts.sh — llm3d's promise through real NCCL on one GPU:
+# the layout table of tests/test_layouts.c (its NCCL half: dp, ZeRO-1, tp with
+# and without sequence parallelism, pp 1F1B / GPipe / interleaved, uneven
+# stages, 3D on 8 ranks, adamw and adamw8bit, fp32 / bf16 / fp16, recompute,
+# gradient accumulation in every run, resume across layouts: saved by an NCCL
+# run, resumed by another layout), every rank a test host on GPU 0
+# (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1), at the CPU table's tolerances (fp32: losses
+# and every tensor within 1e-5 of one rank's). Each multi-rank run must show it
+# went through NCCL: its banner says "through nccl", the test setup is said
+# once, and NCCL's own log (NCCL_DEBUG=INFO, written to files beside the run)
+# names its socket transport (NET/Socket). The two halves (LLM3D_TEST_PART=dp,
+# tp) run side by side. One result line per layout; logs under $OUT (or
+# build/gpu)/nccl_layouts. Ends with "N passed, N failed".
+#   run: make -j16 && tests/gpu/nccl_layouts.sh
+source "$(dirname "$0")/nccl_common.sh"
+[ -x build/tests/test_layouts ] || { echo "  FAIL no build/tests/test_layouts: run make first"; failed=1; finish; }
+export LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl" NCCL_DEBUG=INFO
+t0=$(date +%s)
+pids=()
+for part in dp tp; do
+    LLM3D_TEST_PART=$part timeout 250 build/tests/test_layouts >"$LOGS/$part.log" 2>&1 &
+    pids+=($!)
+done
+for i in 0 1; do wait "${pids[$i]}"; done
+echo "== the NCCL layout table, ranks on one GPU ($(( $(date +%s) - t0 )) s, both halves side by side)"
+for part in dp tp; do
+    # one line per layout (its losses, val loss and tensors against one rank's) or resume; FAIL lines with their reason
+    grep -E '^FAIL|losses .* val .* tensors|^resume \[' "$LOGS/$part.log"
+    last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$LOGS/$part.log" | tail -1)
+    if [ -z "$last" ]; then echo "  FAIL the $part half has no closing line (crashed or timed out): $(tail -3 "$LOGS/$part.log")"; failed=$((failed + 1)); continue; fi
+    p=${last%% passed*}; f=${last#*passed, }; f=${f%% failed*}
+    passed=$((passed + p)); failed=$((failed + f))
+    echo "   $part half: $last"
+done
+finish
