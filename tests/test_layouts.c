@@ -15,7 +15,8 @@
  * Face export equals the one-rank run's, and the memory plan of every rank
  * equals what that rank allocated. compute_weights=per_layer (each layer cast
  * from the fp32 master just before it runs) gives the very bits of keep under
- * data, tensor and pipeline parallelism. LLM3D_TEST_ARGS adds settings to every run
+ * data, tensor and pipeline parallelism. ZeRO-2 and ZeRO-3 (zero_stages; `test_layouts --zero` runs that part
+ * alone) give one rank's losses and tensors too. LLM3D_TEST_ARGS adds settings to every run
  * (tests/gpu/parallel.sh: "--device=cuda --comm_backend=mpi", one GPU shared by the ranks). */
 #include "test.h"
 #include "../common/util.h"
@@ -325,6 +326,37 @@ static void tensor_parallel(void) {
     CHECK(layer < keep, "per-layer compute weights save memory: %zu bytes vs %zu with the copy", layer, keep);
 }
 
+/* ZeRO-2 and ZeRO-3 (docs/zero.md): gradients, then weights too, sharded over dp. Every run here accumulates
+ * (256 tokens a step over dp ranks of 2x16-token micro-batches: 4 micro-batches a rank at dp=2, 2 at dp=4), so the
+ * gradient shards add up micro-batches and zero=3 gathers every unit again for each of them. */
+static void zero_stages(void) {
+    layout("ref", "dp2z2", 2, "--dp=2 --zero=2", fp32);
+    layout("ref", "dp4z2", 4, "--dp=4 --zero=2", fp32);
+    layout("ref", "dp2z3", 2, "--dp=2 --zero=3", fp32);
+    CHECK(strstr(out, "| ZeRO-3"), "zero=3 with dp=2 says it runs ZeRO-3:\n%s", out);
+    layout("ref", "dp4z3", 4, "--dp=4 --zero=3", fp32);
+    layout("ref", "dp2z3rf", 2, "--dp=2 --zero=3 --recompute=full", fp32);
+    layout("ref8", "dp2z2q", 2, "--dp=2 --zero=2 --optimizer=adamw8bit", fp32);
+    layout("ref8", "dp4z3q", 4, "--dp=4 --zero=3 --optimizer=adamw8bit", fp32);
+    layout("ref", "dp2tp2z3", 4, "--dp=2 --tp=2 --sequence_parallel=1 --zero=3", fp32);
+    layout("ref", "dp2pp2z3", 4, "--dp=2 --pp=2 --zero=3", fp32);
+    layout("ref", "dp2pp2z2", 4, "--dp=2 --pp=2 --pp_schedule=interleaved --zero=2", fp32);
+    /* bf16 and fp16: within their rounding, as ZeRO-1's (above) */
+    layout_tol("refbf", "dp2z3bf", 2, "--dp=2 --zero=3 --precision=bf16", bf16, 1e-2);
+    layout_tol("ref16", "dp2z3f16", 2, "--dp=2 --zero=3 --precision=fp16 --recompute=selective", bf16, 1e-2);
+    /* checkpoints stay whole tensors: zero=3 saved, tp=2 resumed, and back */
+    resume("ref", "rz3t", 2, "--dp=2 --zero=3", 2, "--tp=2");
+    resume("ref", "rtz3", 2, "--tp=2", 2, "--dp=2 --zero=3");
+    /* the memory plan counts the shards and places: each rank's prediction is what it allocates; each stage saves */
+    size_t z2 = memory_same(2, "--dp=2 --zero=2 --precision=bf16"), z3 = memory_same(2, "--dp=2 --zero=3 --precision=bf16");
+    memory_same(4, "--dp=2 --pp=2 --zero=3 --recompute=full");
+    CHECK(z3 < z2, "zero=3 holds less than zero=2: %zu bytes vs %zu", z3, z2);
+    refused(1, "--zero=2", "zero=2 shards gradients over the data-parallel ranks, and dp=1");
+    refused(2, "--dp=2 --zero=3 --compute_weights=per_layer --precision=bf16", "zero=3 gathers each unit's compute weights");
+    refused(2, "--dp=2 --zero=3 --tie_embeddings=1", "tie_embeddings=1 makes the LM head write the embedding's gradient");
+    refused(2, "--dp=2 --zero=2 --precision=bf16 --grad_reduce_dtype=bf16", "zero=2 reduce-scatters each unit's fp32 gradient");
+}
+
 /* Bad launches: one clear line, every rank out. */
 static void launches_refused(void) {
     refused(2, "--dp=4", "dp*pp*tp = 4*1*1 = 4, but 2 ranks were launched");
@@ -359,7 +391,7 @@ int main(int argc, char **argv) {
     printf("skipped: this build has no Open MPI, so only the one-rank grid exists\n");
     return test_summary();
 #endif
-    int tp_only = argc > 1 && !strcmp(argv[1], "--device=cuda");
+    int tp_only = argc > 1 && !strcmp(argv[1], "--device=cuda"), zero_only = argc > 1 && !strcmp(argv[1], "--zero");
     if (tp_only) setenv("LLM3D_TEST_ARGS", "--device=cuda --comm_backend=mpi", 1);
     const char *extra = getenv("LLM3D_TEST_ARGS");
     on_gpu = extra && strstr(extra, "--device=cuda");
@@ -371,9 +403,10 @@ int main(int argc, char **argv) {
     if (train("ref", 1, "") || train("ref8", 1, "--optimizer=adamw8bit") || train("refbf", 1, "--precision=bf16") ||
         train("ref16", 1, "--precision=fp16 --recompute=selective"))
         die("test: the one-rank reference run failed:\n%s", out);
-    if (!tp_only) data_parallel_and_pipeline();
-    tensor_parallel();
-    if (!on_gpu) launches_refused();
+    if (!tp_only) zero_stages();   /* `test_layouts --zero`: this part alone */
+    if (!tp_only && !zero_only) data_parallel_and_pipeline();
+    if (!zero_only) tensor_parallel();
+    if (!on_gpu && !zero_only) launches_refused();
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) printf("note: could not remove %s\n", dir);

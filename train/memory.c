@@ -10,6 +10,9 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     Model m;
     ModelPart q = part ? *part : model_part_whole(mc);
     q.weights_per_layer = compute_weights == COMPUTE_WEIGHTS_PER_LAYER;   /* model_plan drops it in fp32 */
+    int zero = comm->dp > 1 ? c->zero : 0;
+    q.grads_elsewhere = zero >= 2;
+    q.weights_elsewhere = zero == 3;
     model_plan(&m, mc, be, comm, &q, batch_size, c->seq_len, recompute);
     MemoryPlan p = {0};
     size_t P = m.n_params;
@@ -19,9 +22,9 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     Ddp d;
     DdpOptions dopt = {c->bucket_mb, c->zero, c->grad_reduce_dtype == GRAD_REDUCE_BF16, optimizer_cut_rule, &cut};
     ddp_plan(&d, &m, comm, &dopt);
-    p.master = d.zero && be->act != DTYPE_FP32 ? 0 : P * 4;   /* zero=1: in the shard */
-    p.compute = m.weight_bytes;
-    p.grads = P * 4;
+    p.master = (d.zero && be->act != DTYPE_FP32) || d.zero == 3 ? 0 : P * 4;   /* zero=1/2 in bf16, zero=3: in the shard */
+    p.compute = m.weight_bytes;                                               /* zero=3: none, the places are in shards */
+    p.grads = d.zero >= 2 ? 0 : P * 4;                                        /* zero=2/3: the shard and the places */
     p.shards = ddp_buffer_bytes(&d, be);
     OptPiece *pieces = NULL;
     OptimizerView view = d.zero ? optimizer_zero_view(&d, &pieces) : (OptimizerView){0};

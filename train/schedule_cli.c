@@ -52,7 +52,7 @@ int schedule_main(int argc, char **argv) {
     int rc = schedule_check(&s, &sim, err, sizeof err);
     static const char *names[] = {"1f1b", "gpipe", "interleaved"};
     printf("schedule | %s | pp=%d stages x %d micro-batches%s | dp=%d%s | %d layers\n", names[s.kind], s.stages, s.micro_batches,
-           s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? " ZeRO-1" : "", c.n_layers);
+           s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "", c.n_layers);
     if (rc != 0) {
         schedule_free(&s);
         die("schedule: %s", err);
