@@ -130,5 +130,10 @@ void schedule_sim_free(ScheduleSim *sim);
  * (returns -1 if the file cannot be written). From schedule_check's times. */
 void schedule_print(const Schedule *s, const ScheduleSim *sim, FILE *out);
 int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *path, const char *title);
+/* ZeRO-2/3: per stage, its reductions and (zero=3) gathers, frees, how many weight reads were gathered a compute
+ * ahead and the most parameters held gathered at once (x param_bytes, the compute dtype's size). Nothing otherwise. */
+void schedule_print_zero(const Schedule *s, const ScheduleSim *sim, size_t param_bytes, FILE *out);
+/* Every stage's whole action list, a line per compute with what prepares and follows it. */
+void schedule_print_actions(const Schedule *s, FILE *out);
 /* The textbook bubble of the schedule: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1) — idle over step time. */
 double schedule_bubble_formula(const Schedule *s);
