@@ -119,8 +119,12 @@ void ddp_create(Ddp *d, Model *m, const Comm *comm, const DdpOptions *o) {
 size_t ddp_buffer_bytes(const Ddp *d, const Backend *be) {
     size_t a = act_size(be), n = d->wire ? d->n_params * a : 0;
     if (d->zero) n += d->shard_n * (2 * sizeof(float) + (be->act != DTYPE_FP32 ? a : 0) + (d->wire ? a : 0));
-    if (d->zero >= 2) n += layout_places((Ddp *)d, NULL);
-    return n;
+    return n + ddp_place_bytes(d);
+}
+
+size_t ddp_place_bytes(const Ddp *d) {
+    Ddp sizes = *d;   /* layout_places sets the views: measure on a copy */
+    return d->zero >= 2 ? layout_places(&sizes, NULL) : 0;
 }
 
 void ddp_free(Ddp *d) {

@@ -83,8 +83,9 @@ void ddp_plan(Ddp *d, const Model *m, const Comm *comm, const DdpOptions *o);
 /* The plan, and its buffers on m's backend (zero=1 shards, the wire copy). */
 void ddp_create(Ddp *d, Model *m, const Comm *comm, const DdpOptions *o);
 void ddp_free(Ddp *d);
-/* Bytes of those buffers (the memory plan). */
+/* Bytes of those buffers (the memory plan), the zero=2/3 places included; and of the places alone. */
 size_t ddp_buffer_bytes(const Ddp *d, const Backend *be);
+size_t ddp_place_bytes(const Ddp *d);
 /* Schedule actions. */
 void ddp_reduce_start(Ddp *d, int b);
 void ddp_reduce_wait(Ddp *d, int b);
