@@ -41,7 +41,7 @@ const char *comm_transport_name(const Comm *c) {
     return c->transport == COMM_NCCL ? "nccl" : c->transport == COMM_MPI ? "mpi" : "none";
 }
 
-/* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (parallel/launch.h): refused in words where it cannot work, said once where it runs */
+/* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (comm/launch.h): refused in words where it cannot work, said once where it runs */
 static void hosts_on_one_gpu(const LaunchInfo *li, int comm_backend, int device_cuda) {
     const char *what = LAUNCH_HOSTS_ON_ONE_GPU_ENV "=1 puts every rank on GPU 0 and joins them through NCCL, each rank standing for a host";
     launch_errors_rank0_only(1);   /* the same on every rank: launch_check_same_config compares the switch */

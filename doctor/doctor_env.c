@@ -48,7 +48,7 @@ static unsigned long long nccl_env_hash(void) {
     unsigned long long sum = 0;
     for (char **e = environ; *e; e++) {
         if (!starts(*e, "NCCL_")) continue;
-        if (starts(*e, "NCCL_HOSTID=") && launch_info()->hosts_on_one_gpu) continue;   /* one per test host (parallel/launch.h) */
+        if (starts(*e, "NCCL_HOSTID=") && launch_info()->hosts_on_one_gpu) continue;   /* one per test host (comm/launch.h) */
         unsigned long long x = h;
         for (const char *p = *e; *p; p++) x = (x ^ (unsigned char)*p) * 1099511628211ull;
         sum += x;

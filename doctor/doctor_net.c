@@ -11,7 +11,7 @@
  * The kernel completes a connection to a listening socket by itself, so rank
  * 0 never needs to accept. */
 #include "doctor.h"
-#include "launch.h"
+#include "../comm/launch.h"
 #include "../common/errors.h"
 #include "../common/util.h"
 #include <arpa/inet.h>
@@ -83,7 +83,7 @@ static double link_speed(const char *iface) {   /* /sys/class/net/IF/speed: Mb/s
 int doctor_hosts(const Comm *c, DoctorHost *hosts) {
     DoctorHost me = {0};
     gethostname(me.host, sizeof me.host - 1);
-    if (launch_info()->hosts_on_one_gpu)   /* a test host of its own (parallel/launch.h): named by its NCCL_HOSTID */
+    if (launch_info()->hosts_on_one_gpu)   /* a test host of its own (comm/launch.h): named by its NCCL_HOSTID */
         snprintf(me.host, sizeof me.host, "%.40s", getenv("NCCL_HOSTID") ? getenv("NCCL_HOSTID") : "?");
     Iface f[16];
     int n = interfaces(f, 16), len = 0;

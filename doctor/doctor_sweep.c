@@ -23,7 +23,7 @@
  * host is measured, not ended by the watchdog. A row is printed whole, so no
  * message (stderr) ever lands inside one. */
 #include "doctor.h"
-#include "launch.h"
+#include "../comm/launch.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
 #include <stdlib.h>
@@ -70,7 +70,7 @@ static double timed(const Comm *c, Op op, void *a, void *b, size_t bytes, size_t
     return comm_max(c, GROUP_WORLD, now_seconds() - t0) / iters;
 }
 
-/* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (parallel/launch.h): what the figures of test hosts on one GPU measured */
+/* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (comm/launch.h): what the figures of test hosts on one GPU measured */
 static const char *loopback = "loopback sockets (NCCL's network transport on one GPU, each rank a test host): the path works; "
                               "the rate says nothing about NVLink or a real network";
 

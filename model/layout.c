@@ -227,8 +227,9 @@ static void plan_weights(Model *m) {
     if (m->be->act == DTYPE_FP32) m->part.weights_per_layer = 0;   /* nothing to cast: the master is the compute copy */
     if (m->part.weights_per_layer && m->part.master_in_shard)
         die("internal: per-layer compute weights are cast from a whole fp32 master, and ZeRO-1 holds it in shards");
+    if (m->part.weights_elsewhere) m->part.weights_per_layer = 0;   /* zero=3: the gathered places are parallel/ddp.c's */
     if (!m->part.weights_per_layer) {
-        m->weight_bytes = m->be->act == DTYPE_FP32 ? 0 : m->n_params * act_size(m);
+        m->weight_bytes = m->be->act == DTYPE_FP32 || m->part.weights_elsewhere ? 0 : m->n_params * act_size(m);
         return;
     }
     size_t emb = 0, head = 0;
@@ -307,8 +308,10 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
     model_plan(m, cfg, be, comm, part, B, T, recompute);
     size_t P = m->n_params;
     if (m->part.master_in_shard && be->act == DTYPE_FP32) die("internal: the master weights are the compute weights in fp32");
-    m->params = m->part.master_in_shard ? NULL : be->alloc(P * sizeof(float), "fp32 master weights");
-    if (be->act == DTYPE_FP32) m->params_compute = m->params;
+    int no_master = m->part.master_in_shard || m->part.weights_elsewhere;
+    m->params = no_master ? NULL : be->alloc(P * sizeof(float), "fp32 master weights");
+    if (m->part.weights_elsewhere) {}   /* zero=3: each unit's weights are gathered where weights_at says */
+    else if (be->act == DTYPE_FP32) m->params_compute = m->params;
     else if (!m->part.weights_per_layer) m->params_compute = be->alloc(P * act_size(m), "compute-dtype weights");
     else if (m->weight_bytes) {   /* the places; the embedding's and head's lie in act_memory with recompute */
         m->weight_buffer = be->alloc(m->weight_bytes, "per-layer compute-dtype weights");
@@ -316,7 +319,7 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
         if (m->recompute == RECOMPUTE_NONE) m->vocab_weights = (char *)m->weight_buffer + m->layer_weights_bytes;
     }
     m->layer_weights_unit = -1;
-    m->grads = be->alloc(P * sizeof(float), "gradients");
+    m->grads = m->part.grads_elsewhere ? NULL : be->alloc(P * sizeof(float), "gradients");
     m->act_memory = be->alloc(m->act_bytes, "activations");
     layout_activations(m, m->act_memory);
 }
@@ -324,7 +327,7 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
 void model_plan_free(Model *m) {
     for (int s = 0; m->slots && s < m->part.n_slots; s++) { free(m->slots[s].res); free(m->slots[s].acts); }
     free(m->slots); free(m->slot_B); free(m->slot_T);
-    free(m->tensors); free(m->layer); free(m->units); free(m->chunk_first);
+    free(m->tensors); free(m->layer); free(m->units); free(m->chunk_first); free(m->grads_at); free(m->weights_at);
     memset(m, 0, sizeof *m);
 }
 
@@ -333,7 +336,7 @@ void model_free(Model *m) {
     if (m->params_compute && m->params_compute != (void *)m->params) be->free(m->params_compute);
     if (m->weight_buffer) be->free(m->weight_buffer);
     if (m->params) be->free(m->params);
-    be->free(m->grads);
+    if (m->grads) be->free(m->grads);
     be->free(m->act_memory);
     for (int i = 0; m->kcache && i < m->n_local_layers; i++) { be->free(m->kcache[i]); be->free(m->vcache[i]); }
     free(m->kcache); free(m->vcache); free(m->host_logits); free(m->host_row);
@@ -390,18 +393,36 @@ void model_init_weights(Model *m, uint64_t seed, float init_std) {
 }
 
 void model_set_params(Model *m, const float *host) {
+    model_master_changed(m);
+    if (!m->params && !m->params_compute) return;   /* zero=3: nothing whole here; the shards take the values (parallel/ddp.h) */
+    if (!m->params && !m->grads) {   /* zero=2 in bf16/fp16: only the compute copy, cast on the host */
+        DType dt = backend_storage(m->be);
+        void *cast = mallocCheck(m->n_params * dtype_size(dt) + 1);
+        for (size_t i = 0; i < m->n_params; i++) {   /* rounded as cast_from_fp32 rounds (also where act is emulated in fp32) */
+            float one[1];
+            dtype_from_float(one, m->be->act, 0, host[i]);
+            dtype_from_float(cast, dt, i, dtype_to_float(one, m->be->act, 0));
+        }
+        m->be->upload(m->params_compute, cast, m->n_params * dtype_size(dt));
+        free(cast);
+        return;
+    }
     float *master = m->params ? m->params : m->grads;   /* no master here: the values pass through the gradient buffer */
     m->be->upload(master, host, m->n_params * sizeof(float));
     if (m->params_compute && m->params_compute != (void *)master) m->be->cast_from_fp32(m->params_compute, master, m->n_params);
-    model_master_changed(m);
 }
 
 void model_get_params(const Model *m, float *host) {
     if (!m->params) die("internal: this rank's fp32 master weights live in its ZeRO-1 shard, not in the model");
     m->be->download(host, m->params, m->n_params * sizeof(float));
 }
-void model_get_grads(const Model *m, float *host) { m->be->download(host, m->grads, m->n_params * sizeof(float)); }
-void model_zero_grads(Model *m) { m->be->zero(m->grads, m->n_params * sizeof(float)); }
+void model_get_grads(const Model *m, float *host) {
+    if (!m->grads) die("internal: this rank's gradients live in its ZeRO-2/3 shard, not in the model");
+    m->be->download(host, m->grads, m->n_params * sizeof(float));
+}
+void model_zero_grads(Model *m) {
+    if (m->grads) m->be->zero(m->grads, m->n_params * sizeof(float));   /* zero=2/3: the schedule opens each unit's place itself */
+}
 
 int model_config_check(const ModelConfig *c, char *err, size_t err_size) {
 #define BAD(...) do { snprintf(err, err_size, __VA_ARGS__); return -1; } while (0)

@@ -46,6 +46,7 @@ typedef struct { const char *base; size_t first; } UnitWeights;
  * writes. Either way the values are the same bits: the cast rounds as the
  * optimizer's refresh of the copy does. */
 static UnitWeights unit_weights(Model *m, int u) {
+    if (m->weights_at) return (UnitWeights){m->weights_at[u], m->units[u].offset};   /* zero=3: gathered there by the schedule */
     if (!m->part.weights_per_layer) return (UnitWeights){m->params_compute, 0};
     const ModelUnit *unit = &m->units[u];
     char *place = model_unit_place(m, u);
@@ -58,6 +59,11 @@ static UnitWeights unit_weights(Model *m, int u) {
 }
 
 static const void *tensor_at(const Model *m, UnitWeights w, size_t offset) { return w.base + (offset - w.first) * act_size(m); }
+
+/* The fp32 gradient of the tensor at element offset of unit u: in the model's buffer, or (zero=2/3) in the unit's place. */
+static float *grad_at(const Model *m, int u, size_t offset) {
+    return m->grads_at ? m->grads_at[u] + (offset - m->units[u].offset) : m->grads + offset;
+}
 
 /* The LM head (V,C), given the head unit's weights W: in W, or with tied
  * embeddings the embedding's (per_layer casts it beside the head's, both kept). */
@@ -161,17 +167,20 @@ static void block_forward(Model *m, ActSlot *S, int i, int j, int B, int T, int 
     row_parallel_residual(m, S->res[j + 1], L->hs, tensor_at(m, W, o->w2), N, F, L->res_mid);
 }
 
-/* [embedding] and the chunk's blocks: ids or res[0] -> res[n_layers] of the slot. */
-static void chunk_trunk(Model *m, int k, int s, const int *ids, int B, int T) {
+/* Forward steps [from, to) of chunk k's trunk — [embedding], the chunk's blocks — for slot s:
+ * ids or res[0] -> res[n_layers] once every step has run. Step 0 is the embedding when the chunk holds it. */
+static void chunk_trunk(Model *m, int k, int s, const int *ids, int B, int T, int from, int to) {
     if (B > m->B || T > m->T) die("internal: micro-batch %dx%d exceeds the allocated %dx%d", B, T, m->B, m->T);
     if (m->sp && (B * T) % m->part.tp) die("internal: sequence parallel splits %d tokens over tp=%d", B * T, m->part.tp);
     ActSlot *S = &m->slots[s];
     m->slot_B[s] = B; m->slot_T[s] = T;
-    if (k == 0 && m->part.has_embedding) {
+    int emb = k == 0 && m->part.has_embedding;
+    if (emb && from == 0) {
         m->be->upload_async(S->ids, ids, (size_t)B * T * sizeof(int));
         embed(m, S->ids, S->res[0], B * T);
     }
-    for (int j = 0; j < m->part.chunks[k].n_layers; j++) block_forward(m, S, m->chunk_first[k] + j, j, B, T, 0, 0, 0);
+    for (int j = 0; j < m->part.chunks[k].n_layers; j++)
+        if (from <= j + emb && j + emb < to) block_forward(m, S, m->chunk_first[k] + j, j, B, T, 0, 0, 0);
 }
 
 /* The losses are read back without waiting for the device: each head forward
@@ -237,19 +246,43 @@ static void head_forward(Model *m, int s, const int *targets, float dloss) {
             stats = m->ce_stats;
         }
         be->cross_entropy_loss(S->losses + c0, m->logits, stats, tp, S->targets + c0, n, V, m->v0, m->v_valid, dloss, IGNORE_INDEX);
-        if (dloss != 0) be->matmul_backward(act_at(m, m->scratch1, (size_t)c0 * C), m->grads + m->off_lm_head, m->logits, xc, Wh, n, C, V);
+        if (dloss != 0) be->matmul_backward(act_at(m, m->scratch1, (size_t)c0 * C), grad_at(m, head_unit(m), m->off_lm_head), m->logits, xc, Wh, n, C, V);
     }
     if (dloss != 0) {   /* scratch1 holds this rank's share of dlnf: summed, it starts the residual stream's gradient */
         void *dx = tp_sum_tokens(m, m->scratch1, N);
         be->zero(S->dres, (size_t)Ns * C * act_size(m));
-        be->rmsnorm_backward(S->dres, m->grads + m->off_final_norm, dx, S->res[nl], norm, S->lnf_rstd, Ns, C);
+        be->rmsnorm_backward(S->dres, grad_at(m, head_unit(m), m->off_final_norm), dx, S->res[nl], norm, S->lnf_rstd, Ns, C);
     }
     queue_losses(m, S->losses, N);
 }
 
+static int chunk_has_head(const Model *m, int chunk) { return chunk == m->part.n_chunks - 1 && m->part.has_head; }
+
+int model_forward_steps(const Model *m, int chunk) {
+    return (chunk == 0 && m->part.has_embedding) + m->part.chunks[chunk].n_layers + chunk_has_head(m, chunk);
+}
+
+int model_forward_step_unit(const Model *m, int chunk, int step) {
+    int emb = chunk == 0 && m->part.has_embedding;
+    if (emb && step == 0) return EMBEDDING_UNIT;
+    int j = step - emb;
+    return j < m->part.chunks[chunk].n_layers ? layer_unit(m, m->chunk_first[chunk] + j) : head_unit(m);
+}
+
+int model_backward_step_unit(const Model *m, int chunk, int step) {
+    int nl = m->part.chunks[chunk].n_layers;
+    return step < nl ? layer_unit(m, m->chunk_first[chunk] + nl - 1 - step) : -1;   /* the embedding's backward reads no weights */
+}
+
+void model_forward_chunk_steps(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss, int from,
+                               int to) {
+    int n = model_forward_steps(m, chunk);
+    chunk_trunk(m, chunk, slot, ids, B, T, from, to);
+    if (chunk_has_head(m, chunk) && from < n && n <= to) head_forward(m, slot, targets, dloss);
+}
+
 void model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss) {
-    chunk_trunk(m, chunk, slot, ids, B, T);
-    if (chunk == m->part.n_chunks - 1 && m->part.has_head) head_forward(m, slot, targets, dloss);
+    model_forward_chunk_steps(m, chunk, slot, ids, targets, B, T, dloss, 0, model_forward_steps(m, chunk));
 }
 
 double model_forward(Model *m, const int *ids, const int *targets, int B, int T, float dloss) {
@@ -264,7 +297,7 @@ double model_forward(Model *m, const int *ids, const int *targets, int B, int T,
 void model_logits(Model *m, const int *ids, int B, int T, float *out) {
     const Backend *be = m->be;
     if (m->part.tp != 1) die("internal: model_logits needs the whole model on one rank (tp=1)");
-    chunk_trunk(m, 0, 0, ids, B, T);
+    chunk_trunk(m, 0, 0, ids, B, T, 0, model_forward_steps(m, 0));
     ActSlot *S = &m->slots[0];
     int N = B * T, C = m->C, V = m->V;
     size_t a = act_size(m);
@@ -337,30 +370,30 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     const ModelConfig *c = &m->cfg;
     int N = B * T, Ns = stream_tokens(m, N), C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
     void *s1 = m->scratch1, *s2 = m->scratch2, *dres = S->dres, *dy, *x, *dx;
-    float *G = m->grads;
+    int u = layer_unit(m, i);
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
     recompute_block(m, S, i, j, B, T);
-    UnitWeights W = unit_weights(m, layer_unit(m, i));   /* held since the recompute: no second cast */
+    UnitWeights W = unit_weights(m, u);   /* held since the recompute: no second cast */
     /* MLP: dres is d(res[j+1]) */
     dy = tp_all_tokens(m, dres, N);                                                                  /* g's backward */
-    be->matmul_backward(s1, G + o->w2, dy, L->hs, tensor_at(m, W, o->w2), N, F, C);                 /* s1 = dhs (N,F) */
+    be->matmul_backward(s1, grad_at(m, u, o->w2), dy, L->hs, tensor_at(m, W, o->w2), N, F, C);                 /* s1 = dhs (N,F) */
     be->swiglu_backward(L->h13, s1, L->h13, N, F);                   /* dh13 (N,2F) over h13: its last use */
     x = tp_all_tokens(m, L->ln2, N);
-    be->matmul_backward(s1, G + o->w13, L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);         /* s1 = dln2, this rank's share (N,C) */
+    be->matmul_backward(s1, grad_at(m, u, o->w13), L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);         /* s1 = dln2, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);                                                                    /* f's backward */
-    be->rmsnorm_backward(dres, G + o->ffn_norm, dx, L->res_mid, tensor_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C);
+    be->rmsnorm_backward(dres, grad_at(m, u, o->ffn_norm), dx, L->res_mid, tensor_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C);
     /* attention: dres is now d(res_mid) */
     dy = tp_all_tokens(m, dres, N);
-    be->matmul_backward(s1, G + o->wo, dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);         /* s1 = datt (N,NH*HD) */
+    be->matmul_backward(s1, grad_at(m, u, o->wo), dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);         /* s1 = datt (N,NH*HD) */
     be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD, c->rope_theta,       /* s2 = dqkv (N,QKV), before RoPE */
                            L->h13, model_attention_work_bytes(m, B, T));                           /* lent: h13 is dead since w13's gradient */
     if (L->ln1 == L->ln2)   /* recompute on: ln1 shares the buffer ln2 held until w13's gradient (model/layout.c) */
         be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln1, N);
-    be->matmul_backward(s1, G + o->wqkv, s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);              /* s1 = dln1, this rank's share (N,C) */
+    be->matmul_backward(s1, grad_at(m, u, o->wqkv), s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);              /* s1 = dln1, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);
-    be->rmsnorm_backward(dres, G + o->attn_norm, dx, S->res[j], tensor_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C);
+    be->rmsnorm_backward(dres, grad_at(m, u, o->attn_norm), dx, S->res[j], tensor_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C);
 }
 
 void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {
@@ -372,7 +405,7 @@ void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {
             block_backward(m, S, m->chunk_first[chunk] + j, j, B, T);
         } else {   /* the embedding: the rows of this rank's block gather the gradient of the first residual, every token's */
             void *dy = tp_all_tokens(m, S->dres, B * T);
-            m->be->embedding_backward(m->grads + m->off_embedding, dy, S->ids, B * T, m->C, m->v0, m->v_valid);
+            m->be->embedding_backward(grad_at(m, EMBEDDING_UNIT, m->off_embedding), dy, S->ids, B * T, m->C, m->v0, m->v_valid);
         }
     }
 }

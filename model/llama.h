@@ -56,6 +56,9 @@ typedef struct {            /* which part of the model this rank holds, and how 
     int master_in_shard;    /* 1: no fp32 master copy here — ZeRO-1 keeps it in shards (parallel/ddp.h); compute dtype != fp32 only */
     int weights_per_layer;  /* 1: no compute-dtype copy of the weights; each unit is cast from the fp32 master just before
                              * it runs (config key compute_weights=per_layer); ignored in fp32, where the master is the copy */
+    int grads_elsewhere;    /* 1 (zero=2/3): no gradient buffer; unit u's gradients go to grads_at[u] (parallel/ddp.h places them) */
+    int weights_elsewhere;  /* 1 (zero=3): no weights at all here, neither master nor compute copy; unit u runs with the
+                             * weights gathered at weights_at[u] (parallel/ddp.h) */
 } ModelPart;
 
 typedef struct {            /* one named tensor of the parameter buffer */
@@ -130,7 +133,11 @@ typedef struct {
     int n_units;
     float *params;                      /* (n_params) NULL when part.master_in_shard */
     void *params_compute;               /* (n_params) or NULL */
-    float *grads;                       /* (n_params) */
+    float *grads;                       /* (n_params) NULL when part.grads_elsewhere */
+    /* zero=2/3 (parallel/ddp.h sets these): the tensor at element o of unit u lies at grads_at[u] + (o - units[u].offset)
+     * (fp32) and, zero=3, at weights_at[u] + (o - units[u].offset) elements of the act dtype */
+    float **grads_at;                   /* (n_units) */
+    void **weights_at;                  /* (n_units) */
     /* part.weights_per_layer: the places units are cast into, act dtype (model_unit_place) */
     void *layer_weights;                /* (layer_weights_bytes) every layer's place */
     void *vocab_weights;                /* (vocab_weights_bytes) the embedding's place and the head's (after the embedding's
@@ -217,6 +224,14 @@ void *model_unit_place(const Model *m, int u);
  * holds d(chunk output) afterwards. Nothing here waits for the device: ids and
  * targets are uploaded without waiting, and the losses read back later. */
 void model_forward_chunk(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss);
+/* The same forward in steps, so ZeRO-3 can gather each unit's weights just
+ * before its step: step 0 is the embedding when the chunk holds it, then one
+ * step per layer, then the head when it holds it; steps [from, to) run here. */
+int model_forward_steps(const Model *m, int chunk);
+void model_forward_chunk_steps(Model *m, int chunk, int slot, const int *ids, const int *targets, int B, int T, float dloss, int from, int to);
+/* The unit whose weights forward step j / backward step j of a chunk reads (-1: none, the embedding's backward). */
+int model_forward_step_unit(const Model *m, int chunk, int step);
+int model_backward_step_unit(const Model *m, int chunk, int step);
 /* The SUM of the per-token losses of every head forward since the last call
  * (0 if none), once the device is done with them: each forward's losses summed
  * in double in token order, the forwards added in the order they ran. */

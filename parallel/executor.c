@@ -59,14 +59,22 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
         be->event_record(ev[2 * i]);
         int used = 1;
         switch (a->kind) {
-        case ACT_FORWARD: model_forward_chunk(m, a->chunk, a->slot, ids + a->mb * BT, targets + a->mb * BT, B, T, dloss); break;
-        case ACT_BACKWARD: model_backward_chunk(m, a->chunk, a->slot, a->from, a->to); break;
+        case ACT_FORWARD:
+            if (e->ddp && e->ddp->zero >= 2 && a->writes >= 0) ddp_open_grads(e->ddp, a->writes, a->accumulate);
+            if (a->to > 0) model_forward_chunk_steps(m, a->chunk, a->slot, ids + a->mb * BT, targets + a->mb * BT, B, T, dloss, a->from, a->to);
+            else model_forward_chunk(m, a->chunk, a->slot, ids + a->mb * BT, targets + a->mb * BT, B, T, dloss);
+            break;
+        case ACT_BACKWARD:
+            if (e->ddp && e->ddp->zero >= 2 && a->writes >= 0) ddp_open_grads(e->ddp, a->writes, a->accumulate);
+            model_backward_chunk(m, a->chunk, a->slot, a->from, a->to);
+            break;
         case ACT_SEND_ACT: case ACT_RECV_ACT: case ACT_SEND_GRAD: case ACT_RECV_GRAD: used = run_p2p(e, actions, i, n, B, T); break;
         case ACT_REDUCE: ddp_reduce_start(e->ddp, a->bucket); break;
         case ACT_REDUCE_WAIT: ddp_reduce_wait(e->ddp, a->bucket); break;
         case ACT_OPTIMIZER: e->optimizer(e->ctx); break;
         case ACT_GATHER: ddp_gather_start(e->ddp, a->bucket); break;
         case ACT_GATHER_WAIT: ddp_gather_wait(e->ddp, a->bucket); break;
+        case ACT_FREE: ddp_release(e->ddp, a->bucket); break;
         default: die("internal: action %d", a->kind);
         }
         be->event_record(ev[2 * i + 1]);
@@ -87,7 +95,7 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
         case ACT_FORWARD: case ACT_BACKWARD: s->compute_s += d; break;
         case ACT_SEND_ACT: case ACT_RECV_ACT: case ACT_SEND_GRAD: case ACT_RECV_GRAD: s->bubble_s += d; break;
         /* starting a reduction costs the compute too (MPI's staging copies the gradients down first) */
-        case ACT_REDUCE: case ACT_GATHER: case ACT_REDUCE_WAIT: case ACT_GATHER_WAIT: s->exposed_s += d; break;
+        case ACT_REDUCE: case ACT_GATHER: case ACT_REDUCE_WAIT: case ACT_GATHER_WAIT: case ACT_FREE: s->exposed_s += d; break;
         case ACT_OPTIMIZER: s->optimizer_s += d; break;
         default: s->other_s += d;
         }

@@ -14,7 +14,7 @@
 #include <string.h>
 
 const char *const action_names[ACT_KINDS] = {"forward", "backward", "send-act", "recv-act", "send-grad", "recv-grad",
-                                              "reduce", "reduce-wait", "optimizer", "gather", "gather-wait"};
+                                              "reduce", "reduce-wait", "optimizer", "gather", "gather-wait", "free"};
 
 static void push_at(Schedule *s, int stage, int at, Action a) {
     if (s->n[stage] == s->cap[stage]) {
@@ -220,6 +220,8 @@ void schedule_assign_slots(Schedule *s) {
 
 void schedule_free(Schedule *s) {
     for (int st = 0; st < s->stages; st++) free(s->list[st]);
+    for (int st = 0; s->place && st < s->stages; st++) { free(s->place[st]); free(s->elements[st]); }
+    free(s->place); free(s->elements); free(s->n_buckets); free(s->fsteps);
     free(s->list); free(s->n); free(s->cap); free(s->slots); free(s->steps);
     memset(s, 0, sizeof *s);
 }

@@ -22,7 +22,8 @@
 enum { PP_1F1B, PP_GPIPE, PP_INTERLEAVED };   /* config key pp_schedule: 1f1b|gpipe|interleaved */
 
 typedef enum {
-    ACT_FORWARD,      /* mb, chunk: [embedding], the chunk's layers, [head, loss and the head's backward] */
+    ACT_FORWARD,      /* mb, chunk: [embedding], the chunk's layers, [head, loss and the head's backward];
+                       * to > 0 (zero=3): only forward steps [from, to) (model_forward_chunk_steps) */
     ACT_BACKWARD,     /* mb, chunk, steps [from, to) of the chunk's backward (model_backward_chunk) */
     ACT_SEND_ACT,     /* mb, chunk: the chunk's output to the stage that runs the next chunk */
     ACT_RECV_ACT,     /* mb, chunk: the chunk's input from the stage that runs the previous chunk */
@@ -31,8 +32,9 @@ typedef enum {
     ACT_REDUCE,       /* bucket: start the data-parallel reduction of a bucket of gradients */
     ACT_REDUCE_WAIT,  /* bucket: its reduction is done */
     ACT_OPTIMIZER,    /* global-norm clip and the update */
-    ACT_GATHER,       /* bucket: ZeRO-1 — start the all-gather of the updated weights */
+    ACT_GATHER,       /* bucket: ZeRO-1/2 — start the all-gather of the updated weights; ZeRO-3 — of a unit's weights into its place */
     ACT_GATHER_WAIT,  /* bucket: the gathered weights are in place */
+    ACT_FREE,         /* bucket: ZeRO-3 — its unit's gathered weights are not used again until the next gather */
     ACT_KINDS
 } ActionKind;
 extern const char *const action_names[ACT_KINDS];
@@ -45,6 +47,9 @@ typedef struct {
     int peer;           /* SEND/RECV: the pipeline stage at the other end */
     int slot;           /* the activation slot of (mb, chunk) on this stage */
     int frees_slot;     /* 1: the slot is free after this action */
+    /* zero=2/3, on ACT_FORWARD and ACT_BACKWARD (-1: none): the bucket whose gathered weights it reads (zero=3), and
+     * the bucket whose gradient it writes — its place opened first, with the sum of earlier micro-batches when accumulate */
+    int reads, writes, accumulate;
 } Action;
 
 typedef struct {
@@ -57,6 +62,11 @@ typedef struct {
     Action **list;      /* (stages) each stage's actions */
     int *n, *cap;       /* (stages) */
     int *slots;         /* (stages) activation slots each stage needs: its most micro-batches in flight */
+    int zero;           /* 2 or 3: schedule_add_zero made the data-parallel part */
+    int *fsteps;        /* (stages * chunks) zero=3: forward steps of each chunk (model_forward_steps); else NULL */
+    int *n_buckets;     /* (stages) zero=2/3 */
+    int **place;        /* (stages) x (n_buckets) zero=2/3: the place (parallel/ddp.h DDP_PLACE_*) of each bucket */
+    size_t **elements;  /* (stages) x (n_buckets) zero=2/3: its unit's parameters */
 } Schedule;
 
 /* The pipeline part of a step: p stages, m micro-batches, v chunks per stage;
@@ -72,6 +82,29 @@ void schedule_build_forward(Schedule *s, int p, int m, int v);
  * no buckets it only appends the optimizer. */
 typedef struct { int chunk, step; } BucketReady;
 void schedule_add_data_parallel(Schedule *s, int stage, const BucketReady *ready, int n_buckets, int zero);
+/* ZeRO-2/3's data-parallel pass for one stage, instead of
+ * schedule_add_data_parallel (docs/zero.md): each bucket is one unit. Every
+ * backward is cut into its steps (zero=3: every forward too); the action that
+ * writes a bucket's gradient is followed by its ACT_REDUCE, whose wait comes
+ * just before the next writer of the same place (or before the optimizer).
+ * zero=3: before each action that reads a unit's weights, ACT_GATHER_WAIT,
+ * with the gather started one use ahead — before the previous use's compute —
+ * when the place is free by then; ACT_FREE after the last use of a gather.
+ * zero=2 ends with ZeRO-1's all-gather of the updated weights; zero=3 needs
+ * none (the next step gathers from the shards). Also for forward-only
+ * (evaluation) schedules: gathers and frees only. */
+typedef struct {
+    int n_buckets;
+    const int *place;            /* (n_buckets) DDP_PLACE_* */
+    const size_t *elements;      /* (n_buckets) */
+    int max_steps;               /* the row length of the tables below (chunks rows) */
+    const int *forward_steps;    /* (chunks) */
+    const int *forward_reads;    /* forward step j of chunk c: the bucket whose weights it reads */
+    const int *backward_reads;   /* backward step j: the bucket whose weights it reads, -1: none (the embedding's) */
+    const int *backward_writes;  /* backward step j: the bucket whose gradient it writes */
+    int head_bucket;             /* the head's bucket on this stage (its gradient is written by the forward), -1: none */
+} ZeroUnits;
+void schedule_add_zero(Schedule *s, int stage, const ZeroUnits *z, int zero);
 /* Gives each (micro-batch, chunk) of each stage a slot from its first action
  * to its last and records the most each stage holds at once. */
 void schedule_assign_slots(Schedule *s);
@@ -84,6 +117,7 @@ void schedule_free(Schedule *s);
  * first problem in words in err. Fills the simulated timeline's figures. */
 typedef struct {
     double makespan;        /* simulated step time (forward of a chunk = 1) */
+    size_t *gathered_high;  /* (stages) zero=3: the most parameters held gathered at once (in flight or ready) */
     double bubble;          /* mean over stages of idle / makespan */
     double *busy, *idle;    /* (stages) */
     double *start, *end;    /* (stages * max actions) simulated times of each action */
@@ -96,5 +130,10 @@ void schedule_sim_free(ScheduleSim *sim);
  * (returns -1 if the file cannot be written). From schedule_check's times. */
 void schedule_print(const Schedule *s, const ScheduleSim *sim, FILE *out);
 int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *path, const char *title);
+/* ZeRO-2/3: per stage, its reductions and (zero=3) gathers, frees, how many weight reads were gathered a compute
+ * ahead and the most parameters held gathered at once (x param_bytes, the compute dtype's size). Nothing otherwise. */
+void schedule_print_zero(const Schedule *s, const ScheduleSim *sim, size_t param_bytes, FILE *out);
+/* Every stage's whole action list, a line per compute with what prepares and follows it. */
+void schedule_print_actions(const Schedule *s, FILE *out);
 /* The textbook bubble of the schedule: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1) — idle over step time. */
 double schedule_bubble_formula(const Schedule *s);

@@ -9,6 +9,7 @@
  * every operation in it has met its partner, i.e. once the partner's stage has
  * reached the group holding it. */
 #include "schedule.h"
+#include "ddp.h"
 #include "../common/util.h"
 #include <stdarg.h>
 #include <stdlib.h>
@@ -26,7 +27,9 @@ static int fail(char *err, size_t size, const char *fmt, ...) {
 }
 
 static void describe(const Schedule *s, int st, const Action *a, char *out, size_t size) {
-    if (a->kind == ACT_BACKWARD) snprintf(out, size, "%s of micro-batch %d, chunk %d, steps %d..%d", action_names[a->kind], a->mb, a->chunk, a->from, a->to);
+    if (a->kind == ACT_FORWARD && a->to > 0)
+        snprintf(out, size, "%s of micro-batch %d, chunk %d, step %d", action_names[a->kind], a->mb, a->chunk, a->from);
+    else if (a->kind == ACT_BACKWARD) snprintf(out, size, "%s of micro-batch %d, chunk %d, steps %d..%d", action_names[a->kind], a->mb, a->chunk, a->from, a->to);
     else if (a->mb >= 0) snprintf(out, size, "%s of micro-batch %d, chunk %d (virtual stage %d)", action_names[a->kind], a->mb, a->chunk,
                                   a->chunk * s->stages + st);
     else snprintf(out, size, "%s of bucket %d", action_names[a->kind], a->bucket);
@@ -47,7 +50,7 @@ static int check_order(const Schedule *s, int st, char *err, size_t size) {
     int p = s->stages, v = s->chunks, m = s->micro_batches, last_vs = p * v - 1;
     int pairs = m * v;
     int *fwd = callocCheck(pairs, sizeof(int)), *got_act = callocCheck(pairs, sizeof(int)), *got_grad = callocCheck(pairs, sizeof(int));
-    int *next = callocCheck(pairs, sizeof(int)), rc = 0, optimizer = 0;
+    int *next = callocCheck(pairs, sizeof(int)), *fnext = callocCheck(pairs, sizeof(int)), rc = 0, optimizer = 0;
     char what[160];
     for (int i = 0; i < s->n[st] && rc == 0; i++) {
         const Action *a = &s->list[st][i];
@@ -63,7 +66,11 @@ static int check_order(const Schedule *s, int st, char *err, size_t size) {
         case ACT_RECV_GRAD: got_grad[q]++; break;
         case ACT_FORWARD:
             if (vs > 0 && !got_act[q]) rc = fail(err, size, "stage %d: %s runs before its input was received", st, what);
-            else if (fwd[q]++) rc = fail(err, size, "stage %d: %s runs twice", st, what);
+            else if (fwd[q]) rc = fail(err, size, "stage %d: %s runs twice", st, what);
+            else if (a->to == 0) fwd[q] = 1;
+            else if (!s->fsteps || a->from != fnext[q] || a->to <= a->from)   /* zero=3: a forward in steps */
+                rc = fail(err, size, "stage %d: %s does not continue the forward at step %d", st, what, fnext[q]);
+            else if ((fnext[q] = a->to) >= s->fsteps[st * v + a->chunk]) fwd[q] = 1;
             break;
         case ACT_SEND_ACT:
             if (!fwd[q]) rc = fail(err, size, "stage %d: %s sends an output its forward has not made yet", st, what);
@@ -87,7 +94,62 @@ static int check_order(const Schedule *s, int st, char *err, size_t size) {
             rc = fail(err, size, "stage %d never finishes the backward of micro-batch %d, chunk %d", st, q / v, q % v);
     }
     if (rc == 0 && !s->forward_only && optimizer != 1) rc = fail(err, size, "stage %d runs the optimizer %d times, not once", st, optimizer);
-    free(fwd); free(got_act); free(got_grad); free(next);
+    free(fwd); free(got_act); free(got_grad); free(next); free(fnext);
+    return rc;
+}
+
+/* zero=2/3: every gradient's place reduced before it is written again and before the optimizer; every unit's
+ * weights gathered and waited for before a compute reads them, into a free place, and released after; the most
+ * parameters held gathered at once. */
+static int check_zero(const Schedule *s, int st, size_t *high, char *err, size_t size) {
+    int nb = s->n_buckets[st], rc = 0, pending[DDP_PLACES], holder[DDP_PLACES];
+    int *state = callocCheck((size_t)nb + 1, sizeof(int));   /* 0 not held, 1 gathering, 2 gathered */
+    for (int p = 0; p < DDP_PLACES; p++) pending[p] = holder[p] = -1;
+    size_t now = 0;
+    char what[160];
+    *high = 0;
+    for (int i = 0; i < s->n[st] && rc == 0; i++) {
+        const Action *a = &s->list[st][i];
+        describe(s, st, a, what, sizeof what);
+        int b = a->bucket, p = b >= 0 && b < nb ? s->place[st][b] : 0;
+        switch (a->kind) {
+        case ACT_FORWARD: case ACT_BACKWARD:
+            if (a->reads >= 0 && (a->reads >= nb || state[a->reads] != 2))
+                rc = fail(err, size, "stage %d: %s reads bucket %d's weights before they are gathered", st, what, a->reads);
+            else if (a->writes >= 0 && pending[s->place[st][a->writes]] >= 0)
+                rc = fail(err, size, "stage %d: %s writes bucket %d's gradient into a place whose last reduction (bucket %d) is not done",
+                          st, what, a->writes, pending[s->place[st][a->writes]]);
+            break;
+        case ACT_REDUCE: pending[p] = b; break;
+        case ACT_REDUCE_WAIT:
+            if (pending[p] != b) rc = fail(err, size, "stage %d: %s waits for a reduction not started", st, what);
+            pending[p] = -1;
+            break;
+        case ACT_GATHER:
+            if (s->zero < 3) break;
+            if (state[b] || holder[p] >= 0)
+                rc = fail(err, size, "stage %d: %s gathers into a place bucket %d still holds", st, what, holder[p] >= 0 ? holder[p] : b);
+            state[b] = 1; holder[p] = b; now += s->elements[st][b];
+            if (now > *high) *high = now;
+            break;
+        case ACT_GATHER_WAIT:
+            if (s->zero == 3 && state[b] != 1) rc = fail(err, size, "stage %d: %s waits for a gather not started", st, what);
+            if (s->zero == 3) state[b] = 2;
+            break;
+        case ACT_FREE:
+            if (state[b] != 2) rc = fail(err, size, "stage %d: %s releases weights not gathered", st, what);
+            state[b] = 0; holder[p] = -1; now -= s->elements[st][b];
+            break;
+        case ACT_OPTIMIZER:
+            for (int q = 0; q < DDP_PLACES && rc == 0; q++)
+                if (pending[q] >= 0) rc = fail(err, size, "stage %d: the optimizer runs before bucket %d's reduction is done", st, pending[q]);
+            break;
+        default: break;
+        }
+    }
+    for (int k = 0; k < nb && rc == 0; k++)
+        if (state[k]) rc = fail(err, size, "stage %d: bucket %d's gathered weights are never released", st, k);
+    free(state);
     return rc;
 }
 
@@ -97,6 +159,10 @@ int schedule_check(const Schedule *s, ScheduleSim *sim, char *err, size_t size) 
     memset(sim, 0, sizeof *sim);
     for (int st = 0; st < p; st++) {
         if (check_order(s, st, err, size)) return -1;
+        if (s->zero) {
+            if (!sim->gathered_high) sim->gathered_high = callocCheck(p, sizeof(size_t));
+            if (check_zero(s, st, &sim->gathered_high[st], err, size)) return -1;
+        }
         if (s->n[st] > most) most = s->n[st];
     }
     /* pairing: the k-th message from a to b is what b's k-th receive from a expects */
@@ -154,7 +220,7 @@ int schedule_check(const Schedule *s, ScheduleSim *sim, char *err, size_t size) 
                 const Action *a = &s->list[st][pc[st]];
                 double *start = &sim->start[(size_t)st * most + pc[st]], *end = &sim->end[(size_t)st * most + pc[st]];
                 if (!is_comm(a->kind)) {
-                    double d = a->kind == ACT_FORWARD ? 1.0
+                    double d = a->kind == ACT_FORWARD ? (a->to > 0 ? (double)(a->to - a->from) / s->fsteps[st * s->chunks + a->chunk] : 1.0)
                              : a->kind == ACT_BACKWARD ? 2.0 * (a->to - a->from) / s->steps[st * s->chunks + a->chunk] : 0.0;
                     *start = t[st]; t[st] += d; *end = t[st];
                     sim->busy[st] += d;
@@ -201,6 +267,6 @@ int schedule_check(const Schedule *s, ScheduleSim *sim, char *err, size_t size) 
 }
 
 void schedule_sim_free(ScheduleSim *sim) {
-    free(sim->busy); free(sim->idle); free(sim->start); free(sim->end);
+    free(sim->busy); free(sim->idle); free(sim->start); free(sim->end); free(sim->gathered_high);
     memset(sim, 0, sizeof *sim);
 }

@@ -7,7 +7,9 @@
  * micro-batch 3 through the stage's chunk 1. A backward the data-parallel pass
  * split around a bucket's reduction shows as its parts; the reductions
  * themselves take no simulated time and are listed under the timeline (in the
- * SVG, a lane under the stage: each from its start to the stage's wait). */
+ * SVG, a lane under the stage: each from its start to the stage's wait). With
+ * ZeRO-2/3 each stage's gathers, frees and reductions are summed up, and
+ * schedule_print_actions lists every action in order. */
 #include "schedule.h"
 #include "../common/util.h"
 #include <stdlib.h>
@@ -55,6 +57,66 @@ void schedule_print(const Schedule *s, const ScheduleSim *sim, FILE *out) {
             fprintf(out, " %g (bucket %d)", sim->start[(size_t)st * sim->max_actions + i], a->bucket);
         }
         if (shown) fprintf(out, "\n");
+    }
+}
+
+/* One action as a short word: F0/2 = forward of micro-batch 0, step 2 (zero=3); B0/1 = backward step 1; gather(5) = bucket 5. */
+static void word(const Schedule *s, const Action *a, char *out, size_t size) {
+    char l[16];
+    if (a->kind == ACT_FORWARD || a->kind == ACT_BACKWARD) {
+        label(s, a, l, sizeof l);
+        if (a->kind == ACT_BACKWARD || a->to > 0) snprintf(out, size, "%s/%d", l, a->from);
+        else snprintf(out, size, "%s", l);
+    } else if (a->mb >= 0) snprintf(out, size, "%s(mb %d)", action_names[a->kind], a->mb);
+    else if (a->kind == ACT_OPTIMIZER) snprintf(out, size, "optimizer");
+    else snprintf(out, size, "%s(%d)", action_names[a->kind], a->bucket);
+}
+
+void schedule_print_zero(const Schedule *s, const ScheduleSim *sim, size_t param_bytes, FILE *out) {
+    if (!s->zero) return;
+    for (int st = 0; st < s->stages; st++) {
+        int n[ACT_KINDS] = {0}, prefetched = 0, reads = 0;
+        for (int i = 0; i < s->n[st]; i++) {
+            const Action *a = &s->list[st][i];
+            n[a->kind]++;
+            if ((a->kind != ACT_FORWARD && a->kind != ACT_BACKWARD) || a->reads < 0) continue;
+            reads++;
+            /* its gather (if it needed one) came before the previous compute: it ran while that computed */
+            int k = i - 1;
+            while (k >= 0 && s->list[st][k].kind != ACT_FORWARD && s->list[st][k].kind != ACT_BACKWARD &&
+                   !(s->list[st][k].kind == ACT_GATHER && s->list[st][k].bucket == a->reads)) k--;
+            prefetched += k < 0 || s->list[st][k].kind != ACT_GATHER;
+        }
+        fprintf(out, "zero=%d   | stage %d: %d reduce-scatters (each waited before its place is written again), ", s->zero, st, n[ACT_REDUCE]);
+        if (s->zero == 3) {
+            char b[32];
+            size_t high = sim->gathered_high ? sim->gathered_high[st] : 0;
+            fprintf(out, "%d gathers and %d frees; %d of %d weight reads gathered a compute ahead; at most %zu parameters gathered at once (%s)",
+                    n[ACT_GATHER], n[ACT_FREE], prefetched, reads, high, format_bytes((double)high * param_bytes, b, sizeof b));
+        } else {
+            fprintf(out, "then the all-gather of the updated weights (%d buckets)", n[ACT_GATHER]);
+        }
+        fprintf(out, "\n");
+    }
+}
+
+/* 0: prepares the next compute (waits, gathers, receives, the optimizer); 1: a compute; 2: follows one (reductions, frees, sends). */
+static int phase(ActionKind k) {
+    if (k == ACT_FORWARD || k == ACT_BACKWARD) return 1;
+    return k == ACT_REDUCE || k == ACT_FREE || k == ACT_SEND_ACT || k == ACT_SEND_GRAD ? 2 : 0;
+}
+
+void schedule_print_actions(const Schedule *s, FILE *out) {
+    for (int st = 0; st < s->stages; st++) {
+        fprintf(out, "actions  | stage %d, in order, a line per compute ([F0/2]: micro-batch 0's forward step 2; (5): bucket 5):\n", st);
+        for (int i = 0; i < s->n[st]; i++) {
+            const Action *a = &s->list[st][i];
+            char w[48];
+            word(s, a, w, sizeof w);
+            if (i == 0 || (phase(s->list[st][i - 1].kind) >= 1 && phase(a->kind) <= 1)) fprintf(out, i ? "\n          " : "          ");
+            fprintf(out, phase(a->kind) == 1 ? "[%s] " : "%s ", w);
+        }
+        fprintf(out, "\n");
     }
 }
 
@@ -115,12 +177,22 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
             if (width < 4) width = 4;   /* started where it is waited for: exposed, a tick */
             fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='%s'><title>bucket %d %s</title></rect>\n", x,
                     yd + 2 + k * row, width, row > 2 ? row - 1 : row, a->kind == ACT_REDUCE ? "rgb(240,150,40)" : "rgb(160,90,200)",
-                    a->bucket, a->kind == ACT_REDUCE ? "all-reduce" : "all-gather");
+                    a->bucket, a->kind == ACT_REDUCE ? (s->zero >= 2 ? "reduce-scatter" : "all-reduce") : "all-gather");
             k++;
+        }
+        /* ZeRO: a gather starts (orange, top), a reduce-scatter starts (red, bottom), a release (grey, middle) */
+        for (int i = 0; s->zero && i < s->n[st]; i++) {
+            const Action *a = &s->list[st][i];
+            const char *colour = a->kind == ACT_GATHER ? "orange" : a->kind == ACT_REDUCE ? "red" : a->kind == ACT_FREE ? "#555555" : NULL;
+            if (!colour || (a->kind == ACT_GATHER && s->zero < 3)) continue;
+            double x = left + sim->start[(size_t)st * sim->max_actions + i] * unit;
+            int y0 = a->kind == ACT_GATHER ? yy + 2 : a->kind == ACT_REDUCE ? yy + lane - 12 : yy + lane / 2 - 4;
+            fprintf(f, "<rect x='%.1f' y='%d' width='3' height='10' fill='%s'/>\n", x - 1.5, y0, colour);
         }
     }
     int yl = y[s->stages] + 20;
-    fprintf(f, "<text x='%d' y='%d'>grey: idle (the bubble) — simulated with a forward = 1, a backward = 2 time units</text>\n", left, yl);
+    fprintf(f, "<text x='%d' y='%d'>grey: idle (the bubble) — simulated with a forward = 1, a backward = 2 time units%s</text>\n", left, yl,
+            s->zero ? "; ticks: gather starts (orange), reduce-scatter starts (red), weights released (dark grey)" : "");
     if (any) {
         int gathers = 0;
         for (int st = 0; st < s->stages; st++) gathers |= wait_time(s, sim, st, ACT_GATHER_WAIT, 0) >= 0;

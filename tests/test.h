@@ -16,7 +16,7 @@ static inline int test_summary(void) {
 /* Runs `program args` through the shell, stdout and stderr captured into out
  * (cap bytes, NUL-terminated); returns the exit code, or 128 + the signal. */
 static inline int test_run(const char *program, const char *args, char *out, size_t cap) {
-    char cmd[8192];
+    char cmd[16384];
     snprintf(cmd, sizeof cmd, "%s %s 2>&1", program, args);
     FILE *p = popen(cmd, "r");
     if (!p) { snprintf(out, cap, "popen failed"); return -1; }

@@ -74,6 +74,22 @@ static void test_memory(const char *small, const char *good) {
     rc = run("memory --preset=l124m --dp=2 --zero=1 --device=cuda --precision=bf16");
     CHECK(rc == 0 && strstr(out, "  --recompute=full      --optimizer=adamw     total") && !strstr(out, "--compute_weights="),
           "zero=1 with dp=2: per_layer is no switch there, and the list says none (rc %d):\n%s", rc, out);
+    /* ZeRO-2/3 (docs/zero.md): the plan counts the shards and places, and lists every stage over these dp ranks */
+    rc = run("memory --preset=l350m --dp=4 --zero=3 --device=cuda --precision=bf16");
+    double z[4] = {-1, -1, -1, -1};
+    for (int k = 0; k < 4; k++) {
+        char key[32];
+        snprintf(key, sizeof key, "  --zero=%d  total ", k);
+        const char *at = strstr(out, key);
+        if (at) z[k] = parse_bytes(at + strlen(key));
+    }
+    CHECK(rc == 0 && strstr(out, "(dp 4 x pp 1 x tp 1) ZeRO-3") && strstr(out, "ZeRO-2/3 places") && !strstr(out, "gradients (fp32)") &&
+          !strstr(out, "weights (compute copy)") && z[3] > 0 && z[3] < z[2] && z[2] < z[1] && z[1] < z[0],
+          "l350m dp=4 zero=3: no whole weights or gradients, its places counted, each ZeRO stage less (%.0f %.0f %.0f %.0f bytes; rc %d):\n%s",
+          z[0], z[1], z[2], z[3], rc, out);
+    rc = run("plan --preset=l350m --gpus=4 --gpu_mem_gib=6 --device=cuda --precision=bf16 --top=40");
+    CHECK(rc == 0 && strstr(out, "ZeRO-3: fits only with weights, gradients and optimizer state sharded over dp=4"),
+          "plan ranks zero=3 layouts with their reason (rc %d):\n%s", rc, out);
     expect_error("--dp=2 --zero=1 --precision=bf16 --compute_weights=per_layer", "compute_weights=per_layer");
     CHECK(strstr(out, "zero=1") && strstr(out, "--compute_weights=keep") && strstr(out, "--zero=0"),
           "per_layer with zero=1: the message names both keys and both ways out:\n%s", out);

@@ -4,7 +4,7 @@
 #     the same losses as `mpirun -np 2` itself;
 #   - SIGTERM to ONE rank of a running job: every rank finishes the step, the
 #     job saves one checkpoint and every rank exits 0; --resume continues it;
-#   - the test switch LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (parallel/launch.h; its GPU
+#   - the test switch LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 (comm/launch.h; its GPU
 #     runs are tests/gpu/nccl_*.sh): refused in words with device=cpu, with a
 #     value other than 0/1, and in a build without NCCL; ranks that disagree on
 #     it are caught by the config check, naming it: one line, every rank out.

@@ -6,10 +6,15 @@
  *     and starts its reduction there, before the backward of the first layer;
  *   - deliberately broken schedules are caught: swapped messages, a missing
  *     receive, a backward before its gradient arrived, and a deadlock;
+ *   - ZeRO-2/3's pass: every gather before its read, every free after its last
+ *     read, every place reduced before it is written again; the same lists
+ *     with a wait, a free or a reduction's wait removed are caught;
  *   - `build/train schedule` prints the same list's timeline and bubble,
- *     draws it, and refuses a pipeline it cannot run. */
+ *     draws it, and refuses a pipeline it cannot run; with zero=3 it sums up
+ *     and lists the gathers. */
 #include "test.h"
 #include "../parallel/schedule.h"
+#include "../parallel/ddp.h"
 #include "../common/util.h"
 #include <math.h>
 #include <stdlib.h>
@@ -148,6 +153,75 @@ static void deadlock(Schedule *s) {
     insert(s, 1, find(s, 1, ACT_RECV_ACT, 1), cut);
 }
 
+/* One stage of embedding (bucket 4), three layers (3, 2, 1) and the head (0), as trainer.c's zero_tables describes
+ * it, through the zero pass; then with one action taken out. Layers 0 and 2 share a place. */
+static void zero_build(Schedule *s, int m, int zero) {
+    int steps[1] = {4};   /* backward: layer 2, layer 1, layer 0, the embedding */
+    schedule_build(s, PP_1F1B, 1, m, 1, steps);
+    static const int place[5] = {DDP_PLACE_HEAD, DDP_PLACE_LAYER_EVEN, DDP_PLACE_LAYER_ODD, DDP_PLACE_LAYER_EVEN, DDP_PLACE_EMBEDDING};
+    static const size_t elements[5] = {100, 40, 40, 40, 100};
+    static const int fsteps[1] = {5}, fr[5] = {4, 3, 2, 1, 0}, br[5] = {1, 2, 3, -1, -1}, bw[5] = {1, 2, 3, 4, -1};
+    ZeroUnits z = {5, place, elements, 5, fsteps, fr, br, bw, 0};
+    schedule_add_zero(s, 0, &z, zero);
+    schedule_assign_slots(s);
+}
+
+static void drop(Schedule *s, ActionKind k, int nth) {   /* nth < 0: the last */
+    if (nth < 0)
+        for (int i = 0; i < s->n[0]; i++) nth += s->list[0][i].kind == k;
+    for (int i = 0, seen = 0; i < s->n[0]; i++)
+        if (s->list[0][i].kind == k && seen++ == nth) {
+            memmove(&s->list[0][i], &s->list[0][i + 1], (size_t)(s->n[0] - i - 1) * sizeof(Action));
+            s->n[0]--;
+            return;
+        }
+    die("test: no action %s number %d to drop", action_names[k], nth);
+}
+
+static void test_zero(void) {
+    for (int zero = 2; zero <= 3; zero++) {
+        Schedule s;
+        zero_build(&s, 3, zero);
+        ScheduleSim sim;
+        char err[512] = "";
+        int rc = schedule_check(&s, &sim, err, sizeof err), n[ACT_KINDS] = {0};
+        for (int i = 0; i < s.n[0]; i++) n[s.list[0][i].kind]++;
+        CHECK(rc == 0, "zero=%d: the pass's list is sound: %s", zero, err);
+        CHECK(n[ACT_REDUCE] == 3 * 5 && n[ACT_REDUCE_WAIT] == 3 * 5, "zero=%d: every bucket reduced and waited for once a micro-batch: %d, %d",
+              zero, n[ACT_REDUCE], n[ACT_REDUCE_WAIT]);
+        CHECK(n[ACT_BACKWARD] == 3 * 4 && n[ACT_FORWARD] == 3 * (zero == 3 ? 5 : 1), "zero=%d: computes cut into steps: %d forwards, %d backwards",
+              zero, n[ACT_FORWARD], n[ACT_BACKWARD]);
+        if (zero == 3) {
+            CHECK(n[ACT_GATHER] == n[ACT_FREE] && n[ACT_GATHER] >= 5 && rc == 0 && sim.gathered_high[0] <= 100 + 100 + 40 + 40,
+                  "zero=3: %d gathers, %d frees, at most %zu parameters gathered (the four places hold 280)", n[ACT_GATHER], n[ACT_FREE],
+                  rc == 0 ? sim.gathered_high[0] : 0);
+            schedule_print_actions(&s, stdout);
+        }
+        schedule_sim_free(&sim);
+        schedule_free(&s);
+    }
+    struct { ActionKind k; int nth; const char *words; } cases[] = {
+        {ACT_GATHER_WAIT, 1, "before they are gathered"},
+        {ACT_FREE, 0, "still holds"},
+        {ACT_FREE, -1, "never released"},
+        {ACT_REDUCE_WAIT, 0, "whose last reduction"},
+        {ACT_REDUCE_WAIT, -1, "the optimizer runs before"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        Schedule s;
+        zero_build(&s, 3, 3);
+        drop(&s, cases[c].k, cases[c].nth);
+        ScheduleSim sim;
+        char err[512] = "";
+        int rc = schedule_check(&s, &sim, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, cases[c].words), "zero=3 without %s #%d: expected '%s', got rc %d '%s'", action_names[cases[c].k],
+              cases[c].nth, cases[c].words, rc, err);
+        if (rc != 0) printf("caught (no %s #%d): %s\n", action_names[cases[c].k], cases[c].nth, err);
+        schedule_sim_free(&sim);
+        schedule_free(&s);
+    }
+}
+
 static void test_cli(void) {
     static char out[1 << 16];
     char svg[128], args[512];
@@ -170,12 +244,17 @@ static void test_cli(void) {
     CHECK(rc == 1 && strstr(out, "equal chunks"), "interleaved with n_layers not divisible by pp*v refused: rc %d\n%s", rc, out);
     rc = test_run("build/train", "schedule --pp=5 --micro_batches=8 --n_layers=4", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "every stage needs at least one layer"), "pp > n_layers refused: rc %d\n%s", rc, out);
+    rc = test_run("build/train", "schedule --dp=2 --zero=3 --n_layers=4 --micro_batches=2 --actions", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "dp=2 ZeRO-3") && strstr(out, "every unit's weights are gathered and waited for before a compute reads them") &&
+          strstr(out, "19 of 20 weight reads gathered a compute ahead") && strstr(out, "gather-wait(4) gather(3) [F0/1] free(4)"),
+          "zero=3's dry run checks, sums up and lists its gathers:\n%s", out);
 }
 
 int main(void) {
     test_builders();
     test_forward_only();
     test_data_parallel();
+    test_zero();
     expect_broken("messages out of order", PP_GPIPE, swap_order, "disagree on the order");
     expect_broken("a missing receive", PP_1F1B, drop_recv, "runs before its input was received");
     expect_broken("a missing send", PP_1F1B, drop_send, "has no partner");

@@ -59,7 +59,7 @@ const ConfigField config_fields[] = {
     F(pp_layers, FIELD_STRING, "", 0, 0, NULL, "parallel", "layers of each pipeline stage, e.g. 4,4,3; empty = as even as possible"),
     F(comm_backend, FIELD_CHOICE, "auto", 0, 0, "auto|nccl|mpi", "parallel", "who moves device buffers: nccl (a GPU per rank), mpi (CPU ranks, ranks sharing a GPU); auto picks"),
     F(bucket_mb, FIELD_FLOAT, "25", 0.001, 65536, NULL, "parallel", "data parallel: MiB of fp32 gradients per bucket, reduced as soon as the backward completes it"),
-    F(zero, FIELD_INT, "0", 0, 1, NULL, "parallel", "1 = ZeRO-1: fp32 master weights and optimizer state sharded over the dp ranks"),
+    F(zero, FIELD_INT, "0", 0, 3, NULL, "parallel", "ZeRO stage over the dp ranks (docs/zero.md): 1 = fp32 master weights and optimizer state sharded; 2 = also the gradients, reduce-scattered unit by unit during the backward; 3 = also the weights, each unit all-gathered (one unit ahead) before its forward and its backward and released after"),
     F(grad_reduce_dtype, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16", "parallel", "dtype the data-parallel gradient reduction sends (bf16 halves the bytes)"),
     F(nproc, FIELD_INT, "0", 0, 4096, NULL, "parallel", "start this many local ranks through mpirun (0 = as launched)"),
     F(comm_ablate, FIELD_BOOL, "0", 0, 1, NULL, "parallel", "measurement only: skip every device collective and pipeline message (results WRONG, no checkpoint) to time the step without communication"),
@@ -340,10 +340,22 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
     if (c->grad_reduce_dtype == GRAD_REDUCE_BF16 && c->precision != PRECISION_BF16)
         FAIL("grad_reduce_dtype=bf16 sends the gradients in the compute dtype, and precision=%s\n"
              "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", c->precision == PRECISION_FP16 ? "fp16" : "fp32");
-    if (c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && c->zero && c->dp > 1 && c->precision != PRECISION_FP32)
-        FAIL("compute_weights=per_layer casts each layer's weights from this rank's whole fp32 master, and zero=1 keeps only a "
+    if (c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && (c->zero == 1 || c->zero == 2) && c->dp > 1 && c->precision != PRECISION_FP32)
+        FAIL("compute_weights=per_layer casts each layer's weights from this rank's whole fp32 master, and zero=%d keeps only a "
              "1/dp shard of the master on each of the dp=%d ranks\n"
-             "  hint: use --compute_weights=keep with --zero=1, or --zero=0 with --compute_weights=per_layer", c->dp);
+             "  hint: use --compute_weights=keep with --zero=%d, or --zero=0 with --compute_weights=per_layer", c->zero, c->dp, c->zero);
+    if (c->zero >= 2 && c->dp == 1)
+        FAIL("zero=%d shards gradients%s over the data-parallel ranks, and dp=1: there is nothing to shard over\n"
+             "  hint: use --dp=2 or more with --zero=%d, or --zero=0 on one data-parallel rank", c->zero, c->zero == 3 ? " and weights" : "", c->zero);
+    if (c->zero == 3 && c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER)
+        FAIL("zero=3 gathers each unit's compute weights from the dp ranks' shards just before it runs, and compute_weights=per_layer "
+             "casts them from a whole fp32 master this rank does not hold\n  hint: use --compute_weights=keep with --zero=3 (it keeps no copy either)");
+    if (c->zero >= 2 && c->tie_embeddings)
+        FAIL("zero=%d reduces and gathers unit by unit, and tie_embeddings=1 makes the LM head write the embedding's gradient and read "
+             "its weights: a layout ZeRO-2/3 here cannot take\n  hint: use --tie_embeddings=0 with --zero=%d, or --zero=1", c->zero, c->zero);
+    if (c->zero >= 2 && c->grad_reduce_dtype == GRAD_REDUCE_BF16)
+        FAIL("zero=%d reduce-scatters each unit's fp32 gradient into the fp32 shard, and grad_reduce_dtype=bf16 asks to send it in bf16\n"
+             "  hint: use --grad_reduce_dtype=fp32 with --zero=%d, or --zero=1", c->zero, c->zero);
     if (c->comm_timeout_s <= 0)
         FAIL("comm_timeout_s=%g: a collective needs a deadline (> 0 seconds), or one stalled rank hangs every other rank for ever\n"
              "  hint: the default is 100; give a slow setup more, e.g. --comm_timeout_s=1800", c->comm_timeout_s);

@@ -35,7 +35,7 @@ static void print_banner(const Trainer *tr) {
                comm_transport_name(&tr->comm), m->n_params);
         if (c->pp > 1) printf(" | layers per stage %s | %s, %d micro-batches", split, c->pp_schedule == 0 ? "1f1b" : c->pp_schedule == 1 ? "gpipe" : "interleaved",
                               tr->accum);
-        if (tr->ddp.zero) printf(" | ZeRO-1");
+        if (tr->ddp.zero) printf(" | ZeRO-%d", tr->ddp.zero);
         printf("\n");
     }
     printf("data  | train %lld samples of %d tokens in %d shard(s)", (long long)tr->train.n_samples, c->seq_len, tr->train.n_shards);

@@ -10,6 +10,9 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     Model m;
     ModelPart q = part ? *part : model_part_whole(mc);
     q.weights_per_layer = compute_weights == COMPUTE_WEIGHTS_PER_LAYER;   /* model_plan drops it in fp32 */
+    int zero = comm->dp > 1 ? c->zero : 0;
+    q.grads_elsewhere = zero >= 2;
+    q.weights_elsewhere = zero == 3;
     model_plan(&m, mc, be, comm, &q, batch_size, c->seq_len, recompute);
     MemoryPlan p = {0};
     size_t P = m.n_params;
@@ -19,10 +22,11 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     Ddp d;
     DdpOptions dopt = {c->bucket_mb, c->zero, c->grad_reduce_dtype == GRAD_REDUCE_BF16, optimizer_cut_rule, &cut};
     ddp_plan(&d, &m, comm, &dopt);
-    p.master = d.zero && be->act != DTYPE_FP32 ? 0 : P * 4;   /* zero=1: in the shard */
-    p.compute = m.weight_bytes;
-    p.grads = P * 4;
-    p.shards = ddp_buffer_bytes(&d, be);
+    p.master = (d.zero && be->act != DTYPE_FP32) || d.zero == 3 ? 0 : P * 4;   /* zero=1/2 in bf16, zero=3: in the shard */
+    p.compute = m.weight_bytes;                                               /* zero=3: none, the places are in shards */
+    p.grads = d.zero >= 2 ? 0 : P * 4;                                        /* zero=2/3: the shard and the places */
+    p.places = ddp_place_bytes(&d);
+    p.shards = ddp_buffer_bytes(&d, be) - p.places;
     OptPiece *pieces = NULL;
     OptimizerView view = d.zero ? optimizer_zero_view(&d, &pieces) : (OptimizerView){0};
     Optimizer o;
@@ -38,7 +42,7 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
         p.workspace = be->workspace_bytes + a.row_sums + N * 16;
         if (a.ds_tiles > model_attention_work_bytes(&m, batch_size, c->seq_len)) p.workspace += a.ds_tiles;   /* more than the model lends */
     }
-    p.total = p.master + p.compute + p.grads + p.optimizer + p.shards + p.activations + p.workspace;
+    p.total = p.master + p.compute + p.grads + p.optimizer + p.shards + p.places + p.activations + p.workspace;
     model_plan_free(&m);
     return p;
 }
@@ -61,7 +65,7 @@ void memory_print(const MemoryPlan *p, size_t measured_peak, FILE *out) {
     char b[32];
     struct { const char *name; size_t bytes; } rows[] = {
         {"weights (compute copy)", p->compute}, {"master weights (fp32)", p->master}, {"gradients (fp32)", p->grads},
-        {"optimizer state", p->optimizer}, {"data-parallel buffers", p->shards}, {"activations", p->activations}, {"workspaces", p->workspace},
+        {"optimizer state", p->optimizer}, {"data-parallel buffers", p->shards}, {"ZeRO-2/3 places", p->places}, {"activations", p->activations}, {"workspaces", p->workspace},
     };
     fprintf(out, "memory | predicted:");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
@@ -121,7 +125,23 @@ void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *
                         fprintf(stderr, "(%s)\n", format_bytes((double)q.total, need, sizeof need));
                         shown++;
                     }
+    for (int z = c->zero + 1; comm->dp > 1 && z <= 3 && !(z >= 2 && (c->tie_embeddings || c->grad_reduce_dtype == GRAD_REDUCE_BF16)); z++) {
+        Config zc = *c;   /* ZeRO-2/3 shard the gradients and weights over the dp ranks (docs/zero.md) */
+        zc.zero = z;
+        if (z == 3) zc.compute_weights = COMPUTE_WEIGHTS_KEEP;
+        ModelPart q = part ? *part : model_part_whole(mc);
+        q.grads_elsewhere = z >= 2;
+        q.weights_elsewhere = z == 3;
+        q.master_in_shard = be->act != DTYPE_FP32 && z < 3;
+        q.weights_per_layer = 0;
+        MemoryPlan zp = memory_plan(&zc, mc, be, comm, &q, c->recompute, c->optimizer, zc.compute_weights, c->batch_size);
+        if (zp.total > avail) continue;
+        fprintf(stderr, "    --zero=%d%s (%s)\n", z, z == 3 && c->compute_weights != COMPUTE_WEIGHTS_KEEP ? " --compute_weights=keep" : "",
+                format_bytes((double)zp.total, need, sizeof need));
+        shown++;
+        break;
+    }
     if (!shown)
-        fprintf(stderr, "    none of recompute, adamw8bit, compute_weights=per_layer or a smaller batch_size: use a smaller model or more GPUs\n");
+        fprintf(stderr, "    none of recompute, adamw8bit, compute_weights=per_layer, ZeRO or a smaller batch_size: use a smaller model or more GPUs\n");
     exit(1);
 }

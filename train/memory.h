@@ -17,7 +17,9 @@ typedef struct {
     size_t compute;       /* act-dtype copy of the weights (0 in fp32: the master is used); compute_weights=per_layer: the places one layer's is cast to */
     size_t grads;         /* fp32 gradients */
     size_t optimizer;     /* AdamW m, v (fp32) or 8-bit codes + absmax + small tensors' fp32 state (zero=1: this rank's shard) */
-    size_t shards;        /* data parallel: zero=1's shards (reduced gradients, fp32 master, updated copy); the bf16 copy of the gradients sent */
+    size_t shards;        /* data parallel: ZeRO's shards (reduced gradients, fp32 master, updated copy); the bf16 copy of the gradients sent */
+    size_t places;        /* zero=2/3: the places a unit's gradient is written to and (zero=3) its weights gathered into:
+                           * the embedding's, the head's and two layers' (parallel/ddp.h) */
     size_t activations;   /* everything the forward keeps for the backward, plus backward scratch and logits */
     size_t workspace;     /* cuBLASLt workspace and kernels' scratch (estimate) */
     size_t total;

@@ -53,10 +53,10 @@ int memory_main(int argc, char **argv) {
     Backend be = memory_plan_backend(&c);
     static const char *rname[] = {"none", "selective", "full"}, *oname[] = {"adamw", "adamw8bit"}, *wname[] = {"keep", "per_layer"};
     printf("memory | plan of %s%s: %zu parameters, vocab %d | device %s (%s) | batch %d x %d | recompute %s | optimizer %s | "
-           "compute weights %s | %d rank%s (dp %d x pp %d x tp %d)\n", c.preset[0] ? "preset " : "", c.preset[0] ? c.preset : "these settings",
+"compute weights %s | %d rank%s (dp %d x pp %d x tp %d)%s\n", c.preset[0] ? "preset " : "", c.preset[0] ? c.preset : "these settings",
            model_count_params(&mc), vocab, be.name, dtype_name(be.act), c.batch_size, c.seq_len, rname[c.recompute], oname[c.optimizer],
            be.act == DTYPE_FP32 ? "the fp32 master" : wname[c.compute_weights], comm.world_size, comm.world_size > 1 ? "s" : "",
-           c.dp, c.pp, c.tp);
+           c.dp, c.pp, c.tp, c.zero && c.dp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "");
     Schedule s;
     trainer_schedule(&s, &c, &mc, &comm, &be);
     ModelPart part = trainer_part(&c, &mc, &s, 0, 0, be.act);   /* stage 0; every stage below when there are several */
@@ -82,6 +82,18 @@ int memory_main(int argc, char **argv) {
                 printf("  --recompute=%-9s --optimizer=%-9s%s total %10s%s\n", rname[r], oname[o], w_key,
                        format_bytes((double)q.total, b, sizeof b), r == c.recompute && o == c.optimizer && w == c.compute_weights ? "   (this run)" : "");
             }
+    if (c.dp > 1 && !c.tie_embeddings && c.grad_reduce_dtype != GRAD_REDUCE_BF16) {   /* the ZeRO stages over these dp ranks */
+        printf("memory | ZeRO stages over dp=%d, this run's other switches (stage 0; zero=3 with compute_weights=keep):\n", c.dp);
+        for (int z = 0; z <= 3; z++) {
+            Config zc = c;
+            zc.zero = z;
+            if (z == 3) zc.compute_weights = COMPUTE_WEIGHTS_KEEP;
+            if (z && zc.compute_weights == COMPUTE_WEIGHTS_PER_LAYER && be.act != DTYPE_FP32) continue;   /* refused: config.c */
+            ModelPart q = trainer_part(&zc, &mc, &s, 0, 0, be.act);
+            MemoryPlan zp = memory_plan(&zc, &mc, &be, &comm, &q, c.recompute, c.optimizer, zc.compute_weights, c.batch_size);
+            printf("  --zero=%d  total %10s%s\n", z, format_bytes((double)zp.total, b, sizeof b), z == c.zero ? "   (this run)" : "");
+        }
+    }
     if (c.device == DEVICE_CPU)
         printf("memory | nothing was trained; --memory_report=1 on a training command runs one step and measures the peak\n");
     else

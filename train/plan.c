@@ -1,7 +1,7 @@
 /* train/plan.c — `build/train plan`: which layout to rent, before renting it.
  *
  * The idea: for N GPUs, enumerate dp x tp x pp, the micro-batch, recompute and
- * ZeRO-1; predict each layout's memory per rank with the memory plan training
+ * ZeRO (0-3); predict each layout's memory per rank with the memory plan training
  * itself allocates from (train/memory.c, on the schedule's own activation
  * slots), and its step time from a cost model:
  *   compute  one GPU's measured compute per token (--profile, written by a run
@@ -12,7 +12,12 @@
  *            micro-batch four tp sums of B*T*C; one data-parallel reduction of
  *            the stage's gradients, hidden behind the last backward but for
  *            its last bucket; zero=1's all-gather of the weights, after the
- *            optimizer; pipeline messages of B*T*C per micro-batch;
+ *            optimizer; zero=2's reduce-scatter every micro-batch (hidden behind
+ *            the backwards but for the last unit) and the same all-gather;
+ *            zero=3's two all-gathers of the weights a micro-batch (forward and
+ *            backward), one unit ahead, hidden behind the compute but for the
+ *            first unit, and no all-gather after the optimizer (docs/zero.md);
+ *            pipeline messages of B*T*C per micro-batch;
  *   optimizer the profile's, per parameter on the rank.
  * Then the usual rule — fits one GPU: data parallel; else tensor parallel
  * inside a node, pipeline across nodes — and the ranking by tokens/s. */
@@ -157,9 +162,16 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
     double dp_total = L->dp > 1 ? params_rank * 4 * 2.0 * (L->dp - 1) / L->dp / (dp_bw * 1e9) : 0;
     double last_bucket = L->dp > 1 ? fmin(dp_total, c.bucket_mb * 1048576 * 2.0 / (dp_bw * 1e9)) : 0;
     double dp_exposed = fmax(last_bucket, dp_total - micro * 2.0 / 3.0);   /* hidden behind the last backward */
-    /* zero=1: the updated weights are all-gathered after the optimizer, in the open */
-    double gather = L->zero ? params_rank * dtype_size(be->act) * (L->dp - 1.0) / L->dp / (dp_bw * 1e9) : 0;
-    dp_exposed += gather;
+    double weights_once = L->dp > 1 ? params_rank * dtype_size(be->act) * (L->dp - 1.0) / L->dp / (dp_bw * 1e9) : 0;
+    double unit = 1.0 / (heaviest_layers + 2);   /* one unit's share of the stage's parameters, roughly */
+    if (L->zero >= 2) {   /* a reduce-scatter (half an all-reduce) every micro-batch, behind every backward but the last unit's */
+        dp_total = L->m * dp_total / 2;
+        dp_exposed = fmax(dp_total * unit / L->m, dp_total - compute * 2.0 / 3.0);
+    }
+    if (L->zero == 3)   /* the weights gathered twice a micro-batch, a unit ahead: behind the compute but for the first unit */
+        dp_exposed += fmax(2.0 * weights_once * unit, 2.0 * L->m * weights_once - compute);
+    else if (L->zero)   /* zero=1/2: the updated weights are all-gathered after the optimizer, in the open */
+        dp_exposed += weights_once;
     double pp_s = L->pp > 1 ? 2.0 * L->m * act_bytes / ((multi ? link_net : link_node) * 1e9) : 0;
     double opt = prof->have ? prof->optimizer_ms / 1e3 * params_rank / prof->params / (L->zero ? L->dp : 1) : 0;
     double host = prof->have ? prof->host_ms / 1e3 : 0;
@@ -220,7 +232,7 @@ int plan_main(int argc, char **argv) {
     model_config_from(&mc, &c, c.vocab_size);
     Backend planned = memory_plan_backend(&c);   /* the GPU's sizes, planned on any machine */
     long global = c.total_batch_tokens ? c.total_batch_tokens : (long)c.batch_size * c.seq_len * gpus;
-    Layout *all = callocCheck(4096, sizeof(Layout));
+    Layout *all = callocCheck(8192, sizeof(Layout));
     int count = 0;
     for (int tp = 1; tp <= gpus && tp <= per_node; tp *= 2)
         for (int pp = 1; tp * pp <= gpus && pp <= mc.n_layers; pp++) {
@@ -232,8 +244,10 @@ int plan_main(int argc, char **argv) {
                 int m = (int)(global / per);
                 if (m < pp || m > 4096) continue;
                 for (int r = 0; r < 3; r++)
-                    for (int z = 0; z <= (dp > 1); z++) {
-                        if (count == 4096) break;
+                    for (int z = 0; z <= (dp > 1 ? 3 : 0); z++) {
+                        if (count == 8192) break;
+                        if (z >= 2 && (c.tie_embeddings || c.grad_reduce_dtype == GRAD_REDUCE_BF16)) continue;   /* refused: config.c */
+                        if (z == 3 && c.compute_weights == COMPUTE_WEIGHTS_PER_LAYER) continue;
                         Layout *L = &all[count++];
                         *L = (Layout){.dp = dp, .tp = tp, .pp = pp, .B = B, .m = m, .recompute = r, .zero = z};
                         predict(L, &c, &mc, &planned, &prof, per_node, link_node, link_net, mem_gib * 1073741824.0);
@@ -248,7 +262,15 @@ int plan_main(int argc, char **argv) {
     for (int i = 0; i < count; i++) if (all[i].fits && all[i].tp == 1 && all[i].pp == 1) one_gpu = 1;
     for (int i = 0; i < count; i++) {
         Layout *L = &all[i];
+        int plain_fits = 1;   /* the same layout without ZeRO */
+        for (int k = 0; k < count; k++)
+            if (all[k].zero == 0 && all[k].dp == L->dp && all[k].tp == L->tp && all[k].pp == L->pp && all[k].B == L->B &&
+                all[k].recompute == L->recompute) plain_fits = all[k].fits;
         if (!L->fits) snprintf(L->why, sizeof L->why, "does not fit: %.1f GiB > %.0f GiB", L->mem_gib, mem_gib);
+        else if (L->zero >= 2 && !plain_fits)
+            snprintf(L->why, sizeof L->why, "ZeRO-%d: fits only with %s sharded over dp=%d%s", L->zero,
+                     L->zero == 3 ? "weights, gradients and optimizer state" : "gradients and optimizer state", L->dp,
+                     L->zero == 3 ? "; each unit gathered a unit ahead, twice a micro-batch" : "");
         else if (L->tp == 1 && L->pp == 1) snprintf(L->why, sizeof L->why, "the model fits one GPU: data parallel, the least communication");
         else if (one_gpu) snprintf(L->why, sizeof L->why, "fits, but the model fits one GPU: splitting it only adds communication%s",
                                    L->pp > 1 ? " and a bubble" : "");

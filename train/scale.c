@@ -9,7 +9,7 @@
  * across sizes: with strong scaling (the same global batch) they must agree
  * to rounding, which is the "loss drifted when I added GPUs" symptom caught. */
 #include "trainer.h"
-#include "../parallel/launch.h"
+#include "../comm/launch.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +120,7 @@ int scale_main(int argc, char **argv) {
     int most = 0;
     for (int i = 0; i < n_sizes; i++) {
         if (sizes[i] % mp) die("scale: %d ranks do not divide into tp*pp = %d*%d model replicas", sizes[i], c.tp, c.pp);
-        const char *sw = getenv(LAUNCH_HOSTS_ON_ONE_GPU_ENV);   /* test hosts on one GPU (parallel/launch.h): any number */
+        const char *sw = getenv(LAUNCH_HOSTS_ON_ONE_GPU_ENV);   /* test hosts on one GPU (comm/launch.h): any number */
         if (c.device == DEVICE_CUDA && c.comm_backend == COMM_NCCL && sizes[i] > gpus && !(sw && !strcmp(sw, "1")))
             die("scale: %d rank(s) with comm_backend=nccl need %d GPUs, and this machine has %d\n"
                 "  hint: drop the larger sizes, or --comm_backend=mpi to let ranks share GPUs (a test, not a measurement)", sizes[i], sizes[i], gpus);

@@ -5,26 +5,30 @@
  * execute (trainer_schedule), proves them sound by simulation (every send
  * meets its receive, no stage waits for ever), and prints each stage's
  * timeline, the bubble beside its formula and the micro-batches each stage
- * holds at once; --svg=PATH also draws it. */
+ * holds at once; --svg=PATH also draws it. With zero=2/3 it also checks and
+ * sums up each stage's reduce-scatters, gathers and frees (docs/zero.md);
+ * --actions prints every stage's whole list. */
 #include "trainer.h"
 #include <stdlib.h>
 #include <string.h>
 
 static const char *usage =
     "usage: build/train schedule [--pp=4] [--micro_batches=8] [--pp_schedule=1f1b|gpipe|interleaved] [--pp_virtual=2]\n"
-    "                            [--dp=2 --bucket_mb=25 --zero=1] [--preset=P | model keys] [--svg=PATH]\n"
+    "                            [--dp=2 --bucket_mb=25 --zero=1|2|3] [--preset=P | model keys] [--svg=PATH] [--actions]\n"
     "  the step's action lists for every pipeline stage, checked by simulation and drawn;\n"
-    "  --micro_batches=m sets total_batch_tokens = m * batch_size * seq_len * dp\n";
+    "  --micro_batches=m sets total_batch_tokens = m * batch_size * seq_len * dp; --actions lists every action in order\n";
 
 int schedule_main(int argc, char **argv) {
     const char *svg = NULL;
     long micro = 0;
+    int actions = 0;
     char **rest = callocCheck((size_t)argc + 1, sizeof(char *));
     int n = 0;
     rest[n++] = argv[0];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) { printf("%s", usage); free(rest); return 0; }
         if (!strncmp(argv[i], "--svg=", 6)) svg = argv[i] + 6;
+        else if (!strcmp(argv[i], "--actions")) actions = 1;
         else if (!strncmp(argv[i], "--micro_batches=", 16) || !strncmp(argv[i], "--micro-batches=", 16)) {
             char *end;
             micro = strtol(argv[i] + 16, &end, 10);
@@ -52,13 +56,21 @@ int schedule_main(int argc, char **argv) {
     int rc = schedule_check(&s, &sim, err, sizeof err);
     static const char *names[] = {"1f1b", "gpipe", "interleaved"};
     printf("schedule | %s | pp=%d stages x %d micro-batches%s | dp=%d%s | %d layers\n", names[s.kind], s.stages, s.micro_batches,
-           s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? " ZeRO-1" : "", c.n_layers);
+           s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "", c.n_layers);
     if (rc != 0) {
         schedule_free(&s);
         die("schedule: %s", err);
     }
     schedule_print(&s, &sim, stdout);
     printf("check    | every send meets its receive in order; every action finds its inputs; no stage waits for ever\n");
+    if (s.zero) {
+        printf("check    | zero=%d: every gradient place is reduced before it is written again and before the optimizer%s\n", s.zero,
+               s.zero == 3 ? "; every unit's weights are gathered and waited for before a compute reads them, into a free place, "
+                             "and released after their last use" : "");
+        size_t bytes = c.precision == PRECISION_FP32 ? 4 : 2;
+        schedule_print_zero(&s, &sim, bytes, stdout);
+    }
+    if (actions) schedule_print_actions(&s, stdout);
     double p = s.stages, m = s.micro_batches, v = s.chunks;
     printf("bubble   | simulated %.2f%% of the step idle (forward 1, backward 2 time units); formula (p-1)/(%sm+p-1) = %.2f%%",
            100 * sim.bubble, v > 1 ? "v*" : "", 100 * schedule_bubble_formula(&s));

@@ -39,6 +39,49 @@ PartitionSpec trainer_layout(const Config *c) {
     return (PartitionSpec){c->tp, c->pp, c->pp > 1 ? c->pp_schedule : PP_1F1B, c->pp_virtual, c->pp_layers, c->sequence_parallel};
 }
 
+/* What schedule_add_zero needs of one stage's model part and buckets: which bucket each forward and backward step
+ * reads and writes, each bucket's place and size. */
+typedef struct { ZeroUnits units; int *place, *steps, *fr, *br, *bw; size_t *elements; } ZeroTables;
+
+static void zero_tables(ZeroTables *t, const Model *m, const Ddp *d) {
+    int nc = m->part.n_chunks, most = 1, nb = d->n_buckets;
+    for (int k = 0; k < nc; k++) if (model_forward_steps(m, k) > most) most = model_forward_steps(m, k);
+    t->place = mallocCheck(((size_t)nb + 1) * sizeof(int));
+    t->elements = mallocCheck(((size_t)nb + 1) * sizeof(size_t));
+    t->steps = mallocCheck((size_t)nc * sizeof(int));
+    t->fr = mallocCheck((size_t)nc * most * sizeof(int));
+    t->br = mallocCheck((size_t)nc * most * sizeof(int));
+    t->bw = mallocCheck((size_t)nc * most * sizeof(int));
+    for (int b = 0; b < nb; b++) { t->place[b] = d->buckets[b].place; t->elements[b] = d->buckets[b].count; }
+    for (int k = 0; k < nc; k++) {
+        t->steps[k] = model_forward_steps(m, k);
+        for (int j = 0; j < most; j++) {
+            int fu = j < t->steps[k] ? model_forward_step_unit(m, k, j) : -1;
+            int bu = j < model_backward_steps(m, k) ? model_backward_step_unit(m, k, j) : -1;
+            t->fr[k * most + j] = fu >= 0 ? d->bucket_of_unit[fu] : -1;
+            t->br[k * most + j] = bu >= 0 ? d->bucket_of_unit[bu] : -1;
+            /* the step writes its unit's gradient; the embedding's backward (no weights read) writes the embedding's */
+            t->bw[k * most + j] = j < model_backward_steps(m, k) ? (bu >= 0 ? t->br[k * most + j] : d->bucket_of_unit[0]) : -1;
+        }
+    }
+    t->units = (ZeroUnits){nb, t->place, t->elements, most, t->steps, t->fr, t->br, t->bw,
+                           m->part.has_head ? d->bucket_of_unit[m->n_units - 1] : -1};
+}
+
+static void zero_tables_free(ZeroTables *t) { free(t->place); free(t->elements); free(t->steps); free(t->fr); free(t->br); free(t->bw); }
+
+/* The evaluation's forward-only schedule; with zero=3 its gathers and releases too. */
+static void eval_schedule(Schedule *ev, const Trainer *tr, int micro_batches) {
+    schedule_build_forward(ev, tr->schedule.stages, micro_batches, tr->schedule.chunks);
+    if (tr->ddp.zero == 3) {
+        ZeroTables z;
+        zero_tables(&z, &tr->model, &tr->ddp);
+        schedule_add_zero(ev, tr->comm.pp_rank, &z.units, 3);
+        zero_tables_free(&z);
+    }
+    schedule_assign_slots(ev);
+}
+
 void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const Comm *comm, const Backend *be) {
     PartitionSpec layout = trainer_layout(c);
     int p = c->pp, v = layout.pp_schedule == PP_INTERLEAVED ? c->pp_virtual : 1;
@@ -49,17 +92,25 @@ void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const
     }
     schedule_build(s, layout.pp_schedule, p, config_grad_accum_steps(c), v, steps);
     free(steps);
-    for (int st = 0; st < p; st++) {   /* where each stage's buckets start reducing */
+    int zero = comm->dp > 1 ? c->zero : 0;
+    for (int st = 0; st < p; st++) {   /* where each stage's buckets start reducing (zero=2/3: and its units gather) */
         ModelPart part = partition_part(mc, &layout, st, comm->tp_rank);
         Model plan;
         Ddp d;
         model_plan(&plan, mc, be, comm, &part, 1, 1, RECOMPUTE_NONE);
-        DdpOptions o = {.bucket_mb = c->bucket_mb};
+        DdpOptions o = {.bucket_mb = c->bucket_mb, .zero = zero};
         ddp_plan(&d, &plan, comm, &o);
-        BucketReady *ready = callocCheck(d.n_buckets + 1, sizeof(BucketReady));
-        for (int b = 0; b < d.n_buckets; b++) ready[b] = d.buckets[b].ready;
-        schedule_add_data_parallel(s, st, ready, d.n_buckets, c->zero && comm->dp > 1);
-        free(ready);
+        if (zero >= 2) {
+            ZeroTables z;
+            zero_tables(&z, &plan, &d);
+            schedule_add_zero(s, st, &z.units, zero);
+            zero_tables_free(&z);
+        } else {
+            BucketReady *ready = callocCheck(d.n_buckets + 1, sizeof(BucketReady));
+            for (int b = 0; b < d.n_buckets; b++) ready[b] = d.buckets[b].ready;
+            schedule_add_data_parallel(s, st, ready, d.n_buckets, zero);
+            free(ready);
+        }
         ddp_free(&d);
         model_plan_free(&plan);
     }
@@ -71,7 +122,9 @@ ModelPart trainer_part(const Config *c, const ModelConfig *mc, const Schedule *s
     ModelPart part = partition_part(mc, &layout, stage, tp_rank);
     part.n_slots = s->slots[stage];
     if (c->pp > 1 && part.n_slots < 2) part.n_slots = 2;   /* evaluation receives the next micro-batch while sending the last */
-    part.master_in_shard = c->zero && c->dp > 1 && act != DTYPE_FP32;
+    part.master_in_shard = c->zero && c->dp > 1 && act != DTYPE_FP32 && c->zero < 3;
+    part.grads_elsewhere = c->zero >= 2 && c->dp > 1;
+    part.weights_elsewhere = c->zero == 3 && c->dp > 1;
     part.weights_per_layer = c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && act != DTYPE_FP32;
     return part;
 }
@@ -219,8 +272,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
 void trainer_sample(Trainer *tr) {
     const Config *c = &tr->cfg;
     if (!tr->tokenizer || tr->comm.rank != 0) return;
-    if (c->tp > 1 || c->pp > 1) {   /* rank 0 holds only part of the model */
-        printf("sample | skipped: with tp or pp > 1 no rank holds the whole model; "
+    if (c->tp > 1 || c->pp > 1 || tr->ddp.zero == 3) {   /* rank 0 holds only part of the model */
+        printf("sample | skipped: with tp or pp > 1 or zero=3 no rank holds the whole model; "
                "after training, `build/train sample --model=%s` samples from the checkpoint\n", c->run_dir);
         return;
     }
@@ -358,8 +411,7 @@ double trainer_eval(Trainer *tr) {
         for (size_t i = 0; i < BT; i++) count += targets[k * BT + i] != IGNORE_INDEX;
     }
     Schedule ev;
-    schedule_build_forward(&ev, tr->schedule.stages, mine, tr->schedule.chunks);
-    schedule_assign_slots(&ev);
+    eval_schedule(&ev, tr, mine);
     if (ev.slots[tr->comm.pp_rank] > tr->model.part.n_slots) die("internal: evaluation needs %d activation slots", ev.slots[tr->comm.pp_rank]);
     double sum = executor_run(&tr->exec, ev.list[tr->comm.pp_rank], ev.n[tr->comm.pp_rank], ids, targets, B, T, 0.0f);
     schedule_free(&ev);

@@ -1,7 +1,7 @@
 # tests/gpu/nccl_common.sh — sourced by tests/gpu/nccl_*.sh: ranks that share
 # shellcheck shell=bash
 # the one GPU through real NCCL, each standing for a host of its own
-# (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, parallel/launch.h; docs/nccl-one-gpu.md).
+# (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, comm/launch.h; docs/nccl-one-gpu.md).
 # Sets the switch and mpirun's permissions, $LOGS (under $OUT when set, else
 # build/gpu) and a scratch folder $d with a small token set in $d/data, and
 # gives check, within, job and the closing tally.
