@@ -386,6 +386,29 @@ void checkpoint_read_weights(const char *ckpt_dir, const Model *m, float *host, 
     ckpt_close(&r);
 }
 
+int checkpoint_same_run(const char *ckpt_dir, const char *config_text, char *why, size_t why_size) {
+    CkptReader r;
+    char path[1200], err[1600];
+    checkpoint_state_path(ckpt_dir, path, sizeof path);
+    if (ckpt_open(&r, path, err, sizeof err) != 0) { snprintf(why, why_size, "it cannot be read: %s", err); return 0; }
+    const char *keys[16];
+    int n = 0;
+    for (int i = 0; checkpoint_fixed_keys[i]; i++) keys[n++] = checkpoint_fixed_keys[i];
+    keys[n++] = "train_data";
+    int same = 1;
+    for (int i = 0; i < n && same; i++) {
+        char was[512] = "", now[512] = "";
+        checkpoint_config_value(r.config_text, keys[i], was, sizeof was);
+        checkpoint_config_value(config_text, keys[i], now, sizeof now);
+        if (strcmp(was, now)) {
+            snprintf(why, why_size, "it was made with %s=%s, this run has %s=%s", keys[i], was, keys[i], now);
+            same = 0;
+        }
+    }
+    ckpt_close(&r);
+    return same;
+}
+
 void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_text) {
     float *host = mallocCheck(m->n_params * sizeof(float));
     checkpoint_read_weights(ckpt_dir, m, host, config_text);

@@ -167,6 +167,11 @@ int main(void) {
     /* good paths */
     int rc = run("--help");
     CHECK(rc == 0 && strstr(out, "--n_kv_heads") && strstr(out, "--lr_schedule") && strstr(out, "l124m"), "--help lists the keys and presets (rc %d)", rc);
+    /* a short try of a preset whose warm-up is longer than the run: warms up over the whole run, saying so */
+    rc = run(ARGS("%s --train_data=%s --val_data= --max_steps=2 --warmup_steps=30 --lr=1e-3 --log_every=1 --checkpoint_every=-1", small, good));
+    CHECK(rc == 0 && strstr(out, "note  | warmup_steps=30 is longer than max_steps=2: the learning rate warms up over all 2 steps") &&
+          strstr(out, "step     1/2 | loss") && strstr(out, "| lr 5.00e-04 |") && strstr(out, "step     2/2 | loss") && strstr(out, "| lr 1.00e-03 |"),
+          "warmup_steps > max_steps: cut to max_steps with a note, the lr reaching its peak at the last step (rc %d):\n%s", rc, out);
     char jsonl[300];
     snprintf(jsonl, sizeof jsonl, "%s/log.jsonl", dir);
     rc = run(ARGS("%s --train_data=%s --val_data=%s --eval_every=2 --eval_batches=2 --max-steps=3 --warmup_steps=1 --log_jsonl=%s "
