@@ -317,10 +317,14 @@ int main(int argc, char **argv) {
     st = RUN("inspect_good", NULL, "inspect %s/damaged/ckpt_00000015", root);
     CHECK(ok_exit(st) && output_has("inspect_good", "out", "step     15") && output_has("inspect_good", "out", "dim=32"),
           "the earlier checkpoint is untouched and inspects clean");
+    CHECK(output_has("inspect_good", "out", "norm_eps=1e-5") && output_has("inspect_good", "out", "rope_theta=10000") &&
+          !output_holds("inspect_good", "out", "9.99999975e-06"), "inspect prints the config's floats as written, without float noise");
 
     /* 5. Hugging Face: export -> init_from gives the same weights; logits agree */
-    st = RUN("export", NULL, "export --checkpoint=%s/ref --out=%s/hf", root, root);
+    st = RUN("export", NULL, "export --checkpoint=%s/ref --out=%s/hf/", root, root);
     CHECK(ok_exit(st) && exists("%s/%s/model.safetensors", "hf") && exists("%s/%s/config.json", "hf"), "export writes the HF folder");
+    CHECK(output_has("export", "out", "/hf/{model.safetensors,config.json}") && !output_holds("export", "out", "hf//"),
+          "export --out=DIR/ names DIR/{...}, not DIR//{...}");
     /* one step at lr 0 leaves the weights as loaded (and max_steps=0 would write no checkpoint to compare) */
     st = RUN("import", NULL, COMMON " --max_steps=1 --warmup_steps=0 --lr=0 --init_from=%s/hf", ARGS("import"), root);
     CHECK(ok_exit(st) && same_checkpoints("ref/ckpt_00000020", "import/ckpt_00000001", 1), "export -> init_from: weights bit-identical");
