@@ -51,8 +51,8 @@ static void print_start(const Trainer *tr) {
     print_banner(tr);
     memory_print(&tr->memory, 0, stdout);
     if (tr->cfg.warmup_clamped_from)
-        printf("note  | warmup_steps=%d is longer than max_steps=%d: the learning rate warms up over all %d steps\n",
-               tr->cfg.warmup_clamped_from, tr->cfg.max_steps, tr->cfg.max_steps);
+        printf("note  | warmup_steps=%d is longer than max_steps=%d: the learning rate warms up over all %d step%s\n",
+               tr->cfg.warmup_clamped_from, tr->cfg.max_steps, tr->cfg.max_steps, tr->cfg.max_steps == 1 ? "" : "s");
 }
 
 static void log_eval(Trainer *tr, double val) {
