@@ -254,6 +254,15 @@ int checkpoint_config_value(const char *text, const char *key, char *out, size_t
     return -1;
 }
 
+/* Two values of a config text alike: the same text, or the same float (a checkpoint written
+ * before floats were printed shortest says 9.99999975e-06 where today's text says 1e-5). */
+static int same_value(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    char *ea, *eb;
+    float x = strtof(a, &ea), y = strtof(b, &eb);
+    return *a && *b && !*ea && !*eb && x == y;
+}
+
 int checkpoint_check_config(const char *saved, const char *current, const char *const *keys, int n_keys, const char *file,
                             char *err, size_t err_size) {
     for (int i = 0; i < n_keys && keys[i]; i++) {
@@ -263,7 +272,7 @@ int checkpoint_check_config(const char *saved, const char *current, const char *
             return -1;
         }
         if (checkpoint_config_value(current, keys[i], b, sizeof b) != 0) b[0] = 0;
-        if (strcmp(a, b)) {
+        if (!same_value(a, b)) {
             snprintf(err, err_size, "checkpoint '%s' was made with %s=%s but this run has %s=%s\n  hint: %s must stay the same to "
                      "continue from it; pass --%s=%s, or use a new run_dir (or drop --resume) to start over",
                      file, keys[i], a, keys[i], b, keys[i], keys[i], a);
@@ -354,7 +363,7 @@ void checkpoint_read(const char *ckpt_dir, const Model *m, const char *const *pr
         snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
         char was[1024];
         checkpoint_config_value(r.config_text, key, was, sizeof was);
-        if (checkpoint_config_value(config_text, key, now, sizeof now) == 0 && strcmp(was, now) && strcmp(key, "resume"))
+        if (checkpoint_config_value(config_text, key, now, sizeof now) == 0 && !same_value(was, now) && strcmp(key, "resume"))
             printf("resume | %s changed: %s -> %s\n", key, was, now);
         p = nl ? nl + 1 : NULL;
     }
@@ -384,6 +393,29 @@ void checkpoint_read_weights(const char *ckpt_dir, const Model *m, float *host, 
         die("%s", err);
     read_tensors(&r, m, NULL, host);
     ckpt_close(&r);
+}
+
+int checkpoint_same_run(const char *ckpt_dir, const char *config_text, char *why, size_t why_size) {
+    CkptReader r;
+    char path[1200], err[1600];
+    checkpoint_state_path(ckpt_dir, path, sizeof path);
+    if (ckpt_open(&r, path, err, sizeof err) != 0) { snprintf(why, why_size, "it cannot be read: %s", err); return 0; }
+    const char *keys[16];
+    int n = 0;
+    for (int i = 0; checkpoint_fixed_keys[i]; i++) keys[n++] = checkpoint_fixed_keys[i];
+    keys[n++] = "train_data";
+    int same = 1;
+    for (int i = 0; i < n && same; i++) {
+        char was[512] = "", now[512] = "";
+        checkpoint_config_value(r.config_text, keys[i], was, sizeof was);
+        checkpoint_config_value(config_text, keys[i], now, sizeof now);
+        if (!same_value(was, now)) {
+            snprintf(why, why_size, "it was made with %s=%s, this run has %s=%s", keys[i], was, keys[i], now);
+            same = 0;
+        }
+    }
+    ckpt_close(&r);
+    return same;
 }
 
 void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_text) {

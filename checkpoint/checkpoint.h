@@ -72,6 +72,11 @@ void checkpoint_load(const char *ckpt_dir, Model *m, const CkptMirror *mirrors, 
 void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_text);
 /* The same into host (n_params, laid out like m's buffer), the model untouched. */
 void checkpoint_read_weights(const char *ckpt_dir, const Model *m, float *host, const char *config_text);
+/* Whether the checkpoint at ckpt_dir belongs to the run config_text describes: the same
+ * checkpoint_fixed_keys and train_data. Returns 1, or 0 with why (the first key that differs,
+ * or why it cannot be read). A fresh start in a run_dir holding another run's checkpoints is
+ * refused (train/checkpoints.c), so a new run never writes over another's. */
+int checkpoint_same_run(const char *ckpt_dir, const char *config_text, char *why, size_t why_size);
 /* Compares keys[] of two config texts. Returns 0, or -1 with a message naming the key in err. */
 int checkpoint_check_config(const char *saved, const char *current, const char *const *keys, int n_keys, const char *file,
                             char *err, size_t err_size);

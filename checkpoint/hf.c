@@ -143,7 +143,9 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     }
     atomic_commit(sw.f, sw.tmp, path);
     write_config_json(out_dir, &mc, dtype, init_std);
-    printf("export | %d tensors (%s) from %s -> %s/{model.safetensors,config.json}\n", n, st_dtype_name(dtype), state, out_dir);
+    int shown = (int)strlen(out_dir);
+    while (shown > 1 && out_dir[shown - 1] == '/') shown--;   /* --out=hf/ reads hf/{...}, not hf//{...} */
+    printf("export | %d tensors (%s) from %s -> %.*s/{model.safetensors,config.json}\n", n, st_dtype_name(dtype), state, shown, out_dir);
     free(json);
     free(w);
     ckpt_close(&r);

@@ -155,7 +155,9 @@ void hf_export_tokenizer(const char *path, const char *out_dir, int max_length) 
     write_small_json(out_dir, "tokenizer_config.json", text);
     snprintf(text, sizeof text, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n", tokenizer_eot(t), tokenizer_eot(t));
     write_small_json(out_dir, "generation_config.json", text);
-    printf("export | vocabulary %s (%d tokens, end-of-text id %d) -> %s/{tokenizer.bin,tokenizer.json,tokenizer_config.json,"
-           "generation_config.json}\n", path, tokenizer_vocab_size(t), tokenizer_eot(t), out_dir);
+    int n = (int)strlen(out_dir);
+    while (n > 1 && out_dir[n - 1] == '/') n--;   /* --out=hf/ reads hf/{...}, not hf//{...} */
+    printf("export | vocabulary %s (%d tokens, end-of-text id %d) -> %.*s/{tokenizer.bin,tokenizer.json,tokenizer_config.json,"
+           "generation_config.json}\n", path, tokenizer_vocab_size(t), tokenizer_eot(t), n, out_dir);
     tokenizer_free(t);
 }

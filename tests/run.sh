@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # tests/run.sh — runs every test of `make test`: each build/tests/test_* binary,
 # then each tests/test_*.sh script, and sums their closing "N passed, N failed"
-# lines. Exits non-zero if any test failed or any runner did not finish.
+# lines. Exits non-zero if any test failed or any runner did not finish; then
+# names the failing runners, and prints each runner's FAIL lines and any
+# "command not found" (those of the sanitizer pass too, which nests this script).
 # Among the scripts, tests/test_asan.sh runs this whole list again on the
 # sanitizer build and tests/test_fuzz.sh runs the fuzz harnesses.
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-passed=0; failed=0; broken=()
+passed=0; failed=0; broken=(); failing=()   # failing: the runners with a failure, named at the end
 BUILD=${BUILD:-build}
 for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     [ -x "$t" ] || [ "${t##*.}" = sh ] || continue
@@ -17,17 +19,21 @@ for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     echo "== $t"
     start=$(date +%s)
     if [ "${t##*.}" = sh ]; then out=$(bash "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
-    echo "$out" | grep -E '^(FAIL|not ok)' | head -20
+    # failures, also those of the runs nested in the sanitizer pass (indented there), and any command
+    # a runner called that is not installed: scripts/setup.sh installs what the tests call
+    echo "$out" | grep -E '^ *(FAIL|not ok|BROKEN:|failing runners:)|command not found|: not found$' | head -30
     last=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
     if [ -z "$last" ]; then
         echo "$out" | tail -20
-        broken+=("$t (rc=$rc, no closing line)"); failed=$((failed + 1)); continue
+        broken+=("$t (rc=$rc, no closing line)"); failing+=("$t"); failed=$((failed + 1)); continue
     fi
     p=${last%% passed*}; f=${last#*passed, }; f=${f%% failed*}
     passed=$((passed + p)); failed=$((failed + f))
-    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { broken+=("$t (rc=$rc)"); failed=$((failed + 1)); }
+    [ "$f" -gt 0 ] && failing+=("$t")
+    [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { broken+=("$t (rc=$rc)"); failing+=("$t"); failed=$((failed + 1)); }
     echo "   $last  ($(( $(date +%s) - start ))s)"
 done
 for b in "${broken[@]+"${broken[@]}"}"; do echo "BROKEN: $b"; done
+[ ${#failing[@]} -gt 0 ] && echo "failing runners: ${failing[*]}"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

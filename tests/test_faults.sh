@@ -41,9 +41,12 @@ job() {
     local name=$1; shift
     local t0=$(date +%s.%N)
     timeout 120 mpirun -np 2 "$BUILD"/train $common --dp=2 --run_dir="$dir/$name" "$@" > "$dir/$name.log" 2>&1; rc=$?
-    secs=$(echo "$(date +%s.%N) - $t0" | bc)
+    secs=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
 }
-left() { pgrep -f -- "--run_dir=$dir/$1( |\$)" >/dev/null; }   # a process of that job still alive?
+lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }   # is $1 < $2 (seconds with decimals; awk, not bc)
+# a process of that job still alive? Without pgrep it cannot tell, so it says yes: the check fails, never passes unchecked
+left() { command -v pgrep >/dev/null || return 0; pgrep -f -- "--run_dir=$dir/$1( |\$)" >/dev/null; }
+require pgrep procps
 T=3   # comm_timeout_s of these tests; start-up and the first step get 5x
 limit=$((T + 12))   # the deadline, the watchdog's questions (2 s), the end, and mpirun starting two ranks on a busy 2-core machine
 
@@ -51,7 +54,7 @@ limit=$((T + 12))   # the deadline, the watchdog's questions (2 s), the end, and
 job stall --max_steps=8 --checkpoint_every=1 --comm_timeout_s=$T --fault=stall:rank=1:step=3
 log="$dir/stall.log"
 check '[ $rc -ne 0 ] && [ $rc -ne 124 ]' "the stalled job fails, not hangs (exit $rc)"
-check '[ "$(echo "$secs < $limit" | bc)" = 1 ]' "every rank is out within comm_timeout_s=$T s + a few (took $secs s)"
+check 'lt "$secs" "$limit"' "every rank is out within comm_timeout_s=$T s + a few (took $secs s)"
 check 'grep -q "watchdog: all-reduce over the dp group (2 ranks, .*), its operation #[0-9]* there, at step 3, micro-batch [0-9], did not complete within its deadline of 3 s" "$log"' \
       "the message names the op, its group, size, step and micro-batch: $(grep -A3 watchdog: "$log" | head -4)"
 check 'grep -q "not arrived: rank 1 (host .*: step 3, busy outside any collective; it has begun [0-9]* operations over dp, the stalled one is #[0-9]*)" "$log"' \
@@ -67,12 +70,12 @@ check '[ $rc -eq 0 ] && grep -q "^resume | step 2 from" "$dir/stall.log" && grep
 
 # the first step gets 5x the deadline (start-up, NCCL's connections): a stall there is called after 5 s, not 1
 job stall1 --max_steps=3 --checkpoint_every=-1 --comm_timeout_s=1 --fault=stall:rank=1:step=1
-check '[ $rc -ne 0 ] && grep -q "at step 1, micro-batch [0-9], did not complete within its deadline of 5 s" "$dir/stall1.log" && [ "$(echo "$secs > 5" | bc)" = 1 ]' \
+check '[ $rc -ne 0 ] && grep -q "at step 1, micro-batch [0-9], did not complete within its deadline of 5 s" "$dir/stall1.log" && lt 5 "$secs"' \
       "a stall in the first step is called after 5 x comm_timeout_s (exit $rc, $secs s): $(grep watchdog: "$dir/stall1.log")"
 
 # a rank that exits at step 2
 job exit --max_steps=8 --checkpoint_every=-1 --comm_timeout_s=$T --fault=exit:rank=1:step=2
-check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$secs < $limit" | bc)" = 1 ]' "a rank that exits ends the job within the deadline (exit $rc, $secs s)"
+check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && lt "$secs" "$limit"' "a rank that exits ends the job within the deadline (exit $rc, $secs s)"
 sleep 0.5
 check '! left exit' "no process of that job is left"
 

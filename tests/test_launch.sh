@@ -26,11 +26,12 @@ timeout 300 mpirun -np 2 "$BUILD"/train $common --dp=2 --max_steps=100000 --run_
 job=$!
 for _ in $(seq 600); do grep -q "^step *5/" "$dir/c.log" 2>/dev/null && break; sleep 0.1; done
 rank1=""
+require pgrep procps
 for p in $(pgrep -f "run_dir=$dir/c"); do
     grep -qz "^OMPI_COMM_WORLD_RANK=1$" /proc/$p/environ 2>/dev/null && rank1=$p
 done
 check '[ -n "$rank1" ]' "found rank 1's process"
-[ -n "$rank1" ] && kill -TERM "$rank1"
+if [ -n "$rank1" ]; then kill -TERM "$rank1"; else kill -TERM "$job"; fi   # not found: end the job now, not at its timeout
 wait $job; rc=$?
 check '[ $rc -eq 0 ]' "after SIGTERM to rank 1 the job exits 0 (got $rc): $(tail -5 "$dir/c.log")"
 stopped=$(sed -n 's/^stop  | SIGTERM after step \([0-9]*\)$/\1/p' "$dir/c.log")

@@ -75,6 +75,16 @@ static char *slurp(const char *path) {
     return s;
 }
 
+/* Whether it holds needle, quietly (for what must be absent). */
+static int output_holds(const char *name, const char *ext, const char *needle) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s.%s", root, name, ext);
+    char *s = slurp(p);
+    int r = strstr(s, needle) != NULL;
+    free(s);
+    return r;
+}
+
 static int output_has(const char *name, const char *ext, const char *needle) {
     char p[600];
     snprintf(p, sizeof p, "%s/%s.%s", root, name, ext);
@@ -202,8 +212,8 @@ int main(int argc, char **argv) {
     snprintf(listing, sizeof listing, "-l --time-style=full-iso %s/const_leg %s/const_leg/ckpt_00000020", root, root);
     test_run("ls", listing, before, sizeof before);
     st = RUN("finished", NULL, COMMON " --lr_schedule=constant --max_steps=20 --resume=1", ARGS("const_leg"));
-    CHECK(ok_exit(st) && output_has("finished", "out", "run already at step 20 of 20; raise max_steps to continue"),
-          "resume of a finished run: exit 0 and says so");
+    CHECK(ok_exit(st) && output_has("finished", "out", "run already at step 20 of 20; raise max_steps to continue") &&
+          !output_holds("finished", "out", "| config"), "resume of a finished run: exit 0 and says so, without the config table first");
     st = RUN("finished_past", NULL, COMMON " --lr_schedule=constant --max_steps=12 --resume=1", ARGS("const_leg"));
     CHECK(ok_exit(st) && output_has("finished_past", "out", "run already at step 20, past max_steps=12; raise max_steps"),
           "resume past max_steps: exit 0 and says so");
@@ -273,6 +283,20 @@ int main(int argc, char **argv) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && output_has("contra", "err", "seed=1337 but this run has seed=9"),
           "resume with another seed: refused naming the key");
     CHECK(!exists("%s/%s/ckpt_00000030", "ref"), "refused resumes write nothing");
+    /* a fresh start (no --resume) in a run_dir holding another run's checkpoints: refused before it writes over them */
+    snprintf(listing, sizeof listing, "-l --time-style=full-iso %s/ref %s/ref/ckpt_00000020", root, root);
+    test_run("ls", listing, before, sizeof before);
+    st = RUN("other", NULL, COMMON " --max_steps=20 --dim=64", MODEL, shard, root, "ref", root, "other");
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && output_has("other", "err", "holds another run's checkpoints") &&
+          output_has("other", "err", "ref/ckpt_00000020: it was made with dim=32, this run has dim=64") &&
+          output_has("other", "err", "--run_dir=") && output_has("other", "err", "--resume=1") && !output_holds("other", "out", "| config"),
+          "a new run of another shape in a used run_dir: refused at once, naming the folder, the key, --run_dir and --resume=1");
+    test_run("ls", listing, after, sizeof after);
+    CHECK(!strcmp(before, after), "the refused run wrote nothing into the other run's folder:\n%s\nthen:\n%s", before, after);
+    /* the same run started again from scratch (the README's main command run twice): it says so and goes */
+    st = RUN("again", NULL, COMMON " --max_steps=2 --keep_checkpoints=0", MODEL, shard, root, "const_leg", root, "again");
+    CHECK(ok_exit(st) && output_has("again", "out", "holds this run's checkpoints up to step 20; starting over from step 0"),
+          "the same run started afresh in its own run_dir: a note, and it trains");
 
     char cmd[2048];
     snprintf(cmd, sizeof cmd, "cp -r %s/ref %s/damaged", root, root);
@@ -293,10 +317,14 @@ int main(int argc, char **argv) {
     st = RUN("inspect_good", NULL, "inspect %s/damaged/ckpt_00000015", root);
     CHECK(ok_exit(st) && output_has("inspect_good", "out", "step     15") && output_has("inspect_good", "out", "dim=32"),
           "the earlier checkpoint is untouched and inspects clean");
+    CHECK(output_has("inspect_good", "out", "norm_eps=1e-5") && output_has("inspect_good", "out", "rope_theta=10000") &&
+          !output_holds("inspect_good", "out", "9.99999975e-06"), "inspect prints the config's floats as written, without float noise");
 
     /* 5. Hugging Face: export -> init_from gives the same weights; logits agree */
-    st = RUN("export", NULL, "export --checkpoint=%s/ref --out=%s/hf", root, root);
+    st = RUN("export", NULL, "export --checkpoint=%s/ref --out=%s/hf/", root, root);
     CHECK(ok_exit(st) && exists("%s/%s/model.safetensors", "hf") && exists("%s/%s/config.json", "hf"), "export writes the HF folder");
+    CHECK(output_has("export", "out", "/hf/{model.safetensors,config.json}") && !output_holds("export", "out", "hf//"),
+          "export --out=DIR/ names DIR/{...}, not DIR//{...}");
     /* one step at lr 0 leaves the weights as loaded (and max_steps=0 would write no checkpoint to compare) */
     st = RUN("import", NULL, COMMON " --max_steps=1 --warmup_steps=0 --lr=0 --init_from=%s/hf", ARGS("import"), root);
     CHECK(ok_exit(st) && same_checkpoints("ref/ckpt_00000020", "import/ckpt_00000001", 1), "export -> init_from: weights bit-identical");

@@ -14,6 +14,7 @@
 #include "../checkpoint/hf.h"
 #include "../parallel/assemble.h"
 #include "../comm/watchdog.h"
+#include "../comm/launch.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -134,6 +135,27 @@ static void set_weights(Trainer *tr, const float *host) {
     ddp_load_master(&tr->ddp, host);
 }
 
+/* A fresh start (no --resume) in a run_dir that holds checkpoints: of this same run (model,
+ * seed and data), it starts over, saying so; of another, it stops before it writes over them. */
+static void refuse_other_run(Trainer *tr, const char *text) {
+    const Config *c = &tr->cfg;
+    const Comm *comm = &tr->comm;
+    char path[1200] = "", why[2048] = "";
+    if (c->max_steps == 0 || c->checkpoint_every < 0) return;   /* writes no checkpoint */
+    int other = 0;
+    long long found = comm->rank == 0 ? checkpoint_find_latest(c->run_dir, path, sizeof path) : -1;
+    if (found >= 0) other = !checkpoint_same_run(path, text, why, sizeof why);
+    if (comm_max(comm, GROUP_WORLD, (double)other) == 0) {
+        if (found >= 0) printf("note  | '%s' holds this run's checkpoints up to step %lld; starting over from step 0 "
+                               "(--resume=1 continues from them)\n", c->run_dir, found);
+        return;
+    }
+    launch_errors_rank0_only(1);
+    die("run_dir '%s' holds another run's checkpoints (%s: %s); starting this run there would write over them\n"
+        "  hint: give this run its own folder (--run_dir=runs/NAME), or continue that run with --resume=1 and its own settings",
+        c->run_dir, path, why);
+}
+
 void trainer_restore(Trainer *tr) {
     const Config *c = &tr->cfg;
     const Comm *comm = &tr->comm;
@@ -145,6 +167,7 @@ void trainer_restore(Trainer *tr) {
     long long found = comm->rank == 0 && c->resume ? checkpoint_find_latest(c->run_dir, path, sizeof path) : -1;
     found = (long long)comm_max(comm, GROUP_WORLD, (double)found);
     comm_broadcast_host(comm, GROUP_WORLD, path, sizeof path, 0);
+    if (!c->resume) refuse_other_run(tr, text);
     if (c->resume && found >= 0) {
         float *host[3];
         for (int k = 0; k < 3; k++) host[k] = mallocCheck((P + 1) * sizeof(float));

@@ -84,15 +84,18 @@ const ConfigField config_fields[] = {
 };
 const int config_n_fields = sizeof config_fields / sizeof config_fields[0];
 
-typedef struct { const char *name; const char *settings; const char *about; } Preset;
+/* settings: space-separated key=value; prompt: the sample_prompt (it may hold spaces), or NULL */
+typedef struct { const char *name; const char *settings; const char *about; const char *prompt; } Preset;
 static const Preset presets[] = {
+    /* its sample opens with "The": from a bare document start a model this small often begins with a
+     * fragment of capitals (the corpus's documents open "To the Senate", "Mr. Speaker", split into letters) */
     {"tiny", "dim=128 n_layers=4 n_heads=4 n_kv_heads=2 ffn_dim=352 seq_len=128 batch_size=16 vocab_size=0 "
              "max_steps=600 warmup_steps=30 lr=3e-3 eval_every=100 log_every=10 sample_tokens=120",
-     "the README's main job: trains on a 2-core CPU in minutes, then writes a sample"},
+     "the README's main job: trains on a 2-core CPU in minutes, then writes a sample", "The"},
     /* the three below are the shapes of CFGS in the PyTorch peer (shared/peers/torch_llama.py) */
-    {"l15m", "vocab_size=32000 dim=288 n_layers=6 n_heads=6 n_kv_heads=6 ffn_dim=768 seq_len=256 batch_size=128", "llama2.c's 15M"},
-    {"l124m", "vocab_size=32000 dim=768 n_layers=12 n_heads=12 n_kv_heads=4 ffn_dim=2048 seq_len=1024 batch_size=16", "GPT-2 small sized"},
-    {"l350m", "vocab_size=32000 dim=1024 n_layers=24 n_heads=16 n_kv_heads=4 ffn_dim=2816 seq_len=1024 batch_size=16", "~350M"},
+    {"l15m", "vocab_size=32000 dim=288 n_layers=6 n_heads=6 n_kv_heads=6 ffn_dim=768 seq_len=256 batch_size=128", "llama2.c's 15M", NULL},
+    {"l124m", "vocab_size=32000 dim=768 n_layers=12 n_heads=12 n_kv_heads=4 ffn_dim=2048 seq_len=1024 batch_size=16", "GPT-2 small sized", NULL},
+    {"l350m", "vocab_size=32000 dim=1024 n_layers=24 n_heads=16 n_kv_heads=4 ffn_dim=2816 seq_len=1024 batch_size=16", "~350M", NULL},
 };
 
 const ConfigField *config_find(const char *key) {
@@ -208,6 +211,7 @@ int config_apply_preset(Config *c, const char *name) {
             *eq = 0;
             if (config_set(c, tok, eq + 1, err, sizeof err) != 0) die("preset %s: %s", name, err);
         }
+        if (presets[i].prompt && config_set(c, "sample_prompt", presets[i].prompt, err, sizeof err) != 0) die("preset %s: %s", name, err);
         snprintf(c->preset, sizeof c->preset, "%s", name);
         return 0;
     }
@@ -298,6 +302,10 @@ int config_try_parse_args(Config *c, int argc, char **argv, char *err, size_t er
         if (!value) { snprintf(err, err_size, "'%.200s' has no value: write %.200s=VALUE", argv[i], argv[i]); return -1; }
         if (config_set(c, key, value, err, err_size) != 0) return -1;
     }
+    if (c->max_steps > 0 && c->warmup_steps > c->max_steps) {   /* a short try of a preset: warm up over the whole run */
+        c->warmup_clamped_from = c->warmup_steps;
+        c->warmup_steps = c->max_steps;
+    }
     return config_try_validate(c, err, err_size);
 }
 
@@ -359,8 +367,6 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
     if (c->comm_timeout_s <= 0)
         FAIL("comm_timeout_s=%g: a collective needs a deadline (> 0 seconds), or one stalled rank hangs every other rank for ever\n"
              "  hint: the default is 100; give a slow setup more, e.g. --comm_timeout_s=1800", c->comm_timeout_s);
-    if (c->warmup_steps > c->max_steps && c->max_steps > 0)
-        FAIL("warmup_steps=%d is longer than max_steps=%d; the learning rate would never reach lr", c->warmup_steps, c->max_steps);
     return 0;
 }
 
@@ -369,23 +375,48 @@ void config_validate(const Config *c) {
     if (config_try_validate(c, err, sizeof err) != 0) die("%s", err);
 }
 
+/* A float as a person writes it: the shortest text that reads back as the same
+ * float, the exponent without padding (1e-05 -> 1e-5); never 0.00300000003. */
+static void format_float_short(float v, char *out, size_t size) {
+    for (int digits = 1; digits <= 9; digits++) {
+        snprintf(out, size, "%.*g", digits, v);
+        if (strtof(out, NULL) == v) break;
+    }
+    char *e = strchr(out, 'e');
+    if (e && e[1] == '+' && v == floorf(v) && fabsf(v) < 1e9f) snprintf(out, size, "%.0f", v);   /* 10000, not 1e4 */
+    e = strchr(out, 'e');
+    if (!e) return;
+    char *sign = e + 1, *first = sign + (*sign == '+' || *sign == '-');
+    while (*first == '0' && first[1]) first++;
+    char *to = *sign == '-' ? sign + 1 : sign;
+    memmove(to, first, strlen(first) + 1);
+}
+
 void config_format(const Config *c, const ConfigField *f, char *out, size_t size) {
     const void *src = (const char *)c + f->offset;
     switch (f->type) {
     case FIELD_INT: case FIELD_BOOL: snprintf(out, size, "%d", *(const int *)src); break;
-    case FIELD_FLOAT: snprintf(out, size, "%.9g", *(const float *)src); break;
+    case FIELD_FLOAT: format_float_short(*(const float *)src, out, size); break;   /* 1e-5, never 9.99999975e-06 */
     case FIELD_STRING: snprintf(out, size, "%s", (const char *)src); break;
     case FIELD_CHOICE: choice_name(f->choices, *(const int *)src, out, size); break;
     }
 }
 
 void config_print_help(FILE *out) {
-    fprintf(out, "usage: build/train [--config=FILE.ini] [--preset=NAME] [--key=value ...]\n"
-                 "       build/train prepare --help    (text -> token shards)\n"
-                 "       build/train sample --help     (text from a checkpoint or a Hugging Face folder)\n"
-                 "       build/train memory [--preset=NAME] [--key=value ...]   (the memory plan alone; nothing trained)\n"
-                 "       build/train export | inspect | logits   (checkpoints; run without arguments for usage)\n\n"
-                 "Settings are applied in order: defaults, preset, config file, --key=value.\n");
+    fprintf(out, "usage: build/train [--config=FILE.ini] [--preset=NAME] [--key=value ...]   trains (the keys below)\n"
+                 "       build/train SUBCOMMAND --help   for one of:\n"
+                 "  prepare    text (a file, a folder, or sotu) -> token shards, with GPT-2's or a learned vocabulary\n"
+                 "  sample     text from a checkpoint, a run_dir or a Hugging Face folder\n"
+                 "  export     a checkpoint -> Hugging Face LlamaForCausalLM weights, config and vocabulary\n"
+                 "  inspect    a checkpoint's header, config, step and tensor table with checksums\n"
+                 "  logits     a model's logits for given token ids, to a file (checks against other implementations)\n"
+                 "  memory     the memory plan of these settings alone: nothing trained, no device opened\n"
+                 "  schedule   a pipeline schedule's action lists, checked by simulation, printed and drawn (--svg)\n"
+                 "  plan       every dp x tp x pp layout of N GPUs: memory per rank and predicted step time, ranked\n"
+                 "  scale      the same job on 1, 2, 4, ... ranks through mpirun: speedup and where the time went\n"
+                 "  plot       a run's --log_jsonl drawn with gnuplot: loss, tokens/s, the step-time split\n"
+                 "  doctor     before a multi-rank run: versions, NCCL_* variables, links, a bandwidth sweep\n\n"
+                 "Settings are applied in order: defaults, preset, config file (configs/example.ini shows the format), --key=value.\n");
     const char *section = "";
     for (int i = 0; i < config_n_fields; i++) {
         const ConfigField *f = &config_fields[i];
@@ -397,22 +428,8 @@ void config_print_help(FILE *out) {
     }
     fprintf(out, "\npresets:\n");
     for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
-        fprintf(out, "  %-6s %s\n         %s\n", presets[i].name, presets[i].about, presets[i].settings);
-}
-
-/* A float as a person writes it: the shortest text that reads back as the same
- * float, the exponent without padding (1e-05 -> 1e-5); never 0.00300000003. */
-static void format_float_short(float v, char *out, size_t size) {
-    for (int digits = 1; digits <= 9; digits++) {
-        snprintf(out, size, "%.*g", digits, v);
-        if (strtof(out, NULL) == v) break;
-    }
-    char *e = strchr(out, 'e');
-    if (!e) return;
-    char *sign = e + 1, *first = sign + (*sign == '+' || *sign == '-');
-    while (*first == '0' && first[1]) first++;
-    char *to = *sign == '-' ? sign + 1 : sign;
-    memmove(to, first, strlen(first) + 1);
+        fprintf(out, "  %-6s %s\n         %s%s%s%s\n", presets[i].name, presets[i].about, presets[i].settings,
+                presets[i].prompt ? " sample_prompt=\"" : "", presets[i].prompt ? presets[i].prompt : "", presets[i].prompt ? "\"" : "");
 }
 
 /* One value of the startup table: as config_format, but floats as --help shows

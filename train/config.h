@@ -44,6 +44,7 @@ typedef struct {
     /* checkpoints (checkpoint/checkpoint.h) */
     int checkpoint_every, keep_checkpoints, resume;
     char init_from[1024];
+    int warmup_clamped_from;   /* not a key: the warmup_steps asked for when the parser cut it to max_steps (0 = not cut) */
 } Config;
 
 typedef enum { FIELD_INT, FIELD_FLOAT, FIELD_BOOL, FIELD_STRING, FIELD_CHOICE } FieldType;

@@ -45,6 +45,16 @@ static void print_banner(const Trainer *tr) {
     fflush(stdout);
 }
 
+/* What a run prints before its first step: every key, the banner, the memory plan. */
+static void print_start(const Trainer *tr) {
+    config_print_table(&tr->cfg, stdout);
+    print_banner(tr);
+    memory_print(&tr->memory, 0, stdout);
+    if (tr->cfg.warmup_clamped_from)
+        printf("note  | warmup_steps=%d is longer than max_steps=%d: the learning rate warms up over all %d step%s\n",
+               tr->cfg.warmup_clamped_from, tr->cfg.max_steps, tr->cfg.max_steps, tr->cfg.max_steps == 1 ? "" : "s");
+}
+
 static void log_eval(Trainer *tr, double val) {
     printf("eval  | step %d | val_loss %.4f | val_ppl %.2f\n", tr->step, val, exp(val));
     fflush(stdout);
@@ -85,18 +95,15 @@ int main(int argc, char **argv) {
     Trainer tr;
     trainer_init(&tr, &cfg);
     int lead = tr.comm.rank == 0;
-    if (lead) {
-        config_print_table(&tr.cfg, stdout);
-        print_banner(&tr);
-        memory_print(&tr.memory, 0, stdout);
-    }
-    if (cfg.memory_report) {   /* one step, then what the allocator measured next to the prediction above */
+    if (cfg.memory_report) {   /* one step, then what the allocator measured next to the prediction */
+        if (lead) print_start(&tr);
         memory_report_step(&tr, rss_before_kib);
         memory_print_ranks(&tr.memory, tr.be->memory_peak(), &tr.comm, stdout);   /* every rank's, under mpirun */
         trainer_free(&tr);
         return 0;
     }
-    trainer_restore(&tr);
+    trainer_restore(&tr);   /* first: a refused start or a finished run says so before the 70-row table */
+    if (lead && (tr.step < cfg.max_steps || cfg.max_steps == 0)) print_start(&tr);
     if (tr.step >= cfg.max_steps) {   /* nothing to train: say so, and leave run_dir as it is */
         if (!lead) {}
         else if (tr.step == 0) printf("done  | max_steps=0: nothing to train; nothing written to %s\n", cfg.run_dir);

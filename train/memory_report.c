@@ -1,6 +1,7 @@
 /* train/memory_report.c — `build/train memory` (the plan without training) and
  * --memory_report=1 (one step, the measured peak beside the plan). */
 #include "memory_report.h"
+#include <math.h>
 #include "../common/util.h"
 #include <glob.h>
 #include <stdlib.h>
@@ -111,9 +112,13 @@ void memory_report_step(Trainer *tr, long rss_before_kib) {
     trainer_step(tr);
     size_t peak = tr->be->memory_peak();
     char m[32], g[32];
-    printf("memory | measured: peak allocated %s (%s); prediction off by %+.1f%%\n", format_bytes((double)peak, m, sizeof m),
+    double off = peak ? 100.0 * ((double)tr->memory.total - (double)peak) / (double)peak : 0.0;
+    char verdict[64];
+    if (fabs(off) < 0.05) snprintf(verdict, sizeof verdict, "the prediction is exact to 0.05%%");   /* not "off by -0.0%" */
+    else snprintf(verdict, sizeof verdict, "prediction off by %+.1f%%", off);
+    printf("memory | measured: peak allocated %s (%s); %s\n", format_bytes((double)peak, m, sizeof m),
            cpu ? "the C library's allocator, malloc_usable_size of every block the backend holds" : "cudaMalloc through the backend",
-           peak ? 100.0 * ((double)tr->memory.total - (double)peak) / (double)peak : 0.0);
+           verdict);
     if (cpu)
         printf("memory | measured: the process's peak resident set grew by %s during start-up and the step (getrusage\n"
                "         ru_maxrss; it also holds the mapped shards, OpenBLAS's buffers and thread stacks)\n",

@@ -20,14 +20,19 @@
  *            pipeline messages of B*T*C per micro-batch;
  *   optimizer the profile's, per parameter on the rank.
  * Then the usual rule — fits one GPU: data parallel; else tensor parallel
- * inside a node, pipeline across nodes — and the ranking by tokens/s. */
+ * inside a node, pipeline across nodes — and the ranking by tokens/s, shown
+ * with the fastest of each dp x tp x pp first, then of each zero/recompute mix,
+ * so the top rows are choices, not one layout with other micro-batch sizes.
+ * It plans for GPUs (device=cuda, bf16) unless told otherwise, and says so;
+ * without a profile, fp32 runs on the fp32 peak (exact GEMMs, no tensor cores). */
 #include "trainer.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define H200_BF16_PEAK 989e12   /* dense bf16, the datasheet; only used without a profile */
+#define H200_BF16_PEAK 989e12   /* dense bf16/fp16, the datasheet; only used without a profile */
+#define H200_FP32_PEAK 67e12    /* fp32 without tensor cores: llm3d's fp32 GEMMs are exact fp32 (no TF32) by default */
 #define NO_PROFILE_MFU 0.37     /* llm3d's measured l124m bf16 MFU on an H200 (docs/performance.md, 2026-12-02) */
 static const double recompute_factor[3] = {1.0, 1.09, 1.20};   /* step time, l124m bf16 H200, 2026-12-02 (README) */
 
@@ -103,8 +108,8 @@ static void flops_split(const ModelConfig *mc, double *layer, double *head) {
 
 typedef struct {
     int dp, tp, pp, B, m, recompute, zero;
-    double mem_gib, step_ms, tokens_per_s, comm_ms, bubble;
-    int fits;
+    double mem_gib, step_ms, tokens_per_s, comm_ms, comm_total_ms, bubble;   /* comm_ms: exposed (in the step); total: busy */
+    int fits, level, rank;   /* level: 0 the fastest of its dp x tp x pp, 1 of its zero/recompute mix too, 2 a near-duplicate */
     char why[160];
 } Layout;
 
@@ -147,8 +152,9 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
     L->fits = most <= gpu_mem;
     /* compute of the heaviest stage, one micro-batch, from the profile's time per FLOP */
     double tokens = (double)L->B * c.seq_len;
+    double peak = be->act == DTYPE_FP32 ? H200_FP32_PEAK : H200_BF16_PEAK;
     double s_per_flop = prof->have ? prof->compute_ms / 1e3 / (prof->tokens * model_flops_per_token(mc))
-                                   : 1.0 / (H200_BF16_PEAK * NO_PROFILE_MFU);
+                                   : 1.0 / (peak * NO_PROFILE_MFU);
     double micro = tokens * heaviest * s_per_flop / L->tp;
     double compute = micro * L->m;
     double bubble_frac = schedule_bubble_formula(&s);
@@ -179,6 +185,7 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
     L->step_ms = step * 1e3;
     L->tokens_per_s = L->m * tokens * L->dp / step;
     L->comm_ms = (tp_s + dp_exposed + pp_s) * 1e3;
+    L->comm_total_ms = (tp_s + dp_total + gather + pp_s) * 1e3;   /* the dp reduction's hidden part included */
     L->bubble = bubble_frac;
     schedule_free(&s);
 }
@@ -192,20 +199,38 @@ static int by_speed(const void *a, const void *b) {
     return x->mem_gib < y->mem_gib ? -1 : x->mem_gib > y->mem_gib;   /* as fast: the one with room to spare */
 }
 
+/* Shown first: the fastest layout of each dp x tp x pp, then of each zero/recompute mix, then the rest
+ * (other micro-batch sizes of a mix already shown); fitting layouts before the others, by speed within. */
+static int by_level(const void *a, const void *b) {
+    const Layout *x = a, *y = b;
+    if (x->fits != y->fits) return y->fits - x->fits;
+    if (x->level != y->level) return x->level - y->level;
+    return by_speed(a, b);
+}
+
 static const char *usage =
     "usage: build/train plan --preset=P --gpus=N [--device=cuda --precision=bf16] [--gpu_mem_gib=80] [--gpus_per_node=8] [--link=nvlink|pcie|ib|eth|GBPS]\n"
     "                        [--net=ib|eth|GBPS] [--profile=PROFILE.json] [--out=PLAN.json] [--top=15] [config keys]\n"
     "  every dp x tp x pp x micro-batch x recompute x zero layout of N GPUs: memory per rank (the memory plan\n"
     "  training allocates from) and predicted step time; ranked, each with why. A profile comes from a\n"
-    "  one-GPU run with --profile_out=PATH; without one, compute is estimated from FLOPs.\n";
+    "  one-GPU run with --profile_out=PATH; without one, compute is estimated from FLOPs. It plans for GPUs,\n"
+    "  device=cuda precision=bf16, unless --device, --precision or a --config file say otherwise. The fastest\n"
+    "  layout of each dp x tp x pp comes first, then each zero/recompute mix, then the other micro-batch sizes.\n";
 
 int plan_main(int argc, char **argv) {
     int gpus = 0, per_node = 8, top = 15;
     double mem_gib = 80;
     const char *link = "nvlink", *net = "ib", *profile = NULL, *out = NULL;
-    char **rest = callocCheck((size_t)argc + 2, sizeof(char *));
-    int n = 0;
+    char **rest = callocCheck((size_t)argc + 4, sizeof(char *));
+    int n = 0, has_device = 0, has_precision = 0, has_config = 0;
     rest[n++] = argv[0];
+    for (int i = 1; i < argc; i++) {   /* plan is for GPUs: cuda and bf16 unless the command line or a config file say */
+        has_device |= !strncmp(argv[i], "--device", 8);
+        has_precision |= !strncmp(argv[i], "--precision", 11);
+        has_config |= !strncmp(argv[i], "--config", 8);
+    }
+    if (!has_device && !has_config) rest[n++] = "--device=cuda";
+    if (!has_precision && !has_config) rest[n++] = "--precision=bf16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) { printf("%s", usage); free(rest); return 0; }
@@ -257,6 +282,18 @@ int plan_main(int argc, char **argv) {
     if (!count) die("plan: no layout of %d GPUs divides this model (heads %d, kv heads %d, ffn %d, %d layers) and a step of %ld tokens",
                     gpus, mc.n_heads, mc.n_kv_heads, mc.ffn_dim, mc.n_layers, global);
     qsort(all, count, sizeof(Layout), by_speed);
+    for (int i = 0; i < count; i++) {
+        all[i].level = 2;
+        int first_grid = 1, first_mix = 1;
+        for (int j = 0; j < i; j++) {
+            if (all[j].fits != all[i].fits || all[j].dp != all[i].dp || all[j].tp != all[i].tp || all[j].pp != all[i].pp) continue;
+            first_grid = 0;
+            if (all[j].zero == all[i].zero && all[j].recompute == all[i].recompute) first_mix = 0;
+        }
+        all[i].level = first_grid ? 0 : first_mix ? 1 : 2;
+        all[i].rank = i + 1;
+    }
+
     /* why, in the usual rule's words */
     int one_gpu = 0;
     for (int i = 0; i < count; i++) if (all[i].fits && all[i].tp == 1 && all[i].pp == 1) one_gpu = 1;
@@ -279,16 +316,27 @@ int plan_main(int argc, char **argv) {
                       L->pp > 1 ? (L->tp > 1 ? ", pipeline across stages" : "pipeline: the model does not fit one GPU") : "");
     }
     static const char *rname[] = {"none", "sel", "full"};
-    printf("plan | %s | %d GPUs (%d a node, %.0f GiB each) | link %s %.0f GB/s, net %s %.0f GB/s | %ld tokens a step | %s\n",
-           c.preset[0] ? c.preset : "model", gpus, per_node, mem_gib, link, link_node, net, link_net, global,
-           prof.have ? "compute from the profile" : "compute estimated from FLOPs (no --profile)");
-    printf("  #  dp tp pp   B    m recomp zero  mem/rank   step ms    tokens/s  comm ms  bubble  why\n");
-    int shown = 0;
-    for (int i = 0; i < count && shown < top; i++, shown++) {
-        Layout *L = &all[i];
-        printf("%3d %3d %2d %2d %3d %4d %6s %4d %7.2f GiB %9.1f %11.0f %8.1f %6.1f%%  %s\n", i + 1, L->dp, L->tp, L->pp, L->B, L->m,
-               rname[L->recompute], L->zero, L->mem_gib, L->step_ms, L->tokens_per_s, L->comm_ms, 100 * L->bubble, L->why);
+    static const char *pname[] = {"fp32", "bf16", "fp16"};
+    printf("plan | %s | %d GPUs (%d a node, %.0f GiB each) | device %s, precision %s%s | link %s %.0f GB/s, net %s %.0f GB/s | "
+           "%ld tokens a step\n", c.preset[0] ? c.preset : "model", gpus, per_node, mem_gib, c.device == DEVICE_CUDA ? "cuda" : "cpu",
+           pname[c.precision], has_device || has_precision || has_config ? "" : " (plan's defaults: --device, --precision change them)",
+           link, link_node, net, link_net, global);
+    if (prof.have) printf("plan | compute from the profile %s\n", profile);
+    else printf("plan | compute estimated from FLOPs at %.0f%% of an H200's dense %s peak, %.0f TFLOP/s (no --profile)\n", 100 * NO_PROFILE_MFU,
+                pname[c.precision], (c.precision == PRECISION_FP32 ? H200_FP32_PEAK : H200_BF16_PEAK) / 1e12);
+    printf("plan | first the fastest of each dp x tp x pp, then each zero/recompute mix, then other micro-batch sizes (#: rank by speed);\n"
+           "       comm: exposed (in the step's time) / total (busy, the part hidden behind the backward included)\n");
+    printf("  #  dp tp pp   B    m recomp zero  mem/rank   step ms    tokens/s  comm exposed/total ms  bubble  why\n");
+    Layout *shown_order = mallocCheck((size_t)count * sizeof(Layout));
+    memcpy(shown_order, all, (size_t)count * sizeof(Layout));
+    qsort(shown_order, count, sizeof(Layout), by_level);
+    for (int i = 0; i < count && i < top; i++) {
+        Layout *L = &shown_order[i];
+        printf("%3d %3d %2d %2d %3d %4d %6s %4d %7.2f GiB %9.1f %11.0f %9.1f / %-9.1f %6.1f%%  %s\n", L->rank, L->dp, L->tp, L->pp, L->B,
+               L->m, rname[L->recompute], L->zero, L->mem_gib, L->step_ms, L->tokens_per_s, L->comm_ms, L->comm_total_ms, 100 * L->bubble,
+               L->why);
     }
+    free(shown_order);
     if (out) {
         FILE *f = fopen(out, "w");
         if (!f) die("plan: cannot write '%s'", out);
@@ -296,9 +344,10 @@ int plan_main(int argc, char **argv) {
         for (int i = 0; i < count; i++) {
             const Layout *L = &all[i];
             fprintf(f, "  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"batch_size\": %d, \"micro_batches\": %d, \"recompute\": %d, \"zero\": %d, "
-                       "\"memory_bytes\": %.0f, \"fits\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.0f, \"comm_ms\": %.3f, \"bubble\": %.4f}%s\n",
+                       "\"memory_bytes\": %.0f, \"fits\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.0f, \"comm_exposed_ms\": %.3f, "
+                       "\"comm_total_ms\": %.3f, \"bubble\": %.4f}%s\n",
                     L->dp, L->tp, L->pp, L->B, L->m, L->recompute, L->zero, L->mem_gib * 1073741824.0, L->fits, L->step_ms, L->tokens_per_s,
-                    L->comm_ms, L->bubble, i + 1 < count ? "," : "");
+                    L->comm_ms, L->comm_total_ms, L->bubble, i + 1 < count ? "," : "");
         }
         fprintf(f, "]}\n");
         fclose(f);

@@ -424,6 +424,20 @@ double trainer_eval(Trainer *tr) {
 
 static double pct(double part, double whole) { return whole > 0 ? 100 * part / whole : 0; }
 
+/* " | 4m12s left" on a run that has gone 10 s or more: the steps to go at the mean pace since the
+ * first logged step (evaluations, samples and checkpoints included), so a long first run says when it ends. */
+static void print_time_left(Trainer *tr) {
+    double now = now_seconds();
+    if (tr->eta_t0 == 0) { tr->eta_t0 = now; tr->eta_step0 = tr->step; return; }
+    double spent = now - tr->eta_t0;
+    int done = tr->step - tr->eta_step0, to_go = tr->cfg.max_steps - tr->step;
+    if (spent < 10 || done < 1 || to_go < 1) return;
+    long left = lround(spent / done * to_go);
+    if (left >= 3600) printf(" | %ldh%02ldm left", left / 3600, left / 60 % 60);
+    else if (left >= 60) printf(" | %ldm%02lds left", left / 60, left % 60);
+    else printf(" | %lds left", left);
+}
+
 void trainer_log_step(Trainer *tr, const StepStats *s) {
     const Config *c = &tr->cfg;
     if (tr->comm.rank != 0) return;
@@ -431,6 +445,7 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
     if (tr->step % c->log_every == 0 || tr->step == c->max_steps) {
         printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %7.1f ms | %8.0f tok/s", tr->step, c->max_steps, s->loss,
                s->lr, s->grad_norm, s->ms, s->tokens_per_s);
+        print_time_left(tr);
         if (s->mfu > 0) printf(" | mfu %4.1f%%", 100 * s->mfu);
         if (s->device_bytes) { char b[32]; printf(" | mem %s", format_bytes((double)s->device_bytes, b, sizeof b)); }
         if (c->precision == PRECISION_FP16) printf(" | scale %g", tr->loss_scale);

@@ -51,6 +51,8 @@ typedef struct {
     double last_norm;           /* the last optimizer step's gradient norm */
     float last_lr;
     struct { int kind, rank, step, ms; } fault;   /* test-only fault injection (config key fault) */
+    double eta_t0;              /* when the first logged step ended (the time left counts from there), 0 before */
+    int eta_step0;              /* its step */
     StepSplit *history;         /* profile_out: every step's split */
     int n_history;
 } Trainer;
