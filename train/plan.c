@@ -178,6 +178,7 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
         dp_exposed += fmax(2.0 * weights_once * unit, 2.0 * L->m * weights_once - compute);
     else if (L->zero)   /* zero=1/2: the updated weights are all-gathered after the optimizer, in the open */
         dp_exposed += weights_once;
+    double gather = L->zero == 3 ? 2.0 * L->m * weights_once : L->zero ? weights_once : 0;   /* all the weights' gathers, hidden or not */
     double pp_s = L->pp > 1 ? 2.0 * L->m * act_bytes / ((multi ? link_net : link_node) * 1e9) : 0;
     double opt = prof->have ? prof->optimizer_ms / 1e3 * params_rank / prof->params / (L->zero ? L->dp : 1) : 0;
     double host = prof->have ? prof->host_ms / 1e3 : 0;
