@@ -200,6 +200,30 @@ void ckpt_writer_finish(CkptWriter *w) {
 
 #define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); return -1; } while (0)
 
+/* The run state is checked for what a run will do with it, not only for what fits
+ * its field: a run takes at most 2^31-1 steps, an optimizer step at most once a
+ * step, the fp16 clean-step count restarts at CKPT_MAX_CLEAN_STEPS, and the data
+ * position moves by at most one epoch a step, so none of them may overflow later. */
+int ckpt_check_state(const CkptState *s, const char *path, char *err, size_t err_size) {
+    const char *bad = NULL, *why = "";
+    if (s->step < 0 || s->step > INT32_MAX) bad = "step", why = "not in [0, 2^31-1]";
+    else if (s->loader_epoch < 0 || s->loader_epoch > CKPT_MAX_POSITION) bad = "loader epoch", why = "not in [0, 2^62]";
+    else if (s->loader_cursor < 0 || s->loader_cursor > CKPT_MAX_POSITION) bad = "loader cursor", why = "not in [0, 2^62]";
+    else if (s->has_rng != 0 && s->has_rng != 1) bad = "has_rng", why = "neither 0 nor 1";
+    else if (!(s->loss_scale > 0 && s->loss_scale <= 3.4e38f)) bad = "loss scale", why = "not a positive finite float";
+    else if (s->clean_steps < 0 || s->clean_steps >= CKPT_MAX_CLEAN_STEPS)
+        bad = "clean steps", why = "not in [0, 1999] (the count restarts when the fp16 loss scale doubles)";
+    else if (s->optimizer != CKPT_OPT_NONE && s->optimizer != CKPT_OPT_ADAMW) bad = "optimizer", why = "neither 0 (none) nor 1 (adamw)";
+    else if (s->optimizer_step < 0 || s->optimizer_step > s->step)
+        bad = "optimizer step", why = "not in [0, step] (the optimizer steps at most once a training step)";
+    if (!bad) return 0;
+    snprintf(err, err_size, "'%s': the run state's %s is out of range, %s (step %lld, epoch %lld, cursor %lld, loss scale %g, "
+             "clean steps %d, optimizer %d at step %lld): the file is damaged\n  hint: move this checkpoint's folder aside to "
+             "resume from an earlier one", path, bad, why, (long long)s->step, (long long)s->loader_epoch,
+             (long long)s->loader_cursor, (double)s->loss_scale, s->clean_steps, s->optimizer, (long long)s->optimizer_step);
+    return -1;
+}
+
 int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
@@ -247,19 +271,7 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
                            .has_rng = h[CKPT_H_HAS_RNG], .clean_steps = h[CKPT_H_CLEAN_STEPS], .optimizer = h[CKPT_H_OPTIMIZER],
                            .optimizer_step = get64(h, CKPT_H_OPTIMIZER_STEP)};
     memcpy(&r->state.loss_scale, &h[CKPT_H_LOSS_SCALE], 4);
-    const CkptState *s = &r->state;
-    const char *bad = s->step < 0 || s->step > INT32_MAX ? "step" : s->loader_epoch < 0 || s->loader_epoch == INT64_MAX ? "loader epoch"
-                    : s->loader_cursor < 0 ? "loader cursor" : s->has_rng != 0 && s->has_rng != 1 ? "has_rng"
-                    : !(s->loss_scale > 0 && s->loss_scale <= 3.4e38f) ? "loss scale" : s->clean_steps < 0 ? "clean steps"
-                    : s->optimizer != CKPT_OPT_NONE && s->optimizer != CKPT_OPT_ADAMW ? "optimizer"
-                    : s->optimizer_step < 0 || s->optimizer_step > INT32_MAX ? "optimizer step" : NULL;
-    if (bad) {
-        snprintf(err, err_size, "'%s': the run state's %s is out of range (step %lld, epoch %lld, cursor %lld, loss scale %g, "
-                 "clean steps %d, optimizer %d at step %lld): the file is damaged", path, bad, (long long)s->step,
-                 (long long)s->loader_epoch, (long long)s->loader_cursor, (double)s->loss_scale, s->clean_steps, s->optimizer,
-                 (long long)s->optimizer_step);
-        goto out;
-    }
+    if (ckpt_check_state(&r->state, path, err, err_size) != 0) goto out;
     r->config_text = mallocCheck((size_t)config_bytes + 1);
     r->entries = mallocCheck((size_t)n * sizeof(CkptEntry) + 1);
     if (fread(r->config_text, 1, (size_t)config_bytes, r->f) != (size_t)config_bytes) {

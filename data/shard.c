@@ -50,7 +50,9 @@ int shard_open(Shard *s, const char *path, char *err, size_t err_size) {
         FAIL("token shard '%s' is %zu bytes but its header promises %lld tokens of %d bytes\n  hint: the file is %s; "
              "regenerate it with `build/train prepare`", path, bytes, (long long)n, width,
              n >= 0 && want > file_bytes ? "truncated" : "damaged or longer than its header says");
-    if (h[5] < 0) FAIL("token shard '%s': vocabulary size %d in its header is negative: the header is corrupt", path, h[5]);
+    if (h[5] < 0 || h[5] > SHARD_MAX_VOCAB)
+        FAIL("token shard '%s': vocabulary size %d in its header is not in [0, %d] (the bound --vocab_size has): the header is "
+             "corrupt\n  hint: regenerate the shard with `build/train prepare`", path, h[5], SHARD_MAX_VOCAB);
     if (h[1] >= 2) {
         s->chunk_tokens = h[6];
         s->n_chunks = h[7];

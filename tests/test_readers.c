@@ -114,6 +114,13 @@ static void test_shards(void) {
     for (int step = 0; step < 9 && rc == 0; step++) rc = loader_try_next(&l, ids, targets, err, sizeof err);
     REFUSED(rc, "past any vocabulary", "token id 0xfffffe2f");
     loader_close(&l);
+    /* a header vocabulary past the bound --vocab_size has (2^31-1 overflowed model/layout.c; 2^24+1 ended in a memory message) */
+    int vocabs[2] = {INT32_MAX, (1 << 24) + 1};
+    for (int i = 0; i < 2; i++) {
+        shard_write(wrapped, big, 40, vocabs[i]);
+        REFUSED(loader_try_open(&l, wrapped, 1, 4, 0, 1, 1, 0, 0, err, sizeof err), "vocabulary size", "shard vocab past 2^24");
+        CHECK(strstr(err, "wrap.bin") && strstr(err, "prepare"), "the message names the shard and what to do: %s", err);
+    }
     /* a device or a FIFO is refused at once, not read forever */
     REFUSED(loader_try_open(&l, "/dev/zero", 1, 4, 0, 1, 1, 1, 0, err, sizeof err), "not a regular file", "shard /dev/zero");
     const char *fifo = path_of("fifo.bin");
@@ -125,6 +132,7 @@ static void test_shards(void) {
     REFUSED(loader_try_set_state(&l, (LoaderState){0, -5}, err, sizeof err), "is not a position", "negative cursor");
     REFUSED(loader_try_set_state(&l, (LoaderState){-1, 0}, err, sizeof err), "is not a position", "negative epoch");
     REFUSED(loader_try_set_state(&l, (LoaderState){0, INT64_MAX - 1}, err, sizeof err), "is not a position", "cursor near 2^63");
+    REFUSED(loader_try_set_state(&l, (LoaderState){INT64_MAX - 1, 0}, err, sizeof err), "is not a position", "epoch near 2^63 (the next rollover overflowed)");
     CHECK(loader_try_set_state(&l, (LoaderState){3, l.n_samples + 100}, err, sizeof err) == 0 &&
           loader_try_next(&l, ids, targets, err, sizeof err) == 0 && l.state.epoch == 4 && l.state.cursor == 2,
           "a cursor past the end (the shards changed since the save) starts the next epoch");
@@ -170,7 +178,11 @@ static void test_checkpoints(void) {
     /* the run state out of range: each refused by name */
     struct { int at; int64_t v; const char *name; } bad[] = {
         {CKPT_H_STEP, (int64_t)1 << 31, "step"}, {CKPT_H_STEP, -1, "step"}, {CKPT_H_LOADER_CURSOR, -7, "loader cursor"},
-        {CKPT_H_LOADER_EPOCH, -1, "loader epoch"}, {CKPT_H_OPTIMIZER_STEP, (int64_t)1 << 40, "optimizer step"}};
+        {CKPT_H_LOADER_EPOCH, -1, "loader epoch"}, {CKPT_H_OPTIMIZER_STEP, (int64_t)1 << 40, "optimizer step"},
+        /* in their fields' range but not in what the run does with them (issue 30): o->step++ at 2^31-1 overflowed,
+         * as did the epoch's rollover near 2^63 */
+        {CKPT_H_OPTIMIZER_STEP, INT32_MAX, "optimizer step"}, {CKPT_H_OPTIMIZER_STEP, 6, "optimizer step"},
+        {CKPT_H_LOADER_EPOCH, INT64_MAX - 1, "loader epoch"}, {CKPT_H_LOADER_CURSOR, INT64_MAX - 1, "loader cursor"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_ckpt(p, s, CONFIG, 4);
         patch_ckpt(p, bad[i].at, bad[i].v);
@@ -178,6 +190,20 @@ static void test_checkpoints(void) {
         snprintf(want, sizeof want, "run state's %s is out of range", bad[i].name);
         REFUSED(ckpt_open(&r, p, err, sizeof err), want, bad[i].name);
     }
+    /* fp16's clean-step count at 2^31-1 overflowed at the next clean step (train/trainer.c): it restarts at 2000 */
+    int clean[2] = {INT32_MAX, CKPT_MAX_CLEAN_STEPS};
+    for (int i = 0; i < 2; i++) {
+        CkptState c = s;
+        c.clean_steps = clean[i];
+        write_ckpt(p, c, CONFIG, 4);
+        REFUSED(ckpt_open(&r, p, err, sizeof err), "run state's clean steps is out of range", "clean steps");
+        CHECK(strstr(err, "state.bin") && strstr(err, "hint:"), "names the file and what to do: %s", err);
+    }
+    CkptState edge = s;
+    edge.clean_steps = CKPT_MAX_CLEAN_STEPS - 1, edge.optimizer_step = edge.step, edge.loader_epoch = CKPT_MAX_POSITION;
+    write_ckpt(p, edge, CONFIG, 4);
+    CHECK(ckpt_open(&r, p, err, sizeof err) == 0, "the largest state a run can reach still opens: %s", err);
+    ckpt_close(&r);
     CkptState nan_scale = s;
     nan_scale.loss_scale = NAN;
     write_ckpt(p, nan_scale, CONFIG, 4);
