@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,6 +92,73 @@ static void test_memory(const char *small, const char *good) {
     CHECK(first && !strstr(first + 1, "predicted:") && !strstr(out, "step     1/"), "--memory_report=1: the prediction printed once, no step log");
     snprintf(want, sizeof want, "%s/run/ckpt_00000001", dir);
     CHECK(access(want, F_OK) != 0, "--memory_report=1 writes no checkpoint");
+}
+
+/* build/train args under `timeout 20`: a program that blocks (on a FIFO) fails the test with 124, never hangs it. */
+static int run_bounded(const char *args) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "timeout 20 %s", train_bin);
+    return test_run(cmd, args, out, sizeof out);
+}
+
+/* issue 30: no reader blocks on a FIFO; every output is checked before the work (run_dir, log_jsonl, --nproc). */
+static void test_inputs_and_outputs(const char *small, const char *good) {
+    char args[2048], fifo[300], path[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    int rc = run_bounded(ARGS("export --checkpoint=%s/none --out=%s/exp --tokenizer=%s", dir, dir, fifo));
+    CHECK(rc == 1 && strstr(out, "--tokenizer=") && strstr(out, "not a regular file"), "export --tokenizer=FIFO: refused, not blocked (rc %d):\n%s", rc, out);
+    rc = run_bounded(ARGS("plot %s", fifo));
+    CHECK(rc == 1 && strstr(out, "plot:") && strstr(out, "not a regular file"), "plot FIFO: refused, not blocked (rc %d):\n%s", rc, out);
+    rc = run_bounded(ARGS("plan --preset=tiny --gpus=1 --profile=%s", fifo));
+    CHECK(rc == 1 && strstr(out, "--profile") && strstr(out, "not a regular file"), "plan --profile=FIFO: refused (rc %d):\n%s", rc, out);
+    rc = run_bounded(ARGS("sample --model=%s --tokenizer=%s", dir, fifo));
+    CHECK(rc == 1 && strstr(out, "not a regular file"), "sample --tokenizer=FIFO: refused (rc %d):\n%s", rc, out);
+    rc = run_bounded(ARGS("%s --train_data=%s --max_steps=1 --warmup_steps=0 --sample_tokens=4 --tokenizer=%s", small, good, fifo));
+    CHECK(rc == 1 && strstr(out, "sample_tokens=4") && strstr(out, "not a regular file"), "--tokenizer=FIFO: refused (rc %d):\n%s", rc, out);
+
+    /* run_dir a file (or on a read-only filesystem): refused at start-up, not at the first checkpoint after training */
+    snprintf(path, sizeof path, "%s/afile", dir);
+    write_bytes(path, "x", 1);
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --run_dir=%s", small, good, path));
+    CHECK(rc == 1 && strstr(out, "run_dir=") && strstr(out, "is a file") && !strstr(out, "step     1/"),
+          "run_dir a file: refused before step 1 (rc %d):\n%s", rc, out);
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --run_dir=%s/sub/run", small, good, path));
+    CHECK(rc == 1 && strstr(out, "run_dir=") && strstr(out, "is a file, not a folder") && !strstr(out, "step     1/"),
+          "run_dir under a file: refused before step 1 (rc %d):\n%s", rc, out);
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --run_dir=/proc/llm3d_run", small, good));
+    CHECK(rc == 1 && strstr(out, "run_dir=/proc/llm3d_run") && !strstr(out, "step     1/"),
+          "run_dir on a read-only filesystem (/proc): refused before step 1 (rc %d):\n%s", rc, out);
+    /* log_jsonl: a failing write said in words, exit 1 */
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --log_jsonl=/dev/full", small, good));
+    CHECK(rc == 1 && strstr(out, "log_jsonl=/dev/full") && strstr(out, "No space left") && !strstr(out, "step     1/"),
+          "log_jsonl=/dev/full: refused before step 1 (rc %d):\n%s", rc, out);
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --log_jsonl=%s/nodir/log.jsonl", small, good, dir));
+    CHECK(rc == 1 && strstr(out, "log_jsonl=") && strstr(out, "does not exist"), "log_jsonl in a missing folder: refused (rc %d):\n%s", rc, out);
+    /* a log that fills up mid-run (a file-size limit stands in for a full disk): the run stops, saves, says why, exits 1 */
+    char jsonl[300];
+    snprintf(jsonl, sizeof jsonl, "%s/full.jsonl", dir);
+    static char pad[511 * 1024];
+    memset(pad, ' ', sizeof pad);
+    pad[sizeof pad - 1] = '\n';
+    write_bytes(jsonl, pad, sizeof pad);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "bash -c 'trap \"\" XFSZ; ulimit -f 512; exec \"$0\" \"$@\"' %s", train_bin);   /* 512 KiB a file */
+    rc = test_run(cmd, ARGS("%s --train_data=%s --max_steps=400 --warmup_steps=0 --log_every=100 --run_dir=%s/fullrun --log_jsonl=%s",
+                           small, good, dir, jsonl), out, sizeof out);
+    const char *stop = strstr(out, "stop  | the log failed after step ");
+    int at = stop ? atoi(stop + 34) : -1;
+    snprintf(path, sizeof path, "%s/fullrun/ckpt_%08d", dir, at);
+    CHECK(rc == 1 && stop && at > 0 && at < 400 && strstr(out, "writing the log log_jsonl=") && strstr(out, "File too large") &&
+          access(path, F_OK) == 0, "a log write failing mid-run: stops at step %d with a checkpoint there, says why, exit 1 (rc %d):\n%s",
+          at, rc, out);
+
+    /* --nproc=N checks that the layout takes N before starting any rank (--nproc=4096 was still starting at 60 s) */
+    rc = run_bounded("--nproc=4096 --dp=2");
+    CHECK(rc == 1 && strstr(out, "--nproc=4096") && strstr(out, "takes 2") && !strstr(out, "launch |"),
+          "--nproc=4096 with dp=2: refused before launching (rc %d):\n%s", rc, out);
+    rc = run_bounded("--nproc=2 --dp=2 --dimm=3");
+    CHECK(rc == 1 && strstr(out, "did you mean 'dim'") && !strstr(out, "launch |"), "--nproc: a bad key refused once, before launching:\n%s", out);
 }
 
 int main(void) {
@@ -198,6 +266,7 @@ int main(void) {
     CHECK(steps == 3 && evals == 2, "jsonl has 3 step lines (%d) and 2 eval lines (%d)", steps, evals);
 
     test_memory(small, good);
+    test_inputs_and_outputs(small, good);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return test_summary();

@@ -68,12 +68,10 @@ static double json_number(const char *text, const char *key) {
 static Profile read_profile(const char *path) {
     Profile p = {0};
     if (!path) return p;
-    FILE *f = fopen(path, "r");
-    if (!f) die("plan: cannot read the profile '%s'\n  hint: write one with a one-GPU run: build/train ... --profile_out=%s", path, path);
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    char err[1400];
+    size_t n;
+    char *buf = read_regular(path, "profile", 1 << 20, &n, err, sizeof err);
+    if (!buf) die("plan: --profile: %s\n  hint: write one with a one-GPU run: build/train ... --profile_out=%s", err, path);
     if (!strstr(buf, "\"llm3d_profile\""))
         die("plan: '%s' is not an llm3d profile (no \"llm3d_profile\" key)\n  hint: --profile takes the file a run wrote with --profile_out", path);
     p.compute_ms = json_number(buf, "compute_ms");
@@ -84,6 +82,7 @@ static Profile read_profile(const char *path) {
     if (!(p.compute_ms > 0 && p.tokens > 0 && p.params > 0 && p.optimizer_ms >= 0))
         die("plan: the profile '%s' lacks compute_ms, optimizer_ms, tokens_per_step or params", path);
     p.have = 1;
+    free(buf);
     return p;
 }
 

@@ -115,8 +115,11 @@ int sample_main(int argc, char **argv) {
     snprintf(beside, sizeof beside, "%s/tokenizer.bin", model);
     if (!tok_path && access(beside, R_OK) == 0) tok_path = beside;   /* an exported folder carries its vocabulary */
     if (!tok_path) tok_path = "data/corpus/tokenizer.bin";
-    if (access(tok_path, R_OK) != 0)   /* not fopen: a FIFO would block it */
-        die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
+    char err[1400];
+    int64_t tok_bytes;
+    int probe = open_regular(tok_path, "vocabulary", &tok_bytes, err, sizeof err);   /* never blocks on a FIFO */
+    if (probe < 0) die("sample: %s\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", err);
+    close(probe);
     Tokenizer *tok = tokenizer_load(tok_path);
     Model m;
     Comm comm;

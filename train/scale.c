@@ -42,8 +42,9 @@ static double med(double *v, int n) {
 
 /* A run's JSONL: the header line's memory, every step's loss and time, the timed steps' split medians. */
 static void read_run(SizeRun *r, const char *path, int warmup) {
-    FILE *f = fopen(path, "r");
-    if (!f) die("scale: the run with %d ranks wrote no log '%s' (see its .log beside it)", r->ranks, path);
+    char err[1400];
+    FILE *f = fopen_regular(path, "run log", err, sizeof err);
+    if (!f) die("scale: the run with %d ranks wrote no log: %s (see its .log beside it)", r->ranks, err);
     char line[4096];
     double v[9][MAX_STEPS];
     int n = 0;
