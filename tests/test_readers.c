@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char dir[] = "/tmp/llm3d_test_readers_XXXXXX", err[4096], out[1 << 16];
@@ -542,10 +543,46 @@ static void test_programs(void) {
     CHECK(rc == 1 && strstr(out, "error: config file '/dev/zero' is not a regular file"), "train --config=/dev/zero (rc %d): %s", rc, out);
 }
 
+/* A shard truncated while a run reads it (issue 30): the mapped pages past the new end raise
+ * SIGBUS; the run must end with a line naming the shard and exit 1, not die of the signal. */
+static void test_shard_truncated_under_run(void) {
+    enum { N = 1 << 19 };   /* 1 MiB of tokens: many pages past the cut */
+    uint32_t *tok = mallocCheck(N * sizeof(uint32_t));
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)(i % 50);
+    const char *path = path_of("shrinks.bin");
+    shard_write(path, tok, N, 50);
+    free(tok);
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0, "pipe");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(pipefd[1], 2);
+        Loader l;
+        int ids[1024], targets[1024];
+        if (loader_try_open(&l, path, 2, 256, 0, 1, 1, 0, 0, err, sizeof err) != 0) _exit(3);
+        if (loader_try_next(&l, ids, targets, err, sizeof err) != 0) _exit(4);   /* the run is under way */
+        if (truncate(path, 1024 + 4096) != 0) _exit(5);                          /* someone cuts the shard */
+        for (int i = 0; i < 1000; i++) loader_try_next(&l, ids, targets, err, sizeof err);
+        _exit(6);   /* never: reading past the cut must end the process */
+    }
+    close(pipefd[1]);
+    char msg[2048] = "";
+    ssize_t n = read(pipefd[0], msg, sizeof msg - 1);
+    msg[n > 0 ? n : 0] = 0;
+    close(pipefd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1 && strstr(msg, "shrinks.bin") && strstr(msg, "changed while this run was reading it"),
+          "a shard truncated under a run: exit 1 naming it, not SIGBUS (status %d, signal %d): %s", WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+          WIFSIGNALED(st) ? WTERMSIG(st) : 0, msg);
+}
+
 int main(void) {
     if (!mkdtemp(dir)) die("cannot make a temporary folder");
     setvbuf(stdout, NULL, _IOLBF, 0);
     test_shards();
+    test_shard_truncated_under_run();
     test_checkpoints();
     test_safetensors();
     test_json_surrogates();
