@@ -161,6 +161,40 @@ static void test_inputs_and_outputs(const char *small, const char *good) {
     CHECK(rc == 1 && strstr(out, "did you mean 'dim'") && !strstr(out, "launch |"), "--nproc: a bad key refused once, before launching:\n%s", out);
 }
 
+/* issue 30: every subcommand's numbers go through the config table's reader: "KEY=VALUE: why", exit 1 */
+static void test_subcommand_numbers(void) {
+    const char *cases[][2] = {
+        {"sample --model=none --tokens=4294967297", "sample: tokens=4294967297: is out of range [1, 2147483647]"},
+        {"sample --model=none --top_k=4294967296", "sample: top_k=4294967296: is out of range"},
+        {"sample --model=none --temperature=nan", "sample: temperature=nan: is not a number"},
+        {"sample --model=none --temperature=inf", "sample: temperature=inf: is not a number"},
+        {"sample --model=none --temperature=1e309", "sample: temperature=1e309: is not a number"},
+        {"sample --model=none --temperature=", "sample: temperature=: is empty"},
+        {"sample --model=none --seed=", "sample: seed=: is empty"},
+        {"sample --model=none --tokens=2.5", "sample: tokens=2.5: is not a whole number"},
+        {"prepare --train_vocab=300.9", "prepare: train_vocab=300.9: is not a whole number"},
+        {"prepare --shard_tokens=12abc", "prepare: shard_tokens=12abc: is not a whole number"},
+        {"plan --preset=tiny --gpus=1e309", "plan: gpus=1e309: is not a number"},
+        {"plan --preset=tiny --gpus=8 --top=abc", "plan: top=abc: is not a whole number"},
+        {"plan --preset=tiny --gpus=8 --gpu_mem_gib=inf", "plan: gpu_mem_gib=inf: is not a number"},
+        {"plan --preset=tiny --gpus=8 --link=inf", "plan: link=inf: is not a number"},
+        {"plan --preset=tiny --gpus=8 --net=-3", "plan: net=-3: is out of range"},
+        {"plan --preset=tiny --gpus= ", "plan: gpus=: is empty"},
+        {"scale --ranks=1 --steps=1e309", "scale: steps=1e309: is not a number"},
+        {"scale --ranks=1 --warmup=1.5", "scale: warmup=1.5: is not a whole number"},
+        {"schedule --micro_batches=2.5", "schedule: micro_batches=2.5: is not a whole number"},
+        {"doctor --timeout=nan", "doctor: --timeout=nan: is not a number"},
+        {"doctor --max_bytes=1e400G", "doctor: --max_bytes=1e400G: is not a number"},
+        {"--nproc=abc", "nproc=abc: is not a whole number"},
+        {"--nproc=2.5", "nproc=2.5: is not a whole number"},
+        {"--lr= ", "lr=: is empty"}, {"--dim=64junk", "dim=64junk: is not a whole number"}, {"--dim=' 64'", "dim= 64: is not a whole number"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_bounded(cases[i][0]);
+        CHECK(rc == 1 && strstr(out, cases[i][1]) && strstr(out, "error:"), "`train %s`: want exit 1 and '%s', got %d:\n%s",
+              cases[i][0], cases[i][1], rc, out);
+    }
+}
+
 int main(void) {
     const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
     snprintf(train_bin, sizeof train_bin, "%s/train", build);
@@ -203,8 +237,8 @@ int main(void) {
     expect_error("--steps=5", "unknown config key 'steps' (did you mean 'max_steps'?)");       /* a key containing the word */
     expect_error("--num_layers=2", "unknown config key 'num_layers' (did you mean 'n_layers'?)"); /* a key sharing a word */
     expect_error("--learning-rate=2", "unknown config key 'learning_rate'");
-    expect_error("--dim=abc", "'abc' is not a whole number");
-    expect_error("--lr=fast", "config key 'lr': 'fast' is not a number");
+    expect_error("--dim=abc", "dim=abc: is not a whole number");
+    expect_error("--lr=fast", "lr=fast: is not a number");
     expect_error("--n_layers=0", "out of range");
     expect_error("--lr_schedule=cosin", "'cosin' is not one of cosine|linear|constant");
     expect_error("--tie_embeddings=maybe", "is not a boolean");
@@ -267,6 +301,7 @@ int main(void) {
 
     test_memory(small, good);
     test_inputs_and_outputs(small, good);
+    test_subcommand_numbers();
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return test_summary();

@@ -130,6 +130,12 @@ static void choice_name(const char *choices, int index, char *out, size_t size) 
     snprintf(out, size, "%.*s", (int)len, p);
 }
 
+double config_number_or_die(const char *cmd, const char *key, const char *value) {
+    const ConfigField *f = config_find(key);
+    if (!f || (f->type != FIELD_INT && f->type != FIELD_FLOAT)) die("%s: '%s' is no numeric config key (a bug)", cmd, key);
+    return option_number_or_die(cmd, key, value, f->min, f->max, f->type == FIELD_INT);
+}
+
 int config_set(Config *c, const char *key, const char *value, char *err, size_t err_size) {
     const ConfigField *f = config_find(key);
     if (!f) {
@@ -137,32 +143,13 @@ int config_set(Config *c, const char *key, const char *value, char *err, size_t 
         return -1;
     }
     void *dst = (char *)c + f->offset;
-    char *end = NULL;
     switch (f->type) {
-    case FIELD_INT: {
-        double v = strtod(value, &end);
-        if (!*value || *end || v != floor(v)) {
-            snprintf(err, err_size, "config key '%s': '%s' is not a whole number", key, value);
-            return -1;
-        }
-        if (v < f->min || v > f->max) {
-            snprintf(err, err_size, "config key '%s': %s is out of range [%.0f, %.0f]", key, value, f->min, f->max);
-            return -1;
-        }
-        *(int *)dst = (int)v;
-        break;
-    }
+    case FIELD_INT:
     case FIELD_FLOAT: {
-        double v = strtod(value, &end);
-        if (!*value || *end || !isfinite(v)) {
-            snprintf(err, err_size, "config key '%s': '%s' is not a number", key, value);
-            return -1;
-        }
-        if (v < f->min || v > f->max) {
-            snprintf(err, err_size, "config key '%s': %s is out of range [%g, %g]", key, value, f->min, f->max);
-            return -1;
-        }
-        *(float *)dst = (float)v;
+        double v;
+        if (option_number(key, value, f->min, f->max, f->type == FIELD_INT, &v, err, err_size) != 0) return -1;
+        if (f->type == FIELD_INT) *(int *)dst = (int)v;
+        else *(float *)dst = (float)v;
         break;
     }
     case FIELD_BOOL:

@@ -73,6 +73,9 @@ int config_try_parse_args(Config *c, int argc, char **argv, char *err, size_t er
 void config_parse_args(Config *c, int argc, char **argv);
 /* Set one field from text; returns 0, or -1 with a message in err. */
 int config_set(Config *c, const char *key, const char *value, char *err, size_t err_size);
+/* A subcommand's option that is also a numeric config key (temperature, top_k,
+ * seed): read with that key's bounds through option_number, or die naming cmd. */
+double config_number_or_die(const char *cmd, const char *key, const char *value);
 /* Apply a preset's fields; returns -1 for an unknown preset name. */
 int config_apply_preset(Config *c, const char *name);
 void config_defaults(Config *c);

@@ -9,6 +9,7 @@
  * across sizes: with strong scaling (the same global batch) they must agree
  * to rounding, which is the "loss drifted when I added GPUs" symptom caught. */
 #include "trainer.h"
+#include "../common/options.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,8 +102,8 @@ int scale_main(int argc, char **argv) {
             if (!strcmp(a + 7, "weak")) weak = 1;
             else if (!strcmp(a + 7, "strong")) weak = 0;
             else die("scale: --mode=%s: use weak or strong", a + 7);
-        } else if (!strncmp(a, "--steps=", 8)) steps = atoi(a + 8);
-        else if (!strncmp(a, "--warmup=", 9)) warmup = atoi(a + 9);
+        } else if (!strncmp(a, "--steps=", 8)) steps = (int)option_number_or_die("scale", "steps", a + 8, 1, MAX_STEPS, 1);
+        else if (!strncmp(a, "--warmup=", 9)) warmup = (int)option_number_or_die("scale", "warmup", a + 9, 0, MAX_STEPS, 1);
         else if (!strncmp(a, "--out=", 6)) out = a + 6;
         else {
             rest[n++] = argv[i];
