@@ -224,6 +224,50 @@ int ckpt_check_state(const CkptState *s, const char *path, char *err, size_t err
     return -1;
 }
 
+static int by_text(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The first string given twice among s[0..n) (sorted in place); NULL when each is once. */
+static const char *first_twice(const char **s, int n) {
+    qsort(s, (size_t)n, sizeof *s, by_text);
+    for (int i = 1; i < n; i++) if (!strcmp(s[i - 1], s[i])) return s[i];
+    return NULL;
+}
+
+/* A checkpoint names each tensor once and gives each config key once: a reader that
+ * takes the first of two (ckpt_find, checkpoint_config_value) and a writer that copies
+ * both (export) would otherwise disagree about what the file holds. */
+static int check_unique(const CkptReader *r, char *err, size_t err_size) {
+    const char **names = mallocCheck(((size_t)r->n + 1) * sizeof *names);
+    for (int i = 0; i < r->n; i++) names[i] = r->entries[i].name;
+    const char *twice = first_twice(names, r->n);
+    if (twice) {
+        snprintf(err, err_size, "'%s': the tensor table holds '%s' twice: the file was altered or damaged\n  hint: move this "
+                 "checkpoint's folder aside to use an earlier one", r->path, twice);
+        free(names);
+        return -1;
+    }
+    free(names);
+    size_t n = 0;
+    for (const char *p = r->config_text; *p; p++) n += *p == '\n';
+    char *copy = mallocCheck(strlen(r->config_text) + 1);
+    strcpy(copy, r->config_text);
+    const char **keys = mallocCheck((n + 2) * sizeof *keys);
+    int k = 0;
+    for (char *line = copy; line && *line;) {
+        char *nl = strchr(line, '\n'), *eq = strchr(line, '=');
+        if (nl) *nl = 0;
+        if (eq) { *eq = 0; keys[k++] = line; }
+        line = nl ? nl + 1 : NULL;
+    }
+    twice = first_twice(keys, k);
+    if (twice)
+        snprintf(err, err_size, "'%s': the config text gives '%s' twice: the file was altered or damaged\n  hint: move this "
+                 "checkpoint's folder aside to use an earlier one", r->path, twice);
+    free(keys);
+    free(copy);
+    return twice ? -1 : 0;
+}
+
 int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
@@ -302,6 +346,7 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
              e->offset >= data_start && add_i64(e->offset, e->bytes, &end) && end <= table;
         if (!ok) { snprintf(err, err_size, "'%s': tensor table entry %d ('%s') is malformed or lies outside the data", path, i, e->name); goto out; }
     }
+    if (check_unique(r, err, err_size) != 0) goto out;
     return 0;
 out:
     ckpt_close(r);

@@ -80,6 +80,8 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     ModelConfig mc;
     if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
+    if (checkpoint_check_tensors(&r, &mc, err, sizeof err) != 0)   /* before anything is written */
+        die("export: %s\n  hint: the checkpoint was altered or damaged; export an earlier one", err);
     char init_std[64] = "0.02", *end;
     checkpoint_config_value(r.config_text, "init_std", init_std, sizeof init_std);
     double std_value = strtod(init_std, &end);
