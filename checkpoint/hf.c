@@ -339,7 +339,9 @@ static int st_open(StFile *s, const char *path, char *err, size_t err_size) {
     for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
         char name[256], dt[32];
         int t = j->nodes[k].next;
-        if (json_string(j, k, name, sizeof name) != 0) FAIL("'%s': a tensor name is longer than 255 bytes", path);
+        int named = json_string(j, k, name, sizeof name);
+        if (named == -2) FAIL("'%s': a tensor name holds a NUL byte (\\u0000), which no tensor name has", path);
+        if (named != 0) FAIL("'%s': a tensor name is longer than 255 bytes", path);
         if (!strcmp(name, "__metadata__")) {
             if (j->nodes[t].type != JSON_OBJECT) FAIL("'%s': __metadata__ is not a JSON object", path);
             for (int m = j->nodes[t].first; m >= 0; m = j->nodes[j->nodes[m].next].next)
@@ -347,6 +349,8 @@ static int st_open(StFile *s, const char *path, char *err, size_t err_size) {
             continue;
         }
         int dn = json_get(j, t, "dtype"), sn = json_get(j, t, "shape"), on = json_get(j, t, "data_offsets");
+        if (dn >= 0 && json_string(j, dn, dt, sizeof dt) == -2)   /* "F32\u0000junk" read as F32 when compared as a C string */
+            FAIL("'%s': tensor '%s' has a dtype holding a NUL byte (\\u0000): not a safetensors dtype", path, name);
         if (dn < 0 || sn < 0 || on < 0 || json_string(j, dn, dt, sizeof dt) != 0 || j->nodes[sn].type != JSON_ARRAY ||
             j->nodes[on].type != JSON_ARRAY || j->nodes[on].n_children != 2)
             FAIL("'%s': tensor '%s' lacks a proper dtype, shape or data_offsets", path, name);

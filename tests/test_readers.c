@@ -285,6 +285,26 @@ static const char *hf_folder(const char *json, size_t data_bytes, int64_t header
     return d;
 }
 
+/* issue 30, 7: JSON that readers disagree on is refused: a key given twice (Python's json takes the
+ * last, a first-match lookup the first), a dtype with a NUL inside (it compared as "F32"). */
+static void test_json_agreement(void) {
+    const char *hf = hf_folder("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, 0);
+    const char *cj = "{\"hidden_size\": 4, \"intermediate_size\": 4, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+                     "\"num_hidden_layers\": 1, \"vocab_size\": 8, \"num_hidden_layers\": 2}";
+    write_file(path_of("hf/config.json"), cj, strlen(cj));
+    ModelConfig mc;
+    REFUSED(hf_read_config(hf, &mc, err, sizeof err), "\"num_hidden_layers\" is given twice", "config.json with a key twice");
+    CHECK(strstr(err, "config.json") != NULL, "names the file: %s", err);
+    Json j;   /* the same key spelled two ways is the same key */
+    const char *esc = "{\"ab\": 1, \"a\\u0062\": 2}";
+    REFUSED(json_parse(&j, esc, strlen(esc), err, sizeof err), "given twice", "a key repeated through an escape");
+    const char *nul = "{\"a\\u0000x\": 1, \"a\\u0000y\": 2, \"a\": 3}";   /* keys differing after a NUL are different keys */
+    CHECK(json_parse(&j, nul, strlen(nul), err, sizeof err) == 0, "keys differing only after a NUL are distinct: %s", err);
+    char s[16];
+    CHECK(json_string(&j, j.nodes[0].first, s, sizeof s) == -2, "a string holding a NUL is not handed out as a C string");
+    json_free(&j);   /* the safetensors cases (a tensor named twice, dtype "F32\u0000junk") are in test_safetensors */
+}
+
 static void test_safetensors(void) {
     char st[512];
     snprintf(st, sizeof st, "%s", path_of("hf/model.safetensors"));
@@ -300,14 +320,16 @@ static void test_safetensors(void) {
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 7, "the file is truncated"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[9,12]}}", 12, "a gap"},
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[5,8]}}", 8, "overlapping"},
-        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}", 11, "named twice"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[8,11]}}", 11, "is given twice"},   /* the JSON reader refuses it now */
         {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,8],\"data_offsets\":[0,0]}}", 0, "too many elements"},
         {"{\"a\":{\"dtype\":\"F64\",\"shape\":[2147483648,2147483648],\"data_offsets\":[0,0]}}", 0, "too large to count"},
         {"{\"__metadata__\":{\"format\":1},\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "not a string"},
         {"{\"\xff\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "not valid UTF-8"},
         /* an empty dtype looped forever (a substring search advancing by its length, 0: found by fuzz_safetensors) */
         {"{\"a\":{\"dtype\":\"\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
-        {"{\"a\":{\"dtype\":\"\\u0000\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
+        {"{\"a\":{\"dtype\":\"\\u0000\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "dtype holding a NUL byte"},
+        /* issue 30: a decoded dtype compared as a C string read "F32\u0000junk" as F32 */
+        {"{\"a\":{\"dtype\":\"F32\\u0000junk\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "dtype holding a NUL byte"},
         {"{\"a\":{\"dtype\":\"F1\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
         {"{\"a\":{\"dtype\":\"I8 U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "unknown dtype"},
     };
@@ -436,6 +458,19 @@ static void test_tokenizers(void) {
     memcpy(json + body, "\"th\": }", 7);
     write_file(enc, json, body + 7);
     REFUSED(tokenizer_try_load_gpt2(enc, bpe, err, sizeof err) == NULL, "has no id", "key without an id");
+    /* issue 30: bytes after the closing brace, stray commas, a token given twice: JSON.parse would refuse or differ */
+    write_file(bpe, "#version: 0.2\nt h\nth e\n", 23);
+    const char *tails[][2] = {{"\"th\": 256, \"the\": 257, \"<|endoftext|>\": 258} trailing", "bytes after the closing"},
+                              {"\"th\": 256, \"the\": 257, \"<|endoftext|>\": 258}}", "bytes after the closing"},
+                              {"\"th\": 256,, \"the\": 257, \"<|endoftext|>\": 258}", "not a string key"},
+                              {"\"th\": 256 \"the\": 257, \"<|endoftext|>\": 258}", "expected ',' or '}'"},
+                              {"\"th\": 256, \"the\": 257, \"<|endoftext|>\": 258, \"th\": 259}", "a key given twice"}};
+    for (int i = 0; i < 5; i++) {
+        size_t m = body + (size_t)sprintf(json + body, "%s", tails[i][0]);
+        write_file(enc, json, m);
+        REFUSED(tokenizer_try_load_gpt2(enc, bpe, err, sizeof err) == NULL, tails[i][1], tails[i][0]);
+        CHECK(strstr(err, "encoder.json") != NULL, "names the file: %s", err);
+    }
 }
 
 /* ------------------------------------------------------------ config files */
@@ -660,6 +695,7 @@ int main(void) {
     test_checkpoints();
     test_safetensors();
     test_json_surrogates();
+    test_json_agreement();
     test_tokenizers();
     test_config();
     test_programs();
