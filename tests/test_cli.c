@@ -6,6 +6,7 @@
 #include "../data/shard.h"
 #include "../train/config.h"
 #include "../model/llama.h"
+#include "../kernels/adamw.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,6 +196,27 @@ static void test_subcommand_numbers(void) {
     }
 }
 
+/* issue 30, 8: adam_eps=0 (and 1e-320, 0 as a float) passed the range check and the run stopped at step 2 "the gradients
+ * are not finite". Where the NaN starts: a weight whose gradient is 0 (an embedding row of a token not in the batch) has
+ * m = v = 0, and the update m / (sqrt(v) + eps) is 0/0. Refused at start-up with that reason; the smallest eps taken trains. */
+static void test_adam_eps(const char *small, const char *good) {
+    AdamWHyper h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 0, .grad_scale = 1, .step = 1};
+    float m = 0, v = 0, p = adamw_element(0.5f, 0.0f, &m, &v, 1.0f, h.lr / (1 - h.beta1), sqrtf(1 - h.beta2), &h);
+    CHECK(isnan(p), "the origin: a zero gradient with eps=0 makes the weight 0/0 = NaN (got %g)", p);
+    h.eps = (float)CONFIG_MIN_ADAM_EPS, m = v = 0;
+    p = adamw_element(0.5f, 0.0f, &m, &v, 1.0f, h.lr / (1 - h.beta1), sqrtf(1 - h.beta2), &h);
+    CHECK(p == 0.5f, "with the smallest eps taken, a zero gradient leaves the weight as it was (got %g)", p);
+    char args[2048];
+    const char *bad[] = {"0", "1e-320", "1e-21"};
+    for (int i = 0; i < 3; i++) {
+        int rc = run(ARGS("%s --train_data=%s --max_steps=3 --warmup_steps=0 --checkpoint_every=-1 --adam_eps=%s", small, good, bad[i]));
+        CHECK(rc == 1 && strstr(out, "adam_eps=") && strstr(out, "0/0") && strstr(out, "hint: use --adam_eps=1e-8") && !strstr(out, "step     1/"),
+              "--adam_eps=%s: refused before training, with the reason (rc %d):\n%s", bad[i], rc, out);
+    }
+    int rc = run(ARGS("%s --train_data=%s --max_steps=3 --warmup_steps=0 --checkpoint_every=-1 --adam_eps=1e-20", small, good));
+    CHECK(rc == 0 && strstr(out, "step     3/3 | loss") && !strstr(out, "nan"), "--adam_eps=1e-20 trains 3 finite steps (rc %d):\n%s", rc, out);
+}
+
 int main(void) {
     const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
     snprintf(train_bin, sizeof train_bin, "%s/train", build);
@@ -302,6 +324,7 @@ int main(void) {
     test_memory(small, good);
     test_inputs_and_outputs(small, good);
     test_subcommand_numbers();
+    test_adam_eps(small, good);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return test_summary();

@@ -36,7 +36,7 @@ const ConfigField config_fields[] = {
     F(weight_decay, FIELD_FLOAT, "0.1", 0, 10, NULL, "training", "AdamW decoupled weight decay (not applied to norm weights)"),
     F(beta1, FIELD_FLOAT, "0.9", 0, 0.999999, NULL, "training", "AdamW beta1"),
     F(beta2, FIELD_FLOAT, "0.95", 0, 0.999999, NULL, "training", "AdamW beta2"),
-    F(adam_eps, FIELD_FLOAT, "1e-8", 0, 1, NULL, "training", "AdamW epsilon"),
+    F(adam_eps, FIELD_FLOAT, "1e-8", 0, 1, NULL, "training", "AdamW epsilon; at least 1e-20 (0 makes the update of a weight whose gradient is 0 a 0/0)"),
     F(optimizer, FIELD_CHOICE, "adamw", 0, 0, "adamw|adamw8bit", "training", "adamw: fp32 moments (8 bytes/param); adamw8bit: blockwise 8-bit moments (~2 bytes/param; tensors under 4096 elements keep fp32)"),
     F(grad_clip, FIELD_FLOAT, "1.0", 0, 1e9, NULL, "training", "clip the global gradient norm to this; 0 = off"),
     F(seed, FIELD_INT, "1337", 0, BIG, NULL, "training", "seed for init and data order"),
@@ -330,6 +330,12 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
         FAIL("compute_weights=per_layer casts each layer's weights from this rank's whole fp32 master, and zero=1 keeps only a "
              "1/dp shard of the master on each of the dp=%d ranks\n"
              "  hint: use --compute_weights=keep with --zero=1, or --zero=0 with --compute_weights=per_layer", c->dp);
+    if (c->adam_eps < (float)CONFIG_MIN_ADAM_EPS)   /* 1e-320 parses, and is 0 as a float */
+        FAIL("adam_eps=%g (as float32): AdamW divides m by sqrt(v) + adam_eps, and m = v = 0 for every weight whose gradient is 0 "
+             "(an embedding row of a token no batch has held yet), so 0/0 turns those weights NaN at the first step and the run "
+             "stops at step 2 blaming the gradients; below %g a gradient whose square underflows float32 (|g| < 2e-22, v = 0) is "
+             "divided by almost nothing\n  hint: use --adam_eps=1e-8 (the default, as PyTorch's) or any value from %g to 1",
+             c->adam_eps, CONFIG_MIN_ADAM_EPS, CONFIG_MIN_ADAM_EPS);
     if (c->comm_timeout_s <= 0)
         FAIL("comm_timeout_s=%g: a collective needs a deadline (> 0 seconds), or one stalled rank hangs every other rank for ever\n"
              "  hint: the default is 100; give a slow setup more, e.g. --comm_timeout_s=1800", c->comm_timeout_s);

@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* The smallest adam_eps a run takes (config_try_validate says why: 0 makes 0/0 of
+ * every weight whose gradient is 0; tests/test_cli.c shows it). */
+#define CONFIG_MIN_ADAM_EPS 1e-20
+
 enum { DEVICE_CPU, DEVICE_CUDA };
 enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };
 enum { SCHEDULE_COSINE, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
