@@ -207,8 +207,8 @@ void ckpt_writer_finish(CkptWriter *w) {
 int ckpt_check_state(const CkptState *s, const char *path, char *err, size_t err_size) {
     const char *bad = NULL, *why = "";
     if (s->step < 0 || s->step > INT32_MAX) bad = "step", why = "not in [0, 2^31-1]";
-    else if (s->loader_epoch < 0 || s->loader_epoch > CKPT_MAX_POSITION) bad = "loader epoch", why = "not in [0, 2^62]";
-    else if (s->loader_cursor < 0 || s->loader_cursor > CKPT_MAX_POSITION) bad = "loader cursor", why = "not in [0, 2^62]";
+    else if (s->loader_epoch < 0 || s->loader_epoch > CKPT_MAX_POSITION) bad = "loader epoch", why = "not in [0, 2^62)";
+    else if (s->loader_cursor < 0 || s->loader_cursor > CKPT_MAX_POSITION) bad = "loader cursor", why = "not in [0, 2^62)";
     else if (s->has_rng != 0 && s->has_rng != 1) bad = "has_rng", why = "neither 0 nor 1";
     else if (!(s->loss_scale > 0 && s->loss_scale <= 3.4e38f)) bad = "loss scale", why = "not a positive finite float";
     else if (s->clean_steps < 0 || s->clean_steps >= CKPT_MAX_CLEAN_STEPS)

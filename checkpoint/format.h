@@ -47,7 +47,7 @@ enum {
 enum { CKPT_KIND_TRAIN = 1 };
 enum { CKPT_OPT_NONE = 0, CKPT_OPT_ADAMW = 1 };
 #define CKPT_MAX_CLEAN_STEPS 2000                  /* = LOSS_SCALE_WINDOW (train/trainer.h): the count restarts there */
-#define CKPT_MAX_POSITION ((int64_t)1 << 62)       /* loader epoch and cursor: far past any run, and +2^31 cannot overflow */
+#define CKPT_MAX_POSITION (INT64_MAX / 2)          /* loader epoch and cursor, as data/loader.c bounds them: far past any run, +2^31 cannot overflow */
 
 /* What a header holds besides the layout: the run's scalar state. */
 typedef struct {
