@@ -58,7 +58,7 @@ static double number(const char *key, const char *v, int size_suffix) {
     else if (size_suffix && (last == 'M' || last == 'm')) scale = 1024.0 * 1024;
     else if (size_suffix && (last == 'G' || last == 'g')) scale = 1024.0 * 1024 * 1024;
     if (scale > 1) digits[n - 1] = 0;
-    if (option_number(key, digits, 0, size_suffix ? 1e15 : 1e9, 0, &x, err, sizeof err) != 0)
+    if (option_number(key, digits, size_suffix ? 0 : -1e9, size_suffix ? 1e15 : 1e9, 0, &x, err, sizeof err) != 0)   /* the bounds that mean something are checked below, in words */
         die("doctor: --%s=%s: %s%s", key, v, strchr(err, ':') + 2, size_suffix ? " (a size: 64M, 1G ...)" : "");
     return x * scale;
 }
