@@ -130,8 +130,9 @@ int trainer_log_flush(Trainer *tr) {
     fclose(tr->jsonl);
     tr->jsonl = NULL;
     snprintf(tr->log_error, sizeof tr->log_error, "writing the log log_jsonl=%s failed at step %d: %s; its last record may be cut short\n"
-             "  hint: is the disk full? free space (or give --log_jsonl another path) and resume with --resume=1",
-             tr->cfg.log_jsonl, tr->step, strerror(e));
+             "  hint: is the disk full? free space (or give --log_jsonl another path)%s", tr->cfg.log_jsonl, tr->step, strerror(e),
+             tr->cfg.checkpoint_every >= 0 ? " and continue from the checkpoint the run saves as it stops, with --resume=1"
+                                           : "; with checkpoint_every=-1 this run saves no checkpoint");
     return -1;
 }
 
