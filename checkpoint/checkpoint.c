@@ -309,6 +309,38 @@ int checkpoint_model_config(const char *text, ModelConfig *mc, char *err, size_t
     return 0;
 }
 
+int checkpoint_check_tensors(const CkptReader *r, const ModelConfig *mc, char *err, size_t err_size) {
+    Comm comm;
+    comm_init_one(&comm);
+    Model m;
+    model_plan(&m, mc, backend_cpu(), &comm, NULL, 1, 1, RECOMPUTE_NONE);   /* the tensor table alone, nothing allocated */
+    int rc = 0;
+    for (int i = 0; i < r->n && !rc; i++) {
+        const CkptEntry *e = &r->entries[i];
+        if (strchr(e->name, '/')) continue;   /* optimizer state: "<prefix>/<name>" */
+        const ParamTensor *t = model_find_tensor(&m, e->name);
+        if (!t) {
+            snprintf(err, err_size, "'%s' holds the weight '%s', which its config (n_layers=%d, tie_embeddings=%d) has no place for: the "
+                     "config text and the tensor table disagree", r->path, e->name, mc->n_layers, mc->tie_embeddings);
+            rc = -1;
+        }
+    }
+    for (int i = 0; i < m.n_tensors && !rc; i++) {
+        const ParamTensor *t = &m.tensors[i];
+        const CkptEntry *e = ckpt_find(r, t->name);
+        int64_t rows = 0, cols = 0;
+        if (e) ckpt_entry_dims(e, &rows, &cols);
+        if (!e || e->ndim != (t->global_rows == 1 ? 1 : 2) || rows != t->global_rows || cols != t->global_cols) {
+            snprintf(err, err_size, "'%s': its config (vocab_size=%d dim=%d n_layers=%d ffn_dim=%d ...) needs the weight '%s' of %d x %d, "
+                     "and the tensor table %s: the config text and the tensor table disagree", r->path, mc->vocab_size, mc->dim,
+                     mc->n_layers, mc->ffn_dim, t->name, t->global_rows, t->global_cols, e ? "holds another shape" : "has none");
+            rc = -1;
+        }
+    }
+    model_plan_free(&m);
+    return rc;
+}
+
 void checkpoint_state_path(const char *path, char *out, size_t size) {
     if (is_dir(path)) snprintf(out, size, "%s/state.bin", path);
     else snprintf(out, size, "%s", path);

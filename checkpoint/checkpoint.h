@@ -84,6 +84,9 @@ int checkpoint_check_config(const char *saved, const char *current, const char *
 int checkpoint_config_value(const char *text, const char *key, char *out, size_t size);
 /* ModelConfig from a checkpoint's config text; -1 with a message if a key is missing. */
 int checkpoint_model_config(const char *text, ModelConfig *mc, char *err, size_t err_size);
+/* The weights of r's tensor table (names without '/') are exactly the tensors the
+ * model mc has, each with its shape: 0, or -1 naming the first that differs. */
+int checkpoint_check_tensors(const CkptReader *r, const ModelConfig *mc, char *err, size_t err_size);
 /* state.bin inside a checkpoint folder (or path itself when it is a file). */
 void checkpoint_state_path(const char *path, char *out, size_t size);
 /* Reads a tensor's rectangle for a ParamTensor-shaped slice; -1 with a message on a missing or misshaped tensor. */

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* The value of --key=VALUE (or --ke-y=VALUE: dashes and underscores are the same) in argv; NULL if absent. */
 static const char *arg_value(int argc, char **argv, const char *key) {
@@ -65,10 +66,11 @@ int checkpoint_export_main(int argc, char **argv) {
     if (dt && !strcmp(dt, "bf16")) dtype = CKPT_BF16;
     else if (dt && !strcmp(dt, "f16")) dtype = CKPT_F16;
     else if (dt && strcmp(dt, "f32")) die("export: --dtype=%s is not one of f32, bf16, f16", dt);
-    FILE *probe = tok ? fopen(tok, "rb") : NULL;
-    if (tok && !probe) die("export: --tokenizer=%s cannot be read\n  hint: prepare writes OUTDIR/tokenizer.bin", tok);
-    if (probe) fclose(probe);
     char path[1200], state[1300], found[1200], err[2048];
+    int64_t tok_bytes;
+    int probe = tok ? open_regular(tok, "vocabulary file", &tok_bytes, err, sizeof err) : -1;   /* before any work: never blocks */
+    if (tok && probe < 0) die("export: --tokenizer=%s: %s\n  hint: prepare writes OUTDIR/tokenizer.bin", tok, err);
+    if (probe >= 0) close(probe);
     resolve_checkpoint(ck, path, sizeof path);
     hf_export(path, out, dtype);
     /* the vocabulary the run was trained with goes beside the weights */

@@ -200,6 +200,74 @@ void ckpt_writer_finish(CkptWriter *w) {
 
 #define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); return -1; } while (0)
 
+/* The run state is checked for what a run will do with it, not only for what fits
+ * its field: a run takes at most 2^31-1 steps, an optimizer step at most once a
+ * step, the fp16 clean-step count restarts at CKPT_MAX_CLEAN_STEPS, and the data
+ * position moves by at most one epoch a step, so none of them may overflow later. */
+int ckpt_check_state(const CkptState *s, const char *path, char *err, size_t err_size) {
+    const char *bad = NULL, *why = "";
+    if (s->step < 0 || s->step > INT32_MAX) bad = "step", why = "not in [0, 2^31-1]";
+    else if (s->loader_epoch < 0 || s->loader_epoch > CKPT_MAX_POSITION) bad = "loader epoch", why = "not in [0, 2^62)";
+    else if (s->loader_cursor < 0 || s->loader_cursor > CKPT_MAX_POSITION) bad = "loader cursor", why = "not in [0, 2^62)";
+    else if (s->has_rng != 0 && s->has_rng != 1) bad = "has_rng", why = "neither 0 nor 1";
+    else if (!(s->loss_scale > 0 && s->loss_scale <= 3.4e38f)) bad = "loss scale", why = "not a positive finite float";
+    else if (s->clean_steps < 0 || s->clean_steps >= CKPT_MAX_CLEAN_STEPS)
+        bad = "clean steps", why = "not in [0, 1999] (the count restarts when the fp16 loss scale doubles)";
+    else if (s->optimizer < CKPT_OPT_NONE || s->optimizer > CKPT_OPT_ADAMW8BIT_ROWS) bad = "optimizer", why = "not 0 (none), 1 (adamw) or 2 (8-bit AdamW, whole-tensor blocks)";
+    else if (s->optimizer_step < 0 || s->optimizer_step > s->step)
+        bad = "optimizer step", why = "not in [0, step] (the optimizer steps at most once a training step)";
+    if (!bad) return 0;
+    snprintf(err, err_size, "'%s': the run state's %s is out of range, %s (step %lld, epoch %lld, cursor %lld, loss scale %g, "
+             "clean steps %d, optimizer %d at step %lld): the file is damaged\n  hint: move this checkpoint's folder aside to "
+             "resume from an earlier one", path, bad, why, (long long)s->step, (long long)s->loader_epoch,
+             (long long)s->loader_cursor, (double)s->loss_scale, s->clean_steps, s->optimizer, (long long)s->optimizer_step);
+    return -1;
+}
+
+static int by_text(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* The first string given twice among s[0..n) (sorted in place); NULL when each is once. */
+static const char *first_twice(const char **s, int n) {
+    qsort(s, (size_t)n, sizeof *s, by_text);
+    for (int i = 1; i < n; i++) if (!strcmp(s[i - 1], s[i])) return s[i];
+    return NULL;
+}
+
+/* A checkpoint names each tensor once and gives each config key once: a reader that
+ * takes the first of two (ckpt_find, checkpoint_config_value) and a writer that copies
+ * both (export) would otherwise disagree about what the file holds. */
+static int check_unique(const CkptReader *r, char *err, size_t err_size) {
+    const char **names = mallocCheck(((size_t)r->n + 1) * sizeof *names);
+    for (int i = 0; i < r->n; i++) names[i] = r->entries[i].name;
+    const char *twice = first_twice(names, r->n);
+    if (twice) {
+        snprintf(err, err_size, "'%s': the tensor table holds '%s' twice: the file was altered or damaged\n  hint: move this "
+                 "checkpoint's folder aside to use an earlier one", r->path, twice);
+        free(names);
+        return -1;
+    }
+    free(names);
+    size_t n = 0;
+    for (const char *p = r->config_text; *p; p++) n += *p == '\n';
+    char *copy = mallocCheck(strlen(r->config_text) + 1);
+    strcpy(copy, r->config_text);
+    const char **keys = mallocCheck((n + 2) * sizeof *keys);
+    int k = 0;
+    for (char *line = copy; line && *line;) {
+        char *nl = strchr(line, '\n'), *eq = strchr(line, '=');
+        if (nl) *nl = 0;
+        if (eq) { *eq = 0; keys[k++] = line; }
+        line = nl ? nl + 1 : NULL;
+    }
+    twice = first_twice(keys, k);
+    if (twice)
+        snprintf(err, err_size, "'%s': the config text gives '%s' twice: the file was altered or damaged\n  hint: move this "
+                 "checkpoint's folder aside to use an earlier one", r->path, twice);
+    free(keys);
+    free(copy);
+    return twice ? -1 : 0;
+}
+
 int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
@@ -247,19 +315,7 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
                            .has_rng = h[CKPT_H_HAS_RNG], .clean_steps = h[CKPT_H_CLEAN_STEPS], .optimizer = h[CKPT_H_OPTIMIZER],
                            .optimizer_step = get64(h, CKPT_H_OPTIMIZER_STEP)};
     memcpy(&r->state.loss_scale, &h[CKPT_H_LOSS_SCALE], 4);
-    const CkptState *s = &r->state;
-    const char *bad = s->step < 0 || s->step > INT32_MAX ? "step" : s->loader_epoch < 0 || s->loader_epoch == INT64_MAX ? "loader epoch"
-                    : s->loader_cursor < 0 ? "loader cursor" : s->has_rng != 0 && s->has_rng != 1 ? "has_rng"
-                    : !(s->loss_scale > 0 && s->loss_scale <= 3.4e38f) ? "loss scale" : s->clean_steps < 0 ? "clean steps"
-                    : (s->optimizer < CKPT_OPT_NONE || s->optimizer > CKPT_OPT_ADAMW8BIT_ROWS) ? "optimizer"
-                    : s->optimizer_step < 0 || s->optimizer_step > INT32_MAX ? "optimizer step" : NULL;
-    if (bad) {
-        snprintf(err, err_size, "'%s': the run state's %s is out of range (step %lld, epoch %lld, cursor %lld, loss scale %g, "
-                 "clean steps %d, optimizer %d at step %lld): the file is damaged", path, bad, (long long)s->step,
-                 (long long)s->loader_epoch, (long long)s->loader_cursor, (double)s->loss_scale, s->clean_steps, s->optimizer,
-                 (long long)s->optimizer_step);
-        goto out;
-    }
+    if (ckpt_check_state(&r->state, path, err, err_size) != 0) goto out;
     r->config_text = mallocCheck((size_t)config_bytes + 1);
     r->entries = mallocCheck((size_t)n * sizeof(CkptEntry) + 1);
     if (fread(r->config_text, 1, (size_t)config_bytes, r->f) != (size_t)config_bytes) {
@@ -290,6 +346,7 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
              e->offset >= data_start && add_i64(e->offset, e->bytes, &end) && end <= table;
         if (!ok) { snprintf(err, err_size, "'%s': tensor table entry %d ('%s') is malformed or lies outside the data", path, i, e->name); goto out; }
     }
+    if (check_unique(r, err, err_size) != 0) goto out;
     return 0;
 out:
     ckpt_close(r);

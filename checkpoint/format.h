@@ -51,6 +51,8 @@ enum { CKPT_KIND_TRAIN = 1 };
  * ADAMW8BIT_ROWS dequantized from 8-bit state under the whole-tensor rule (train/optimizer.c), so
  * requantizing them gives the saver's codes back bit for bit. */
 enum { CKPT_OPT_NONE = 0, CKPT_OPT_ADAMW = 1, CKPT_OPT_ADAMW8BIT_ROWS = 2 };
+#define CKPT_MAX_CLEAN_STEPS 2000                  /* = LOSS_SCALE_WINDOW (train/trainer.h): the count restarts there */
+#define CKPT_MAX_POSITION (INT64_MAX / 2)          /* loader epoch and cursor, as data/loader.c bounds them: far past any run, +2^31 cannot overflow */
 
 /* What a header holds besides the layout: the run's scalar state. */
 typedef struct {
@@ -73,6 +75,10 @@ typedef struct {                /* one row of the tensor table: 192 bytes on dis
     uint32_t crc, reserved;
 } CkptEntry;
 _Static_assert(sizeof(CkptEntry) == 192, "CkptEntry is 192 bytes on disk");
+
+/* 0 when a run can use s as it is (every field in range for what the run does
+ * with it, see format.c); else -1 with one line naming path and the field. */
+int ckpt_check_state(const CkptState *s, const char *path, char *err, size_t err_size);
 
 /* CRC32 (the zlib / IEEE polynomial, so Python's zlib.crc32 agrees). Pass 0 to start. */
 static inline uint32_t ckpt_crc32(uint32_t crc, const void *data, size_t bytes) { return crc32_update(crc, data, bytes); }

@@ -80,6 +80,8 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     ModelConfig mc;
     if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
+    if (checkpoint_check_tensors(&r, &mc, err, sizeof err) != 0)   /* before anything is written */
+        die("export: %s\n  hint: the checkpoint was altered or damaged; export an earlier one", err);
     char init_std[64] = "0.02", *end;
     checkpoint_config_value(r.config_text, "init_std", init_std, sizeof init_std);
     double std_value = strtod(init_std, &end);
@@ -339,7 +341,9 @@ static int st_open(StFile *s, const char *path, char *err, size_t err_size) {
     for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
         char name[256], dt[32];
         int t = j->nodes[k].next;
-        if (json_string(j, k, name, sizeof name) != 0) FAIL("'%s': a tensor name is longer than 255 bytes", path);
+        int named = json_string(j, k, name, sizeof name);
+        if (named == -2) FAIL("'%s': a tensor name holds a NUL byte (\\u0000), which no tensor name has", path);
+        if (named != 0) FAIL("'%s': a tensor name is longer than 255 bytes", path);
         if (!strcmp(name, "__metadata__")) {
             if (j->nodes[t].type != JSON_OBJECT) FAIL("'%s': __metadata__ is not a JSON object", path);
             for (int m = j->nodes[t].first; m >= 0; m = j->nodes[j->nodes[m].next].next)
@@ -347,6 +351,8 @@ static int st_open(StFile *s, const char *path, char *err, size_t err_size) {
             continue;
         }
         int dn = json_get(j, t, "dtype"), sn = json_get(j, t, "shape"), on = json_get(j, t, "data_offsets");
+        if (dn >= 0 && json_string(j, dn, dt, sizeof dt) == -2)   /* "F32\u0000junk" read as F32 when compared as a C string */
+            FAIL("'%s': tensor '%s' has a dtype holding a NUL byte (\\u0000): not a safetensors dtype", path, name);
         if (dn < 0 || sn < 0 || on < 0 || json_string(j, dn, dt, sizeof dt) != 0 || j->nodes[sn].type != JSON_ARRAY ||
             j->nodes[on].type != JSON_ARRAY || j->nodes[on].n_children != 2)
             FAIL("'%s': tensor '%s' lacks a proper dtype, shape or data_offsets", path, name);

@@ -181,6 +181,50 @@ static int parse_value(Parser *p) {
     }
 }
 
+/* Keys of one object, decoded (NULs kept, with their lengths) for sorting. */
+typedef struct { char *s; size_t n; int node; } Key;
+static int by_key(const void *a, const void *b) {
+    const Key *x = a, *y = b;
+    int c = memcmp(x->s, y->s, x->n < y->n ? x->n : y->n);
+    return c ? c : (x->n > y->n) - (x->n < y->n);
+}
+
+static long decode(const Json *j, int node, char *out, size_t size);
+
+static Key decode_key(const Json *j, int k) {
+    size_t cap = (size_t)j->nodes[k].len * 4 + 8;
+    Key key = {mallocCheck(cap), 0, k};
+    long n = decode(j, k, key.s, cap);
+    key.n = n > 0 ? (size_t)n : 0;
+    return key;
+}
+
+/* -1 with the place of the second when an object of j gives a key twice. */
+static int check_duplicate_keys(Parser *p) {
+    const Json *j = p->j;
+    for (int o = 0; o < j->n; o++) {
+        if (j->nodes[o].type != JSON_OBJECT || j->nodes[o].n_children < 4) continue;
+        int n = j->nodes[o].n_children / 2, bad = -1;
+        Key *keys = mallocCheck((size_t)n * sizeof *keys);
+        int m = 0;
+        for (int k = j->nodes[o].first; k >= 0; k = j->nodes[j->nodes[k].next].next) keys[m++] = decode_key(j, k);
+        qsort(keys, (size_t)m, sizeof *keys, by_key);
+        for (int i = 1; i < m && bad < 0; i++)
+            if (!by_key(&keys[i - 1], &keys[i])) bad = keys[i].node > keys[i - 1].node ? keys[i].node : keys[i - 1].node;
+        char shown[80] = "";
+        if (bad >= 0) snprintf(shown, sizeof shown, "%.*s", j->nodes[bad].len < 60 ? j->nodes[bad].len : 60, j->text + j->nodes[bad].start);
+        for (int i = 0; i < m; i++) free(keys[i].s);
+        free(keys);
+        if (bad >= 0) {
+            char what[160];
+            snprintf(what, sizeof what, "the key \"%s\" is given twice in one object (readers differ on which counts)", shown);
+            p->pos = (size_t)j->nodes[bad].start;
+            return fail(p, what);
+        }
+    }
+    return 0;
+}
+
 int json_parse(Json *j, const char *text, size_t size, char *err, size_t err_size) {
     memset(j, 0, sizeof *j);
     j->text = text;
@@ -190,6 +234,7 @@ int json_parse(Json *j, const char *text, size_t size, char *err, size_t err_siz
     if (parse_value(&p) < 0) { json_free(j); return -1; }
     skip_ws(&p);
     if (p.pos != size) { fail(&p, "unexpected text after the value"); json_free(j); return -1; }
+    if (check_duplicate_keys(&p) != 0) { json_free(j); return -1; }
     return 0;
 }
 
@@ -199,8 +244,8 @@ void json_free(Json *j) {
     j->n = j->cap = 0;
 }
 
-int json_string(const Json *j, int node, char *out, size_t size) {
-    if (node < 0 || j->nodes[node].type != JSON_STRING || size == 0) return -1;
+/* String node into out[0..size), NULs kept: its length, or -1 when it does not fit. */
+static long decode(const Json *j, int node, char *out, size_t size) {
     const char *s = j->text + j->nodes[node].start;
     int len = j->nodes[node].len;
     size_t o = 0;
@@ -228,7 +273,15 @@ int json_string(const Json *j, int node, char *out, size_t size) {
         if (o + 1 >= size) return -1;
         out[o++] = (char)cp;
     }
-    out[o] = 0;
+    return (long)o;
+}
+
+int json_string(const Json *j, int node, char *out, size_t size) {
+    if (node < 0 || j->nodes[node].type != JSON_STRING || size == 0) return -1;
+    long n = decode(j, node, out, size);
+    if (n < 0) return -1;
+    if (memchr(out, 0, (size_t)n)) return -2;
+    out[n] = 0;
     return 0;
 }
 

@@ -2,6 +2,7 @@
  * check that every rank runs the same config (comm/launch.h). */
 #include "launch.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include "../common/errors.h"
 #include <stdlib.h>
 #include <string.h>
@@ -130,7 +131,7 @@ const char *launch_mpi_version(void) {
 void launch_nproc(int argc, char **argv) {
     int n = 0, at = -1;
     for (int i = 1; i < argc; i++)
-        if (!strncmp(argv[i], "--nproc=", 8)) { n = atoi(argv[i] + 8); at = i; }
+        if (!strncmp(argv[i], "--nproc=", 8)) { n = (int)option_number_or_die("train", "nproc", argv[i] + 8, 0, 4096, 1); at = i; }
     if (at < 0 || n <= 1) return;
     if (launched_by_mpi()) {
         const char *w = getenv("OMPI_COMM_WORLD_SIZE");

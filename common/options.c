@@ -1,10 +1,42 @@
 /* common/options.c — command-line keys: one spelling for dash and underscore,
- * and the suggestion for an unknown key (see options.h). */
+ * the one strict number reader, and the suggestion for an unknown key (see options.h). */
 #include "options.h"
+#include "util.h"
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+int option_number(const char *key, const char *value, double lo, double hi, int whole, double *out, char *err, size_t err_size) {
+    char *end = NULL;
+    double v = *value && !isspace((unsigned char)*value) ? strtod(value, &end) : 0;
+    const char *why = NULL;
+    if (!*value) why = whole ? "is empty: give a whole number" : "is empty: give a number";
+    else if (!end || end == value || *end) why = whole ? "is not a whole number" : "is not a number";
+    else if (!isfinite(v)) why = "is not a number (nan, inf and values past 1.8e308 have no meaning here)";
+    else if (whole && v != floor(v)) why = "is not a whole number";
+    if (why) {
+        snprintf(err, err_size, "%s=%s: %s", key, value, why);
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        if (whole) snprintf(err, err_size, "%s=%s: is out of range [%.0f, %.0f]", key, value, lo, hi);
+        else snprintf(err, err_size, "%s=%s: is out of range [%g, %g]", key, value, lo, hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+double option_number_or_die(const char *cmd, const char *key, const char *value, double lo, double hi, int whole) {
+    char err[512];
+    double v;
+    if (option_number(key, value, lo, hi, whole, &v, err, sizeof err) != 0)
+        die("%s: %s\n  hint: see `build/train %s --help`", cmd, err, cmd);
+    return v;
+}
 
 const char *option_split(const char *arg, char *key, size_t key_size) {
     const char *eq = strchr(arg, '=');

@@ -12,5 +12,13 @@
 /* arg = "--key=value": writes the key, every '-' made '_', to key (key_size
  * bytes) and returns the value; NULL when arg is not of that form. */
 const char *option_split(const char *arg, char *key, size_t key_size);
+/* The one number reader of every key, the config table's and each subcommand's:
+ * the whole of value a finite number in [lo, hi], a whole one when whole is set.
+ * Refused: empty, leading blanks, trailing junk, nan, inf, overflow (1e309),
+ * fractions where a count is wanted, out of range. 0 and *out set, or -1 with
+ * "KEY=VALUE: why" in err. */
+int option_number(const char *key, const char *value, double lo, double hi, int whole, double *out, char *err, size_t err_size);
+/* option_number for a subcommand: on a bad value dies "CMD: KEY=VALUE: why" and a hint. */
+double option_number_or_die(const char *cmd, const char *key, const char *value, double lo, double hi, int whole);
 /* The known name (names[0..n)) nearest to the typed key, by the rule above. */
 const char *option_suggest(const char *typed, const char *const *names, int n);

@@ -116,6 +116,73 @@ int open_regular(const char *path, const char *what, int64_t *size, char *err, s
     return fd;
 }
 
+FILE *fopen_regular(const char *path, const char *what, char *err, size_t err_size) {
+    int64_t n;
+    int fd = open_regular(path, what, &n, err, err_size);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+    if (fd >= 0 && !f) {
+        snprintf(err, err_size, "cannot open %s '%s': %s", what, path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+/* 0 when a file can be created in folder dir: one is made and removed at once (access() alone
+ * says yes to root on a read-only NFS export or procfs); else errno. */
+static int probe_folder(const char *dir) {
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.llm3d_write_probe_%d", dir, (int)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return errno;
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
+int check_writable(const char *path, int folder, const char *what, char *err, size_t err_size) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", *path ? path : ".");
+    struct stat st;
+    if (stat(p, &st) == 0) {
+        int ok = folder ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) || S_ISCHR(st.st_mode);   /* a device: /dev/null, /dev/full */
+        if (!ok) {
+            snprintf(err, err_size, "%s=%s is %s, not a %s\n  hint: give %s a %s path", what, path,
+                     S_ISDIR(st.st_mode) ? "a folder" : S_ISREG(st.st_mode) ? "a file" : "a special file", folder ? "folder" : "file",
+                     what, folder ? "folder" : "file");
+            return -1;
+        }
+        int e = folder ? probe_folder(p) : access(p, W_OK) != 0 ? errno : 0;
+        if (e) {
+            snprintf(err, err_size, "%s=%s cannot be written: %s\n  hint: choose a %s on a writable filesystem", what, path,
+                     strerror(e), folder ? "folder" : "file");
+            return -1;
+        }
+        return 0;
+    }
+    if (errno != ENOENT && errno != ENOTDIR) { snprintf(err, err_size, "%s=%s: %s", what, path, strerror(errno)); return -1; }
+    /* absent: the nearest existing ancestor must be a folder this process may create entries in */
+    for (;;) {
+        char *slash = strrchr(p, '/');
+        if (!slash) snprintf(p, sizeof p, ".");
+        else if (slash == p) p[1] = 0;
+        else *slash = 0;
+        if (stat(p, &st) == 0) break;
+        if ((errno != ENOENT && errno != ENOTDIR) || !strcmp(p, ".") || !strcmp(p, "/")) { snprintf(err, err_size, "%s=%s: %s", what, path, strerror(errno)); return -1; }
+        if (!folder) { snprintf(err, err_size, "%s=%s: its folder '%s' does not exist\n  hint: create it first", what, path, p); return -1; }
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(err, err_size, "%s=%s cannot be made: '%s' is a file, not a folder\n  hint: choose another %s", what, path, p, what);
+        return -1;
+    }
+    int e = probe_folder(p);
+    if (e) {
+        snprintf(err, err_size, "%s=%s cannot be made in '%s': %s\n  hint: choose a %s on a writable filesystem", what, path, p,
+                 strerror(e), folder ? "folder" : "file");
+        return -1;
+    }
+    return 0;
+}
+
 char *read_regular(const char *path, const char *what, size_t max_bytes, size_t *size, char *err, size_t err_size) {
     int64_t n;
     int fd = open_regular(path, what, &n, err, err_size);

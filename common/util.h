@@ -66,6 +66,14 @@ static inline int mul_size(size_t a, size_t b, size_t *out) { return !__builtin_
 /* Opens path for reading if it is a regular file (never blocks on a FIFO, never
  * reads a device); returns the fd and its size, or -1 with a message in err. */
 int open_regular(const char *path, const char *what, int64_t *size, char *err, size_t err_size);
+/* open_regular as a stdio stream for reading; NULL with the message in err. */
+FILE *fopen_regular(const char *path, const char *what, char *err, size_t err_size);
+/* Whether an output can be written, asked before the work that makes it starts
+ * (at most a probe file is made and removed): with folder, path is a folder made on demand (mkdir -p),
+ * so it must be a writable folder or its nearest existing ancestor must be; else
+ * path is a file: a writable regular file, or absent in a writable folder. 0, or
+ * -1 with one line naming what (the key) and path in err. */
+int check_writable(const char *path, int folder, const char *what, char *err, size_t err_size);
 /* A whole regular file of at most max_bytes, NUL-terminated; NULL with a message
  * in err. what names the kind of file in messages ("config file"). */
 char *read_regular(const char *path, const char *what, size_t max_bytes, size_t *size, char *err, size_t err_size);

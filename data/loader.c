@@ -153,7 +153,7 @@ LoaderState loader_get_state(const Loader *l) { return l->state; }
 
 int loader_try_set_state(Loader *l, LoaderState s, char *err, size_t err_size) {
     /* past the end is legal (train_data may change on resume): the next batch starts the next epoch */
-    if (s.epoch < 0 || s.epoch == INT64_MAX || s.cursor < 0 || s.cursor > INT64_MAX / 2) {
+    if (s.epoch < 0 || s.epoch > INT64_MAX / 2 || s.cursor < 0 || s.cursor > INT64_MAX / 2) {   /* +1 epoch a step cannot overflow */
         snprintf(err, err_size, "data position epoch %lld, sample %lld is not a position (negative, or past 2^62)\n"
                  "  hint: the checkpoint is damaged; move its folder aside to fall back to an earlier one",
                  (long long)s.epoch, (long long)s.cursor);

@@ -55,14 +55,6 @@ static void usage(void) {
            "exactly; prepare warns with their count.\n");
 }
 
-/* The number in arg = "--key=value", as the user typed it, within [lo, hi]. */
-static double parse_number(const char *arg, const char *value, double lo, double hi) {
-    char *end;
-    double v = strtod(value, &end);
-    if (end == value || *end || !(v >= lo && v <= hi))
-        die("prepare: %s is not a number in [%g, %g]\n  hint: see `build/train prepare --help`", arg, lo, hi);
-    return v;
-}
 
 /* ------------------------------------------------------------------ files */
 
@@ -307,10 +299,10 @@ int prepare_main(int argc, char **argv) {
         else if (!strcmp(key, "tokenizer")) o.tokenizer = v;
         else if (!strcmp(key, "vocab")) o.vocab = v;
         else if (!strcmp(key, "gpt2_dir")) o.gpt2_dir = v;
-        else if (!strcmp(key, "train_vocab")) o.train_vocab = (int)parse_number(a, v, 257, 1 << 20);
-        else if (!strcmp(key, "val_fraction")) o.val_fraction = parse_number(a, v, 0, 0.9);
-        else if (!strcmp(key, "seed")) o.seed = (long long)parse_number(a, v, 0, 9e15);
-        else if (!strcmp(key, "shard_tokens")) o.shard_tokens = (long long)parse_number(a, v, 1, (double)SHARD_MAX_TOKENS);
+        else if (!strcmp(key, "train_vocab")) o.train_vocab = (int)option_number_or_die("prepare", key, v, 257, 1 << 20, 1);
+        else if (!strcmp(key, "val_fraction")) o.val_fraction = option_number_or_die("prepare", key, v, 0, 0.9, 0);
+        else if (!strcmp(key, "seed")) o.seed = (long long)option_number_or_die("prepare", key, v, 0, 9e15, 1);
+        else if (!strcmp(key, "shard_tokens")) o.shard_tokens = (long long)option_number_or_die("prepare", key, v, 1, (double)SHARD_MAX_TOKENS, 1);
         else {
             static const char *const known[] = {"input", "out", "ext", "tokenizer", "vocab", "gpt2_dir", "train_vocab",
                                                 "val_fraction", "seed", "shard_tokens"};

@@ -4,9 +4,71 @@
 #include "shard.h"
 #include "../common/util.h"
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+/* ---- a shard changed under a running job -------------------------------------
+ * A shard is mmap'ed whole. If another process truncates it (prepare rewriting it
+ * in place, a full copy cut short), reading a page past its new end raises SIGBUS,
+ * which would kill the run with no word. The handler below looks the faulting
+ * address up among the open shards and ends the process with one line naming the
+ * file (write(2) and _exit: async-signal-safe); a SIGBUS anywhere else goes to the
+ * handler that was there before (the default: a core with the real stack). */
+enum { MAX_MAPPED = 1024 };
+static struct { const uint8_t *start, *end; char *path; } mapped[MAX_MAPPED];
+static struct sigaction sigbus_before;
+static int sigbus_installed;
+
+static void say(const char *s) {
+    size_t n = strlen(s);
+    while (n) { ssize_t w = write(2, s, n); if (w <= 0) break; s += w; n -= (size_t)w; }
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+    const uint8_t *a = (const uint8_t *)si->si_addr;
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (mapped[i].start && a >= mapped[i].start && a < mapped[i].end) {
+            say("error: token shard '");
+            say(mapped[i].path);
+            say("' changed while this run was reading it: it is shorter than when it was opened\n"
+                "  hint: never rewrite or truncate shards a job is reading (write new ones under new names); "
+                "restore it and resume from the last checkpoint with --resume=1\n");
+            _exit(1);
+        }
+    sigaction(SIGBUS, &sigbus_before, NULL);   /* not a shard's page: the fault repeats under the old handler */
+    (void)sig; (void)uc;
+}
+
+static void watch_map(const uint8_t *map, size_t bytes, const char *path) {
+    if (!sigbus_installed) {
+        struct sigaction sa = {0};
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &sigbus_before);
+        sigbus_installed = 1;
+    }
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (!mapped[i].start) {
+            mapped[i].path = strdup(path);
+            mapped[i].end = map + bytes;
+            mapped[i].start = map;   /* last: the handler sees a whole entry or none */
+            return;
+        }
+}
+
+static void unwatch_map(const uint8_t *map) {
+    for (int i = 0; i < MAX_MAPPED; i++)
+        if (mapped[i].start == map) {
+            mapped[i].start = NULL;
+            free(mapped[i].path);
+            mapped[i].path = NULL;
+            return;
+        }
+}
 
 #define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); goto fail; } while (0)
 
@@ -50,7 +112,9 @@ int shard_open(Shard *s, const char *path, char *err, size_t err_size) {
         FAIL("token shard '%s' is %zu bytes but its header promises %lld tokens of %d bytes\n  hint: the file is %s; "
              "regenerate it with `build/train prepare`", path, bytes, (long long)n, width,
              n >= 0 && want > file_bytes ? "truncated" : "damaged or longer than its header says");
-    if (h[5] < 0) FAIL("token shard '%s': vocabulary size %d in its header is negative: the header is corrupt", path, h[5]);
+    if (h[5] < 0 || h[5] > SHARD_MAX_VOCAB)
+        FAIL("token shard '%s': vocabulary size %d in its header is not in [0, %d] (the bound --vocab_size has): the header is "
+             "corrupt\n  hint: regenerate the shard with `build/train prepare`", path, h[5], SHARD_MAX_VOCAB);
     if (h[1] >= 2) {
         s->chunk_tokens = h[6];
         s->n_chunks = h[7];
@@ -68,6 +132,7 @@ int shard_open(Shard *s, const char *path, char *err, size_t err_size) {
     s->vocab_size = h[5];
     s->map = map;
     s->map_bytes = bytes;
+    watch_map(s->map, bytes, path);
     return 0;
 fail:
     if (map != MAP_FAILED) munmap(map, bytes);
@@ -76,7 +141,10 @@ fail:
 }
 
 void shard_close(Shard *s) {
-    if (s->map) munmap((void *)s->map, s->map_bytes);
+    if (s->map) {
+        unwatch_map(s->map);
+        munmap((void *)s->map, s->map_bytes);
+    }
     s->map = NULL;
 }
 

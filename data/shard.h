@@ -25,6 +25,7 @@
 #define SHARD_VERSION 2
 #define SHARD_HEADER_INTS 256
 #define SHARD_MAX_CHUNKS 240
+#define SHARD_MAX_VOCAB (1 << 24)      /* = the most vocab_size may be (train/config.c) */
 #define SHARD_MIN_CHUNK_TOKENS (1 << 20)
 #define SHARD_MAX_TOKENS ((int64_t)SHARD_MAX_CHUNKS << 30)   /* chunks of at most 2^30 tokens: header ints */
 

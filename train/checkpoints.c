@@ -17,6 +17,8 @@
 #include "../comm/launch.h"
 #include <stdlib.h>
 #include <string.h>
+
+_Static_assert(CKPT_MAX_CLEAN_STEPS == LOSS_SCALE_WINDOW, "a checkpoint's clean-step bound is the loss-scale window");
 #include <unistd.h>
 
 #define CONFIG_TEXT_BYTES 65536

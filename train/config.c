@@ -36,7 +36,7 @@ const ConfigField config_fields[] = {
     F(weight_decay, FIELD_FLOAT, "0.1", 0, 10, NULL, "training", "AdamW decoupled weight decay (not applied to norm weights)"),
     F(beta1, FIELD_FLOAT, "0.9", 0, 0.999999, NULL, "training", "AdamW beta1"),
     F(beta2, FIELD_FLOAT, "0.95", 0, 0.999999, NULL, "training", "AdamW beta2"),
-    F(adam_eps, FIELD_FLOAT, "1e-8", 0, 1, NULL, "training", "AdamW epsilon"),
+    F(adam_eps, FIELD_FLOAT, "1e-8", 0, 1, NULL, "training", "AdamW epsilon; at least 1e-20 (0 makes the update of a weight whose gradient is 0 a 0/0)"),
     F(optimizer, FIELD_CHOICE, "adamw", 0, 0, "adamw|adamw8bit", "training", "adamw: fp32 moments (8 bytes/param); adamw8bit: blockwise 8-bit moments (~2 bytes/param; tensors under adamw8bit_min_numel elements keep fp32)"),
     F(adamw8bit_min_numel, FIELD_INT, "4096", 1, BIG, NULL, "training", "adamw8bit: tensors of fewer elements (the whole tensor's, whatever the layout) keep fp32 moments"),
     F(grad_clip, FIELD_FLOAT, "1.0", 0, 1e9, NULL, "training", "clip the global gradient norm to this; 0 = off"),
@@ -134,6 +134,12 @@ static void choice_name(const char *choices, int index, char *out, size_t size) 
     snprintf(out, size, "%.*s", (int)len, p);
 }
 
+double config_number_or_die(const char *cmd, const char *key, const char *value) {
+    const ConfigField *f = config_find(key);
+    if (!f || (f->type != FIELD_INT && f->type != FIELD_FLOAT)) die("%s: '%s' is no numeric config key (a bug)", cmd, key);
+    return option_number_or_die(cmd, key, value, f->min, f->max, f->type == FIELD_INT);
+}
+
 int config_set(Config *c, const char *key, const char *value, char *err, size_t err_size) {
     const ConfigField *f = config_find(key);
     if (!f) {
@@ -141,32 +147,13 @@ int config_set(Config *c, const char *key, const char *value, char *err, size_t 
         return -1;
     }
     void *dst = (char *)c + f->offset;
-    char *end = NULL;
     switch (f->type) {
-    case FIELD_INT: {
-        double v = strtod(value, &end);
-        if (!*value || *end || v != floor(v)) {
-            snprintf(err, err_size, "config key '%s': '%s' is not a whole number", key, value);
-            return -1;
-        }
-        if (v < f->min || v > f->max) {
-            snprintf(err, err_size, "config key '%s': %s is out of range [%.0f, %.0f]", key, value, f->min, f->max);
-            return -1;
-        }
-        *(int *)dst = (int)v;
-        break;
-    }
+    case FIELD_INT:
     case FIELD_FLOAT: {
-        double v = strtod(value, &end);
-        if (!*value || *end || !isfinite(v)) {
-            snprintf(err, err_size, "config key '%s': '%s' is not a number", key, value);
-            return -1;
-        }
-        if (v < f->min || v > f->max) {
-            snprintf(err, err_size, "config key '%s': %s is out of range [%g, %g]", key, value, f->min, f->max);
-            return -1;
-        }
-        *(float *)dst = (float)v;
+        double v;
+        if (option_number(key, value, f->min, f->max, f->type == FIELD_INT, &v, err, err_size) != 0) return -1;
+        if (f->type == FIELD_INT) *(int *)dst = (int)v;
+        else *(float *)dst = (float)v;
         break;
     }
     case FIELD_BOOL:
@@ -364,6 +351,12 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
     if (c->zero >= 2 && c->grad_reduce_dtype == GRAD_REDUCE_BF16)
         FAIL("zero=%d reduce-scatters each unit's fp32 gradient into the fp32 shard, and grad_reduce_dtype=bf16 asks to send it in bf16\n"
              "  hint: use --grad_reduce_dtype=fp32 with --zero=%d, or --zero=1", c->zero, c->zero);
+    if (c->adam_eps < (float)CONFIG_MIN_ADAM_EPS)   /* 1e-320 parses, and is 0 as a float */
+        FAIL("adam_eps=%g (as float32): AdamW divides m by sqrt(v) + adam_eps, and m = v = 0 for every weight whose gradient is 0 "
+             "(an embedding row of a token no batch has held yet), so 0/0 turns those weights NaN at the first step and the run "
+             "stops at step 2 blaming the gradients; below %g a gradient whose square underflows float32 (|g| < 2e-22, v = 0) is "
+             "divided by almost nothing\n  hint: use --adam_eps=1e-8 (the default, as PyTorch's) or any value from %g to 1",
+             c->adam_eps, CONFIG_MIN_ADAM_EPS, CONFIG_MIN_ADAM_EPS);
     if (c->comm_timeout_s <= 0)
         FAIL("comm_timeout_s=%g: a collective needs a deadline (> 0 seconds), or one stalled rank hangs every other rank for ever\n"
              "  hint: the default is 100; give a slow setup more, e.g. --comm_timeout_s=1800", c->comm_timeout_s);

@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* The smallest adam_eps a run takes (config_try_validate says why: 0 makes 0/0 of
+ * every weight whose gradient is 0; tests/test_cli.c shows it). */
+#define CONFIG_MIN_ADAM_EPS 1e-20
+
 enum { DEVICE_CPU, DEVICE_CUDA };
 enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };
 enum { SCHEDULE_COSINE, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
@@ -74,6 +78,9 @@ int config_try_parse_args(Config *c, int argc, char **argv, char *err, size_t er
 void config_parse_args(Config *c, int argc, char **argv);
 /* Set one field from text; returns 0, or -1 with a message in err. */
 int config_set(Config *c, const char *key, const char *value, char *err, size_t err_size);
+/* A subcommand's option that is also a numeric config key (temperature, top_k,
+ * seed): read with that key's bounds through option_number, or die naming cmd. */
+double config_number_or_die(const char *cmd, const char *key, const char *value);
 /* Apply a preset's fields; returns -1 for an unknown preset name. */
 int config_apply_preset(Config *c, const char *name);
 void config_defaults(Config *c);

@@ -60,8 +60,23 @@ static void log_eval(Trainer *tr, double val) {
     fflush(stdout);
     if (tr->jsonl) {
         fprintf(tr->jsonl, "{\"step\": %d, \"val_loss\": %.6f}\n", tr->step, val);
-        fflush(tr->jsonl);
+        trainer_log_flush(tr);
     }
+}
+
+/* --nproc=N: the config, its layout (dp x pp x tp = N) and the outputs are checked
+ * here, once, before N ranks are started to find the same mistake N times. */
+static void check_before_launch(int argc, char **argv) {
+    int asked = 0;
+    for (int i = 1; i < argc; i++) asked |= !strncmp(argv[i], "--nproc=", 8);
+    if (!asked || getenv("OMPI_COMM_WORLD_SIZE")) return;   /* under mpirun: launch_nproc compares N with the world */
+    Config c;
+    config_parse_args(&c, argc, argv);
+    long long want = (long long)c.dp * c.pp * c.tp;
+    if (c.nproc > 1 && want != c.nproc)
+        die("--nproc=%d starts %d ranks, but the layout dp=%d x pp=%d x tp=%d takes %lld\n  hint: use --nproc=%lld, or set dp, pp and tp "
+            "so that their product is %d", c.nproc, c.nproc, c.dp, c.pp, c.tp, want, want, c.nproc);
+    trainer_check_outputs(&c);
 }
 
 int main(int argc, char **argv) {
@@ -81,6 +96,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
+    check_before_launch(argc, argv);
     launch_nproc(argc, argv);          /* --nproc=N: re-run under mpirun with N ranks */
     launch_init(&argc, &argv);
     long rss_before_kib = memory_rss_peak_kib();
@@ -126,14 +142,19 @@ int main(int argc, char **argv) {
         }
         if ((cfg.sample_every && tr.step % cfg.sample_every == 0) || tr.step == cfg.max_steps) trainer_sample(&tr);
         if (cfg.checkpoint_every > 0 && tr.step % cfg.checkpoint_every == 0) trainer_save_checkpoint(&tr);
-        int stop = (int)comm_max(&tr.comm, GROUP_WORLD, (double)stop_signal);   /* a signal to any rank stops every rank */
+        /* a signal to any rank stops every rank; so does a failed write of the log (1) */
+        int stop = (int)comm_max(&tr.comm, GROUP_WORLD, stop_signal ? (double)stop_signal : tr.log_error[0] ? 1 : 0);
         if (stop) {
-            if (lead) printf("stop  | %s after step %d\n", stop == SIGTERM ? "SIGTERM" : "SIGINT", tr.step);
+            if (lead) printf("stop  | %s after step %d\n", stop == SIGTERM ? "SIGTERM" : stop == SIGINT ? "SIGINT" : "the log failed", tr.step);
             break;
         }
     }
     if (cfg.checkpoint_every >= 0 && tr.saved_step != tr.step) trainer_save_checkpoint(&tr);
     if (cfg.profile_out[0]) plan_write_profile(&tr, cfg.profile_out);
     trainer_free(&tr);
+    if (tr.log_error[0]) {   /* after the checkpoint above: the weights are kept, the run says what went wrong */
+        fprintf(stderr, "error: %s\n", tr.log_error);
+        return 1;
+    }
     return 0;
 }

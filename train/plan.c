@@ -26,6 +26,7 @@
  * It plans for GPUs (device=cuda, bf16) unless told otherwise, and says so;
  * without a profile, fp32 runs on the fp32 peak (exact GEMMs, no tensor cores). */
 #include "trainer.h"
+#include "../common/options.h"
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -78,12 +79,10 @@ static double json_number(const char *text, const char *key) {
 static Profile read_profile(const char *path) {
     Profile p = {0};
     if (!path) return p;
-    FILE *f = fopen(path, "r");
-    if (!f) die("plan: cannot read the profile '%s'\n  hint: write one with a one-GPU run: build/train ... --profile_out=%s", path, path);
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    char err[1400];
+    size_t n;
+    char *buf = read_regular(path, "profile", 1 << 20, &n, err, sizeof err);
+    if (!buf) die("plan: --profile: %s\n  hint: write one with a one-GPU run: build/train ... --profile_out=%s", err, path);
     if (!strstr(buf, "\"llm3d_profile\""))
         die("plan: '%s' is not an llm3d profile (no \"llm3d_profile\" key)\n  hint: --profile takes the file a run wrote with --profile_out", path);
     p.compute_ms = json_number(buf, "compute_ms");
@@ -94,6 +93,7 @@ static Profile read_profile(const char *path) {
     if (!(p.compute_ms > 0 && p.tokens > 0 && p.params > 0 && p.optimizer_ms >= 0))
         die("plan: the profile '%s' lacks compute_ms, optimizer_ms, tokens_per_step or params", path);
     p.have = 1;
+    free(buf);
     return p;
 }
 
@@ -113,14 +113,15 @@ typedef struct {
     char why[160];
 } Layout;
 
-static double link_busbw(const char *link) {   /* GB/s of bus bandwidth, nccl-tests' sense */
+static double link_busbw(const char *key, const char *link) {   /* GB/s of bus bandwidth, nccl-tests' sense */
     if (!strcmp(link, "nvlink")) return 370;      /* 8x H100/H200 ring all-reduce, published */
     if (!strcmp(link, "pcie")) return 25;         /* PCIe gen5 x16 through the host */
     if (!strcmp(link, "ib")) return 45;           /* one 400 Gb/s NIC per GPU */
     if (!strcmp(link, "eth")) return 10;          /* 100 Gb/s Ethernet */
-    char *end;
-    double v = strtod(link, &end);
-    if (*end || !(v > 0)) die("plan: --link=%s: use nvlink, pcie, ib, eth or a measured bus bandwidth in GB/s (e.g. --link=312)", link);
+    char err[512];
+    double v;
+    if (option_number(key, link, 0.001, 1e6, 0, &v, err, sizeof err) != 0)
+        die("plan: %s\n  hint: use nvlink, pcie, ib, eth or a measured bus bandwidth in GB/s (e.g. --%s=312)", err, key);
     return v;
 }
 
@@ -235,20 +236,20 @@ int plan_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) { printf("%s", usage); free(rest); return 0; }
-        if (!strncmp(a, "--gpus=", 7)) gpus = atoi(a + 7);
-        else if (!strncmp(a, "--gpus_per_node=", 16)) per_node = atoi(a + 16);
-        else if (!strncmp(a, "--gpu_mem_gib=", 14)) mem_gib = atof(a + 14);
+        if (!strncmp(a, "--gpus=", 7)) gpus = (int)option_number_or_die("plan", "gpus", a + 7, 1, 65536, 1);
+        else if (!strncmp(a, "--gpus_per_node=", 16)) per_node = (int)option_number_or_die("plan", "gpus_per_node", a + 16, 1, 65536, 1);
+        else if (!strncmp(a, "--gpu_mem_gib=", 14)) mem_gib = option_number_or_die("plan", "gpu_mem_gib", a + 14, 0.001, 1e6, 0);
         else if (!strncmp(a, "--link=", 7)) link = a + 7;
         else if (!strncmp(a, "--net=", 6)) net = a + 6;
         else if (!strncmp(a, "--profile=", 10)) profile = a + 10;
         else if (!strncmp(a, "--out=", 6)) out = a + 6;
-        else if (!strncmp(a, "--top=", 6)) top = atoi(a + 6);
+        else if (!strncmp(a, "--top=", 6)) top = (int)option_number_or_die("plan", "top", a + 6, 1, 4096, 1);
         else rest[n++] = argv[i];
     }
     if (gpus < 1 || gpus > 65536) die("plan: --gpus=N is required, 1 to 65536\n%s", usage);
     if (per_node < 1) die("plan: --gpus_per_node must be at least 1");
     if (!(mem_gib > 0)) die("plan: --gpu_mem_gib must be a positive number of GiB");
-    double link_node = link_busbw(link), link_net = link_busbw(net);
+    double link_node = link_busbw("link", link), link_net = link_busbw("net", net);
     Config c;
     config_parse_args(&c, n, rest);
     free(rest);

@@ -48,9 +48,9 @@ int plot_main(int argc, char **argv) {
         else die("plot: unexpected '%s'\n%s", argv[i], usage);
     }
     if (!in) die("plot: which log?\n%s", usage);
-    FILE *f = fopen(in, "r");
-    if (!f) die("plot: cannot read '%s'\n  hint: a run writes its log with --log_jsonl=PATH", in);
-    char png[1024], line[8192];
+    char png[1024], err[1400], line[8192];
+    FILE *f = fopen_regular(in, "run log", err, sizeof err);
+    if (!f) die("plot: %s\n  hint: a run writes its log with --log_jsonl=PATH", err);
     if (out) snprintf(png, sizeof png, "%s", out);
     else snprintf(png, sizeof png, "%.*s.png", (int)(strstr(in, ".jsonl") ? strstr(in, ".jsonl") - in : (long)strlen(in)), in);
     const char *tmp = getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp";

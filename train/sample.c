@@ -2,6 +2,7 @@
 #include "sample.h"
 #include "../checkpoint/cli.h"
 #include "../common/options.h"
+#include "config.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,16 +96,17 @@ int sample_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) { printf("%s", sample_usage); return 0; }
-        char key[64], *end = NULL;
+        char key[64];
         const char *v = option_split(a, key, sizeof key);
         if (!v) die("sample: '%s' is not --key=value\n%s", a, sample_usage);
         if (!strcmp(key, "model")) model = v;
         else if (!strcmp(key, "prompt")) prompt = v;
         else if (!strcmp(key, "tokenizer")) tok_path = v;
-        else if (!strcmp(key, "tokens")) { o.max_tokens = (int)strtol(v, &end, 10); if (*end || o.max_tokens < 1) die("sample: --tokens must be a positive whole number, got '%s'", v); }
-        else if (!strcmp(key, "temperature")) { o.temperature = strtof(v, &end); if (*end || o.temperature < 0) die("sample: --temperature must be a number >= 0, got '%s'", v); }
-        else if (!strcmp(key, "top_k")) { o.top_k = (int)strtol(v, &end, 10); if (*end || o.top_k < 0) die("sample: --top_k must be a whole number >= 0, got '%s'", v); }
-        else if (!strcmp(key, "seed")) { seed = strtol(v, &end, 10); if (*end) die("sample: --seed must be a whole number, got '%s'", v); }
+        /* the bounds of the training keys of the same names (train/config.c), through the same reader */
+        else if (!strcmp(key, "tokens")) o.max_tokens = (int)option_number_or_die("sample", key, v, 1, 2147483647.0, 1);
+        else if (!strcmp(key, "temperature")) o.temperature = (float)config_number_or_die("sample", key, v);
+        else if (!strcmp(key, "top_k")) o.top_k = (int)config_number_or_die("sample", key, v);
+        else if (!strcmp(key, "seed")) seed = (long)config_number_or_die("sample", key, v);
         else {
             static const char *const known[] = {"model", "prompt", "tokenizer", "tokens", "temperature", "top_k", "seed"};
             die("sample: unknown option '--%s' (did you mean --%s?)\n%s", key, option_suggest(key, known, 7), sample_usage);
@@ -115,8 +117,11 @@ int sample_main(int argc, char **argv) {
     snprintf(beside, sizeof beside, "%s/tokenizer.bin", model);
     if (!tok_path && access(beside, R_OK) == 0) tok_path = beside;   /* an exported folder carries its vocabulary */
     if (!tok_path) tok_path = "data/corpus/tokenizer.bin";
-    if (access(tok_path, R_OK) != 0)   /* not fopen: a FIFO would block it */
-        die("sample: cannot read the vocabulary '%s'\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", tok_path);
+    char err[1400];
+    int64_t tok_bytes;
+    int probe = open_regular(tok_path, "vocabulary", &tok_bytes, err, sizeof err);   /* never blocks on a FIFO */
+    if (probe < 0) die("sample: %s\n  hint: pass --tokenizer=PATH (prepare writes OUTDIR/tokenizer.bin)", err);
+    close(probe);
     Tokenizer *tok = tokenizer_load(tok_path);
     Model m;
     checkpoint_load_model(model, &m, 0);

@@ -10,6 +10,7 @@
  * to rounding, which is the "loss drifted when I added GPUs" symptom caught. */
 #include "trainer.h"
 #include "../comm/launch.h"
+#include "../common/options.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +44,9 @@ static double med(double *v, int n) {
 
 /* A run's JSONL: the header line's memory, every step's loss and time, the timed steps' split medians. */
 static void read_run(SizeRun *r, const char *path, int warmup) {
-    FILE *f = fopen(path, "r");
-    if (!f) die("scale: the run with %d ranks wrote no log '%s' (see its .log beside it)", r->ranks, path);
+    char err[1400];
+    FILE *f = fopen_regular(path, "run log", err, sizeof err);
+    if (!f) die("scale: the run with %d ranks wrote no log: %s (see its .log beside it)", r->ranks, err);
     char line[4096];
     double v[9][MAX_STEPS];
     int n = 0;
@@ -101,8 +103,8 @@ int scale_main(int argc, char **argv) {
             if (!strcmp(a + 7, "weak")) weak = 1;
             else if (!strcmp(a + 7, "strong")) weak = 0;
             else die("scale: --mode=%s: use weak or strong", a + 7);
-        } else if (!strncmp(a, "--steps=", 8)) steps = atoi(a + 8);
-        else if (!strncmp(a, "--warmup=", 9)) warmup = atoi(a + 9);
+        } else if (!strncmp(a, "--steps=", 8)) steps = (int)option_number_or_die("scale", "steps", a + 8, 1, MAX_STEPS, 1);
+        else if (!strncmp(a, "--warmup=", 9)) warmup = (int)option_number_or_die("scale", "warmup", a + 9, 0, MAX_STEPS, 1);
         else if (!strncmp(a, "--out=", 6)) out = a + 6;
         else {
             rest[n++] = argv[i];

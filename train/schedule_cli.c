@@ -9,6 +9,7 @@
  * sums up each stage's reduce-scatters, gathers and frees (docs/zero.md);
  * --actions prints every stage's whole list. */
 #include "trainer.h"
+#include "../common/options.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,9 +31,7 @@ int schedule_main(int argc, char **argv) {
         if (!strncmp(argv[i], "--svg=", 6)) svg = argv[i] + 6;
         else if (!strcmp(argv[i], "--actions")) actions = 1;
         else if (!strncmp(argv[i], "--micro_batches=", 16) || !strncmp(argv[i], "--micro-batches=", 16)) {
-            char *end;
-            micro = strtol(argv[i] + 16, &end, 10);
-            if (*end || micro < 1 || micro > 100000) die("schedule: --micro_batches must be a whole number from 1 to 100000, got '%s'", argv[i] + 16);
+            micro = (long)option_number_or_die("schedule", "micro_batches", argv[i] + 16, 1, 100000, 1);
         } else rest[n++] = argv[i];
     }
     Config c;

@@ -10,6 +10,7 @@
 #include "../comm/launch.h"
 #include "../comm/flight.h"
 #include "../comm/watchdog.h"
+#include <errno.h>
 #include <libgen.h>
 #include <math.h>
 #include <stdlib.h>
@@ -175,6 +176,27 @@ static int fault_now(const Trainer *tr, int kind) {
     return tr->fault.kind == kind && tr->comm.rank == tr->fault.rank && (kind == FAULT_SLOW || tr->step + 1 == tr->fault.step);
 }
 
+int trainer_log_flush(Trainer *tr) {
+    if (!tr->jsonl) return 0;
+    int failed = fflush(tr->jsonl) != 0 || ferror(tr->jsonl), e = errno;
+    if (!failed) return 0;
+    fclose(tr->jsonl);
+    tr->jsonl = NULL;
+    snprintf(tr->log_error, sizeof tr->log_error, "writing the log log_jsonl=%s failed at step %d: %s; its last record may be cut short\n"
+             "  hint: is the disk full? free space (or give --log_jsonl another path)%s", tr->cfg.log_jsonl, tr->step, strerror(e),
+             tr->cfg.checkpoint_every >= 0 ? " and continue from the checkpoint the run saves as it stops, with --resume=1"
+                                           : "; with checkpoint_every=-1 this run saves no checkpoint");
+    return -1;
+}
+
+void trainer_check_outputs(const Config *c) {
+    char err[4400];
+    if (c->checkpoint_every >= 0 && c->max_steps > 0 && !c->memory_report && check_writable(c->run_dir, 1, "run_dir", err, sizeof err) != 0)
+        die("%s\n  (checkpoints go there: checked now rather than after the run has trained; --checkpoint_every=-1 writes none)", err);
+    if (c->profile_out[0] && check_writable(c->profile_out, 0, "profile_out", err, sizeof err) != 0) die("%s", err);
+    if (c->log_jsonl[0] && check_writable(c->log_jsonl, 0, "log_jsonl", err, sizeof err) != 0) die("%s", err);
+}
+
 void trainer_init(Trainer *tr, const Config *cfg) {
     memset(tr, 0, sizeof *tr);
     tr->loss_scale = 1.0f;
@@ -183,6 +205,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     const Config *c = &tr->cfg;
     launch_init(NULL, NULL);
     launch_errors_rank0_only(1);   /* what follows fails alike on every rank: rank 0 says it */
+    trainer_check_outputs(c);
     comm_init(&tr->comm, c->dp, c->pp, c->tp, c->comm_backend, c->device == DEVICE_CUDA);
     tr->comm.timeout_s = c->comm_timeout_s * WATCHDOG_FIRST_FACTOR;   /* start-up and the first step; trainer_step sets the rest */
     watchdog_start(&tr->comm, c->run_dir);
@@ -247,7 +270,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
                            "\"tokens_per_step\": %ld, \"memory_bytes\": %zu, \"device\": \"%s\", \"precision\": \"%s\"}\n",
                 tr->comm.world_size, c->dp, c->tp, c->pp, model_count_params(&tr->model_cfg), (long)per_step * tr->comm.dp,
                 tr->memory.total, tr->be->name, dtype_name(tr->be->act));
-        fflush(tr->jsonl);
+        if (trainer_log_flush(tr) != 0) die("%s", tr->log_error);   /* before any step: nothing to lose */
     }
     if (c->sample_tokens > 0) {   /* load the vocabulary and check the prompt now, not after training */
         char path[1100];
@@ -257,8 +280,12 @@ void trainer_init(Trainer *tr, const Config *cfg) {
             snprintf(shard, sizeof shard, "%s", tr->train.shards[0].path);
             snprintf(path, sizeof path, "%s/tokenizer.bin", dirname(shard));
         }
-        if (access(path, R_OK) != 0) die("sample_tokens=%d needs the vocabulary the shards were made with, and '%s' cannot be read\n"
-                    "  hint: set --tokenizer=PATH, or --sample_tokens=0 to train without samples", c->sample_tokens, path);
+        char err[1400];
+        int64_t bytes;
+        int fd = open_regular(path, "vocabulary", &bytes, err, sizeof err);   /* never blocks on a FIFO */
+        if (fd < 0) die("sample_tokens=%d needs the vocabulary the shards were made with: %s\n"
+                        "  hint: set --tokenizer=PATH, or --sample_tokens=0 to train without samples", c->sample_tokens, err);
+        close(fd);
         tr->tokenizer = tokenizer_load(path);
         if (tokenizer_vocab_size(tr->tokenizer) > vocab)
             die("the tokenizer '%s' has %d tokens but the model's vocab_size is %d", path, tokenizer_vocab_size(tr->tokenizer), vocab);
@@ -286,7 +313,10 @@ void trainer_sample(Trainer *tr) {
 }
 
 void trainer_free(Trainer *tr) {
-    if (tr->jsonl) fclose(tr->jsonl);
+    if (tr->jsonl && fclose(tr->jsonl) != 0 && !tr->log_error[0])
+        snprintf(tr->log_error, sizeof tr->log_error, "closing the log log_jsonl=%s failed: %s; its last records may be lost\n"
+                 "  hint: is the disk full?", tr->cfg.log_jsonl, strerror(errno));
+    tr->jsonl = NULL;
     if (tr->tokenizer) tokenizer_free(tr->tokenizer);
     optimizer_free(&tr->opt, tr->be);
     executor_free(&tr->exec);
@@ -479,6 +509,6 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
                     1e3 * (s->straggler.data + s->straggler.compute + s->straggler.optimizer), 1e3 * s->straggler_median);
         if (c->comm_ablate) fprintf(tr->jsonl, ", \"comm_ablate\": 1");
         fprintf(tr->jsonl, "}\n");
-        fflush(tr->jsonl);
+        trainer_log_flush(tr);
     }
 }

@@ -41,7 +41,8 @@ typedef struct {
     int step;                   /* optimizer steps done */
     int accum;                  /* micro-batches per step */
     int *ids, *targets;         /* (accum, B, T) host staging of a step's batches */
-    FILE *jsonl;
+    FILE *jsonl;                /* log_jsonl on rank 0; NULL after a write to it failed */
+    char log_error[1400];       /* why the last write or close of log_jsonl failed; "" while none did */
     Tokenizer *tokenizer;       /* for samples; NULL when sample_tokens = 0 */
     Rng sample_rng;
     float loss_scale;           /* fp16 dynamic loss scale (1 when unused), saved in checkpoints */
@@ -113,6 +114,12 @@ void trainer_sample(Trainer *tr);
 float lr_at(const Config *c, int step);
 void model_config_from(ModelConfig *mc, const Config *c, int vocab_size);
 void trainer_log_step(Trainer *tr, const StepStats *s);
+/* After a record was written to log_jsonl: flushes it; a failed write (a full
+ * disk) closes the log and says why in tr->log_error, which stops the run at the
+ * end of this step with a checkpoint (train/main.c) and exit 1. 0, or -1. */
+int trainer_log_flush(Trainer *tr);
+/* Checks the run's outputs before any work (run_dir, profile_out): dies naming the key. */
+void trainer_check_outputs(const Config *c);
 /* train/straggler.c: from every rank's split (n ranks, pp stages, tp), the
  * straggler of s over pct percent; its log line (nothing when there is none). */
 void straggler_find(StepStats *s, const StepSplit *all, int n, int pp, int tp, double pct);

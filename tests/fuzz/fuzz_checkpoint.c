@@ -1,8 +1,13 @@
 /* tests/fuzz/fuzz_checkpoint.c — a checkpoint's state.bin (checkpoint/format.h):
  * header, config text, tensor table, run state, tensor data and slices, the
  * model shape in its config, `inspect`, and its saved data position applied to
- * a real loader. Multi-rank checkpoints use the same file (whole tensors by
- * name), so this covers them.
+ * a real loader through several epochs. Past the CRCs (control bit 0), the run
+ * state a run resumes with must not overflow in anything the run then does with
+ * it (every later step's optimizer step, fp16 clean-step count and data
+ * position), and a config text and tensor table that were accepted must name
+ * each key and tensor once and agree with each other where the export checks
+ * them (checkpoint_check_tensors). Multi-rank checkpoints use the same file
+ * (whole tensors by name), so this covers them.
  *
  * Input: 1 control byte, then the file. With control bit 0 set, the harness
  * first recomputes every CRC the file's own layout lets it find (config text,
@@ -73,14 +78,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             free(dst);
         }
     }
+    /* the run state a resumed run uses: at most 2^31-1 - step more steps, each one optimizer step, one clean step
+     * (restarting at the window) and at most one epoch rollover and one step of samples; none may overflow */
+    const CkptState *s = &r.state;
+    int64_t left = (int64_t)INT32_MAX - s->step, epoch, cursor;
+    int opt;
+    FUZZ_ASSERT(left >= 0 && !__builtin_add_overflow((int)s->optimizer_step, (int)left, &opt), "optimizer step %lld at step %lld "
+                "overflows before the run ends", (long long)s->optimizer_step, (long long)s->step);
+    FUZZ_ASSERT(s->clean_steps >= 0 && s->clean_steps < CKPT_MAX_CLEAN_STEPS, "clean steps %d past the window", s->clean_steps);
+    FUZZ_ASSERT(!__builtin_add_overflow(s->loader_epoch, left, &epoch) && !__builtin_add_overflow(s->loader_cursor, (int64_t)1 << 40, &cursor),
+                "data position epoch %lld cursor %lld overflows", (long long)s->loader_epoch, (long long)s->loader_cursor);
+    for (int i = 0; i < r.n && i < 64; i++)   /* each tensor named once */
+        for (int k = 0; k < i; k++) FUZZ_ASSERT(strcmp(r.entries[i].name, r.entries[k].name), "tensor '%s' accepted twice", r.entries[i].name);
     ModelConfig mc;
-    checkpoint_model_config(r.config_text, &mc, err, sizeof err);
+    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) == 0 && model_count_params(&mc) <= (1 << 16))
+        checkpoint_check_tensors(&r, &mc, err, sizeof err);   /* export's check of the config against the table */
     LoaderState at = {r.state.loader_epoch, r.state.loader_cursor};   /* any size: past the end starts the next epoch */
     ckpt_close(&r);
     checkpoint_inspect(path, fuzz_devnull());
-    if (loader_try_set_state(&loader, at, err, sizeof err) == 0) {
-        int ids[8], targets[8];
-        FUZZ_ASSERT(loader_try_next(&loader, ids, targets, err, sizeof err) == 0, "a valid position failed: %s", err);
-    }
+    if (loader_try_set_state(&loader, at, err, sizeof err) == 0)
+        for (int i = 0; i < 8; i++) {   /* 12 samples, 2 a step: through at least one more epoch rollover */
+            int ids[8], targets[8];
+            FUZZ_ASSERT(loader_try_next(&loader, ids, targets, err, sizeof err) == 0, "a valid position failed: %s", err);
+        }
     return 0;
 }

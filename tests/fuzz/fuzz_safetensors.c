@@ -1,10 +1,32 @@
 /* tests/fuzz/fuzz_safetensors.c — a Hugging Face folder (checkpoint/hf.h):
  * config.json, model.safetensors's header, tensor table and data, `inspect`,
  * and loading the weights into the model config.json describes (when small).
+ * The two must agree with each other and with any other JSON reader: what the
+ * JSON reader accepts names each key of an object once (Python's json takes the
+ * last of two, a first-match lookup the first) and hands out no string holding
+ * a NUL as a C string; weights that load also inspect clean.
  *
  * Input: 2-byte length, config.json, then model.safetensors (fuzz.h: fuzz_split). */
 #include "fuzz.h"
 #include "../../checkpoint/hf.h"
+#include "../../checkpoint/json.h"
+
+/* If json_parse accepts text, no object of it gives a key twice (compared decoded, small objects). */
+static void check_keys_once(const char *text, size_t n) {
+    Json j;
+    char err[512], a[256], b[256];
+    if (json_parse(&j, text, n, err, sizeof err) != 0) return;
+    for (int o = 0; o < j.n; o++) {
+        if (j.nodes[o].type != JSON_OBJECT || j.nodes[o].n_children > 128) continue;
+        for (int k = j.nodes[o].first; k >= 0; k = j.nodes[j.nodes[k].next].next) {
+            int rk = json_string(&j, k, a, sizeof a);
+            if (rk != 0) continue;   /* too long, or holding a NUL (-2): never handed out as a C string */
+            for (int q = j.nodes[o].first; q != k; q = j.nodes[j.nodes[q].next].next)
+                FUZZ_ASSERT(json_string(&j, q, b, sizeof b) != 0 || strcmp(a, b), "key \"%s\" accepted twice in one object", a);
+        }
+    }
+    json_free(&j);
+}
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) { (void)argc, (void)argv; fuzz_init(); return 0; }
 
@@ -15,7 +37,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[128], err[4096];
     fuzz_write("config.json", config, n_config, path, sizeof path);
     fuzz_write("model.safetensors", st, n_st, path, sizeof path);
-    hf_inspect(path, fuzz_devnull());
+    int inspected = hf_inspect(path, fuzz_devnull());
+    check_keys_once((const char *)config, n_config);
+    uint64_t header = 0;
+    for (int i = 0; i < 8 && (size_t)i < n_st; i++) header |= (uint64_t)st[i] << (8 * i);
+    if (n_st >= 8 && header <= n_st - 8 && header <= (1 << 16)) check_keys_once((const char *)st + 8, (size_t)header);
     ModelConfig mc;
     if (hf_read_config(fuzz_dir, &mc, err, sizeof err) != 0) return 0;
     FUZZ_ASSERT(model_config_check(&mc, err, sizeof err) == 0, "hf_read_config accepted what model_config_check refuses: %s", err);
@@ -25,7 +51,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     comm_init_one(&comm);
     model_create(&m, &mc, backend_cpu(), &comm, NULL, 1, 2, RECOMPUTE_NONE);
     hf_check_config(fuzz_dir, &mc, err, sizeof err);
-    hf_load_weights(fuzz_dir, &m, err, sizeof err);
+    if (hf_load_weights(fuzz_dir, &m, err, sizeof err) == 0)
+        FUZZ_ASSERT(inspected == 0, "weights that load do not inspect clean");
     model_free(&m);
     comm_free(&comm);
     return 0;

@@ -90,6 +90,17 @@ static void checkpoints_and_hf(void) {
     seed("checkpoint", "tiny_model", &fix, 1, b, n, NULL, 0);
     seed("checkpoint", "tiny_model_crcs_as_is", &keep, 1, b, n, NULL, 0);
     free(b);
+    /* the largest run state a run can reach (issue 30): mutations around it find what overflows past the CRC */
+    CkptState edge = {.kind = CKPT_KIND_TRAIN, .step = INT32_MAX, .loader_epoch = CKPT_MAX_POSITION, .loader_cursor = CKPT_MAX_POSITION,
+                      .rng_state = 99, .has_rng = 1, .loss_scale = 3.0e38f, .clean_steps = CKPT_MAX_CLEAN_STEPS - 1,
+                      .optimizer = CKPT_OPT_ADAMW, .optimizer_step = INT32_MAX};
+    char run_edge[1300], ckpt_edge[1400];
+    snprintf(run_edge, sizeof run_edge, "%s/tmp_run_edge", root);
+    checkpoint_save(run_edge, 0, &m, mirrors, 1, &edge, CONFIG, ckpt_edge, sizeof ckpt_edge);
+    snprintf(path, sizeof path, "%s/state.bin", ckpt_edge);
+    b = slurp(path, &n);
+    seed("checkpoint", "state_edges", &fix, 1, b, n, NULL, 0);
+    free(b);
     /* a few dtypes and shapes the model never writes */
     snprintf(path, sizeof path, "%s/odd.bin", run);
     CkptWriter w;
@@ -189,7 +200,7 @@ int main(int argc, char **argv) {
     gpt2();
     text_seeds();
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'/tmp_run '%s'/tmp_hf_f32 '%s'/tmp_hf_bf16", root, root, root);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/tmp_run '%s'/tmp_run_edge '%s'/tmp_hf_f32 '%s'/tmp_hf_bf16", root, root, root, root);
     if (system(cmd) != 0) fprintf(stderr, "make_seeds: could not remove temporaries in %s\n", root);
     return 0;
 }
