@@ -45,10 +45,10 @@ static AdamW8bitState views(char *base, Sizes z) {
     st.m_absmax = st.v32 + z.S;
     st.v_absmax = st.m_absmax + nb;
     st.m_code = (uint8_t *)(st.v_absmax + nb);
-    st.v_code = st.m_code + z.Q;
+    st.v_code = st.m_code + (z.Q + 15) / 16 * 16;   /* on 16 bytes, as the optimizer's 256-byte-aligned views put it */
     return st;
 }
-static size_t state_bytes(Sizes z) { return 2 * z.S * 4 + 2 * z.NB * 4 + 2 * z.Q; }
+static size_t state_bytes(Sizes z) { return 2 * z.S * 4 + 2 * z.NB * 4 + 2 * ((z.Q + 15) / 16 * 16); }
 /* appends a slice of count elements in rows of row (0: fp32 state) to z */
 static AdamW8bitSlice add_slice(Sizes *z, size_t count, size_t row, float wd) {
     AdamW8bitSlice sl = {z->P, count, 0, 0, row ? row : count, wd, row > 0};
