@@ -115,8 +115,8 @@ int flight_dump(const char *path, int rank, int world, const char *why) {
         if (o->ended > 0) snprintf(took, sizeof took, "%.3f", 1e3 * (o->ended - o->begun));
         if (o->group == FLIGHT_P2P) snprintf(grp, sizeof grp, "peer %d", o->peer);
         else snprintf(grp, sizeof grp, "%s", comm_group_names[o->group]);
-        const char *state = ok ? "done" : o->ended > 0 ? "host done, device not" : !o->device_started ? "waiting (device not started)"
-                                                                                                      : "IN FLIGHT";
+        /* an NCCL call returns to the host once enqueued (ended > 0): the device's events say where it is */
+        const char *state = ok ? "done" : !o->device_started ? "waiting (device not started)" : "IN FLIGHT";
         fprintf(f, "  %8llu  %-22s %-8s %6llu %12zu %6d %4d %9.3fs %10s  %s\n", (unsigned long long)id, o->op, grp,
                 (unsigned long long)o->group_seq, o->bytes, o->step, o->micro_batch, now - o->begun, took, state);
     }
