@@ -21,6 +21,12 @@ args="--train_data=$d/data/train_*.bin --val_data= --device=cuda --comm_backend=
 limit=$((T + MARGIN))
 not_healthy() { ! grep -qE "not arrived: rank ($1) " "$LOGS/$2.log"; }   # no rank of the ERE named as not arrived
 flights() { ls "$d/$1"/flight_rank*.txt 2>/dev/null | wc -l; }
+# ncclCommAbort: every rank that reported the stall called it (its line says whether it returned within the
+# watchdog's 5 s). With NCCL 2.28 on test hosts it does not return while a peer is stopped or blocked: an abort
+# needs every rank of the communicator to take part (NVIDIA/nccl#863), so the watchdog calls it to stop the
+# spinning kernels where it can and ends the process without waiting (no process left is checked separately).
+aborts() { local n w; n=$(grep -c "^error: \[rank [0-9]*/[0-9]*\] watchdog:" "$LOGS/$1.log"); w=$(grep -c "watchdog: \[rank [0-9]*\] .*ncclCommAbort" "$LOGS/$1.log"); [ "$n" -ge 1 ] && [ "$w" -eq "$n" ]; }
+abort_said() { grep -ho "ncclCommAbort[^:]*" "$LOGS/$1.log" | sort | uniq -c | tr -s ' ' | paste -sd';' -; }
 # resume_on NAME RANKS [layout...]: the last complete checkpoint of NAME, continued one step on another layout
 resume_on() {
     local name=$1 ranks=$2; shift 2
@@ -39,7 +45,7 @@ check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && within "$after" $limit' "stall: every
 check 'grep -qE "watchdog: all-reduce over the dp group \(4 ranks, .* at step 3, .*did not complete within its deadline of $T s" "$LOGS/stall.log"' \
       "stall: the op, group, step and deadline named: $(grep -m1 "watchdog:" "$LOGS/stall.log" | cut -c1-200)"
 check 'grep -q "not arrived: rank 1 (" "$LOGS/stall.log" && not_healthy "0|2|3" stall' "stall: rank 1 named as not arrived, no healthy rank: $(grep -m1 "not arrived" "$LOGS/stall.log")"
-check 'grep -q "aborted (ncclCommAbort) in" "$LOGS/stall.log"' "stall: stuck collectives ended with ncclCommAbort: $(grep -m1 "ncclCommAbort" "$LOGS/stall.log")"
+check 'aborts stall' "stall: every rank that saw the stall called ncclCommAbort ($(abort_said stall)), then ended its process"
 check '[ "$(flights stall)" -ge 1 ] && grep -q "IN FLIGHT" "$d"/stall/flight_rank*.txt' "stall: flight recorder written ($(flights stall) file(s)), with the op in flight"
 sleep 1
 check '[ "$(left stall)" -eq 0 ] && [ -f "$d/stall/ckpt_00000002/DONE" ] && [ ! -e "$d/stall/ckpt_00000003" ]' "stall: no process left; checkpoint 2 complete, none after"
@@ -74,7 +80,7 @@ n_left=$(left stop)
 check '[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && within "$after" $limit' "stop: every rank out within $T + $MARGIN s of the SIGSTOP (exit $rc, $after s)"
 check 'grep -q "^  not answering: rank 2 did not answer the watchdog" "$LOGS/stop.log"' "stop: the frozen rank named as not answering: $(grep -m1 "not answering" "$LOGS/stop.log" | cut -c1-120)"
 check 'not_healthy "0|1|3" stop && ! grep -qE "^  arrived: .* 2( |$)" "$LOGS/stop.log"' "stop: no healthy rank named in its place; the frozen one never listed as arrived"
-check 'grep -q "aborted (ncclCommAbort) in" "$LOGS/stop.log" && [ "$(flights stop)" -ge 1 ]' "stop: ncclCommAbort ended the stuck collectives; flight recorder written ($(flights stop) file(s))"
+check 'aborts stop && [ "$(flights stop)" -ge 1 ]' "stop: every rank that saw the stall called ncclCommAbort ($(abort_said stop)); flight recorder written ($(flights stop) file(s))"
 check '[ "$n_left" -eq 0 ]' "stop: no process left, the stopped one included ($n_left left)"
 
 echo "== NaN on rank 1 at step 2: fp16 skips the step on every rank; bf16 stops in words"
