@@ -22,28 +22,7 @@
 
 static char dir[] = "/tmp/llm3d_test_hostile_XXXXXX", err[4096], out[1 << 16];
 
-/* dir/name, in one of 16 rotating buffers. */
-static const char *path_of(const char *name) {
-    static char p[16][512];
-    static int k;
-    k = (k + 1) % 16;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopenCheck(path, "wb");
-    if (n) fwriteCheck(data, 1, n, f, path);
-    fcloseCheck(f, path);
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-    uint8_t *b = (uint8_t *)read_regular(path, "test file", (size_t)1 << 30, n, err, sizeof err);
-    if (!b) die("%s", err);
-    return b;
-}
-
-#define REFUSED(rc, needle, what) CHECK((rc) != 0 && strstr(err, needle), "%s: want an error with '%s', got rc %d: %s", what, needle, (int)(rc), err)
+#include "scratch.h"
 
 static const char *CONFIG = "vocab_size=8\ndim=4\nn_layers=1\nn_heads=2\nn_kv_heads=1\nffn_dim=4\nseq_len=4\ntie_embeddings=0\n"
                             "rope_theta=10000\nnorm_eps=1e-05\nseed=7\n";

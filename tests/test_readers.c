@@ -23,29 +23,7 @@
 
 static char dir[] = "/tmp/llm3d_test_readers_XXXXXX", err[4096], out[1 << 16];
 
-/* dir/name, in one of 64 rotating buffers: copy it to keep it long. */
-static const char *path_of(const char *name) {
-    static char p[64][512];
-    static int k;
-    k = (k + 1) % 64;
-    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
-    return p[k];
-}
-
-static void write_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopenCheck(path, "wb");
-    if (n) fwriteCheck(data, 1, n, f, path);
-    fcloseCheck(f, path);
-}
-
-static uint8_t *read_file(const char *path, size_t *n) {
-    uint8_t *b = (uint8_t *)read_regular(path, "test file", (size_t)1 << 30, n, err, sizeof err);
-    if (!b) die("%s", err);
-    return b;
-}
-
-/* rc: what the reader returned, non-zero meaning refused (for pointers: pass ptr == NULL) */
-#define REFUSED(rc, needle, what) CHECK((rc) != 0 && strstr(err, needle), "%s: want an error with '%s', got rc %d: %s", what, needle, (int)(rc), err)
+#include "scratch.h"
 
 /* ------------------------------------------------------------------ shards */
 

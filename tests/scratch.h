@@ -1,0 +1,34 @@
+/* tests/scratch.h — the scratch files of a reader test (test_readers, test_hostile):
+ * path_of names a file in the test's scratch folder, write_file and read_file move
+ * whole files, REFUSED checks that a reader said no with the words expected.
+ * The including test defines `dir` (its folder, a mkdtemp template) and `err` (the
+ * readers' message buffer) before including this file. */
+#pragma once
+#include "test.h"
+#include "../common/util.h"
+#include <stdint.h>
+#include <string.h>
+
+/* dir/name, in one of 64 rotating buffers: copy it to keep it long. */
+static inline const char *path_of(const char *name) {
+    static char p[64][512];
+    static int k;
+    k = (k + 1) % 64;
+    snprintf(p[k], sizeof p[k], "%s/%s", dir, name);
+    return p[k];
+}
+
+static inline void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopenCheck(path, "wb");
+    if (n) fwriteCheck(data, 1, n, f, path);
+    fcloseCheck(f, path);
+}
+
+static inline uint8_t *read_file(const char *path, size_t *n) {
+    uint8_t *b = (uint8_t *)read_regular(path, "test file", (size_t)1 << 30, n, err, sizeof err);
+    if (!b) die("%s", err);
+    return b;
+}
+
+/* rc: what the reader returned, non-zero meaning refused (for pointers: pass ptr == NULL) */
+#define REFUSED(rc, needle, what) CHECK((rc) != 0 && strstr(err, needle), "%s: want an error with '%s', got rc %d: %s", what, needle, (int)(rc), err)
