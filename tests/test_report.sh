@@ -51,7 +51,10 @@ for m in 2 8; do
 done
 b2=$(grep -o '"bubble_mean": [0-9.]*' "$dir/pp2.jsonl" | tail -3 | awk '{s += $2} END {print s / NR}')
 b8=$(grep -o '"bubble_mean": [0-9.]*' "$dir/pp8.jsonl" | tail -3 | awk '{s += $2} END {print s / NR}')
-check 'awk "BEGIN {exit !($b2 > $b8)}"' "measured bubble with m=2 ($b2) is above m=8's ($b8), as (p-1)/(m+p-1) says (0.333 > 0.111)"
+# a timing: under the sanitizer pass (ASan's slowdown, and the whole suite again beside it) it measures the load,
+# so there it is said, not checked; the plain pass checks it
+if [ -n "${LLM3D_SANITIZER_PASS:-}" ]; then echo "bubble order not checked in the sanitizer pass (a timing): m=2 $b2, m=8 $b8"
+else check 'awk "BEGIN {exit !($b2 > $b8)}"' "measured bubble with m=2 ($b2) is above m=8's ($b8), as (p-1)/(m+p-1) says (0.333 > 0.111)"; fi
 echo "bubble | pp=2: m=2 measured $b2 (formula 0.333), m=8 measured $b8 (formula 0.111)"
 
 # the planner's memory is the training run's plan
