@@ -293,12 +293,17 @@ int main(int argc, char **argv) {
           "a new run of another shape in a used run_dir: refused at once, naming the folder, the key, --run_dir and --resume=1");
     test_run("ls", listing, after, sizeof after);
     CHECK(!strcmp(before, after), "the refused run wrote nothing into the other run's folder:\n%s\nthen:\n%s", before, after);
-    /* the same run started again from scratch (the README's main command run twice): it says so and goes */
-    st = RUN("again", NULL, COMMON " --max_steps=2 --keep_checkpoints=0", MODEL, shard, root, "const_leg", root, "again");
-    CHECK(ok_exit(st) && output_has("again", "out", "holds this run's checkpoints up to step 20; starting over from step 0"),
-          "the same run started afresh in its own run_dir: a note, and it trains");
-
     char cmd[2048];
+    /* the same run started again from scratch (the README's main command run twice): the old checkpoints are moved
+     * aside, said, so keeping the newest 3 cannot delete the new run's as older steps (and --resume takes the new run's) */
+    st = RUN("again", NULL, COMMON " --max_steps=2 --checkpoint_every=1 --keep_checkpoints=3", MODEL, shard, root, "const_leg", root, "again");
+    CHECK(ok_exit(st) && output_has("again", "out", "held this run's checkpoints up to step 20; starting over from step 0") &&
+          output_has("again", "out", "moved to"), "the same run started afresh in its own run_dir: a note naming where its checkpoints went, and it trains");
+    snprintf(cmd, sizeof cmd, "ls -d %s/const_leg/replaced_*/ckpt_00000020/DONE %s/const_leg/ckpt_00000001/DONE %s/const_leg/ckpt_00000002/DONE"
+             " >/dev/null 2>&1 && ! ls -d %s/const_leg/ckpt_00000020 >/dev/null 2>&1", root, root, root, root);
+    CHECK(system(cmd) == 0, "the old run's step-20 checkpoint kept whole beside the run, the new run's steps 1 and 2 in run_dir");
+
+
     snprintf(cmd, sizeof cmd, "cp -r %s/ref %s/damaged", root, root);
     CHECK(system(cmd) == 0, "copy a run");
     char p[1200];

@@ -20,6 +20,10 @@
 
 _Static_assert(CKPT_MAX_CLEAN_STEPS == LOSS_SCALE_WINDOW, "a checkpoint's clean-step bound is the loss-scale window");
 #include <unistd.h>
+#include <dirent.h>
+#include <errno.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #define CONFIG_TEXT_BYTES 65536
 static const char *const moment_prefixes[2] = {"optimizer.adamw.m", "optimizer.adamw.v"};
@@ -137,8 +141,39 @@ static void set_weights(Trainer *tr, const float *host) {
     ddp_load_master(&tr->ddp, host);
 }
 
+/* Rank 0, a fresh start of the same run in a run_dir holding its checkpoints (up to step `found`): they go
+ * into run_dir/replaced_<UTC time>/, said, so that the new run's checkpoints never mix with them (keeping the
+ * last N would delete the new ones as older steps, and --resume or sample would take the old run's newest). */
+static void move_aside(const char *run_dir, long long found) {
+    char aside[1300], from[1600], to[1600];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    snprintf(aside, sizeof aside, "%s/replaced_%04d%02d%02d-%02d%02d%02d", run_dir, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+             tm.tm_hour, tm.tm_min, tm.tm_sec);
+    if (mkdir(aside, 0777) != 0 && errno != EEXIST)
+        die("run_dir '%s' holds this run's checkpoints up to step %lld, and %s cannot be made to keep them: %s\n"
+            "  hint: continue with --resume=1, or move them away yourself", run_dir, found, aside, strerror(errno));
+    DIR *d = opendir(run_dir);
+    if (!d) die("cannot list run_dir '%s': %s", run_dir, strerror(errno));
+    int moved = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, "ckpt_", 5)) continue;
+        snprintf(from, sizeof from, "%s/%s", run_dir, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", aside, e->d_name);
+        if (rename(from, to) != 0)
+            die("cannot move '%s' aside to %s: %s\n  hint: continue with --resume=1, or move the checkpoints away yourself", from, aside,
+                strerror(errno));
+        moved++;
+    }
+    closedir(d);
+    printf("note  | '%s' held this run's checkpoints up to step %lld; starting over from step 0, its %d checkpoint folder(s) moved "
+           "to %s (--resume=1 would have continued from them)\n", run_dir, found, moved, aside);
+}
+
 /* A fresh start (no --resume) in a run_dir that holds checkpoints: of this same run (model,
- * seed and data), it starts over, saying so; of another, it stops before it writes over them. */
+ * seed and data), it starts over with them moved aside, saying so; of another, it stops before it
+ * writes over them. */
 static void refuse_other_run(Trainer *tr, const char *text) {
     const Config *c = &tr->cfg;
     const Comm *comm = &tr->comm;
@@ -148,8 +183,7 @@ static void refuse_other_run(Trainer *tr, const char *text) {
     long long found = comm->rank == 0 ? checkpoint_find_latest(c->run_dir, path, sizeof path) : -1;
     if (found >= 0) other = !checkpoint_same_run(path, text, why, sizeof why);
     if (comm_max(comm, GROUP_WORLD, (double)other) == 0) {
-        if (found >= 0) printf("note  | '%s' holds this run's checkpoints up to step %lld; starting over from step 0 "
-                               "(--resume=1 continues from them)\n", c->run_dir, found);
+        if (found >= 0) move_aside(c->run_dir, found);
         return;
     }
     launch_errors_rank0_only(1);
