@@ -17,7 +17,8 @@
  * inside a collective are named as waiting, not in its place. Then it prints
  * the op, group, size, step, micro-batch and those ranks, writes the flight
  * recorder to run_dir/flight_rank<R>.txt, runs the transports' abort hooks
- * (ncclCommAbort, saying whether it returned within 1 s) and ends the job
+ * (ncclCommAbort, saying whether it returned within 5 s: with a peer stopped or dead it
+ * may not, an abort needing every rank) and ends the job
  * (MPI_Abort): every rank exits non-zero
  * within the deadline plus a few seconds. Any other error that ends a rank
  * while the watchdog runs (die()) writes the flight recorder too.

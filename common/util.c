@@ -131,7 +131,9 @@ FILE *fopen_regular(const char *path, const char *what, char *err, size_t err_si
  * says yes to root on a read-only NFS export or procfs); else errno. */
 static int probe_folder(const char *dir) {
     char probe[4200];
-    snprintf(probe, sizeof probe, "%s/.llm3d_write_probe_%d", dir, (int)getpid());
+    char host[64] = "";
+    gethostname(host, sizeof host - 1);   /* ranks of several hosts may probe one shared folder with the same pid */
+    snprintf(probe, sizeof probe, "%s/.llm3d_write_probe_%.63s_%d", dir, host, (int)getpid());
     int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) return errno;
     close(fd);

@@ -5,6 +5,7 @@
 #include "../common/util.h"
 #include <errno.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -55,6 +56,7 @@ static void watch_map(const uint8_t *map, size_t bytes, const char *path) {
         if (!mapped[i].start) {
             mapped[i].path = strdup(path);
             mapped[i].end = map + bytes;
+            atomic_signal_fence(memory_order_release);   /* the compiler keeps path and end before start */
             mapped[i].start = map;   /* last: the handler sees a whole entry or none */
             return;
         }

@@ -47,8 +47,10 @@ static int last_virtual(const Schedule *s) { return s->stages * s->chunks - 1; }
 typedef struct { int forward, mb, chunk; } Work;
 
 static void emit_compute(Schedule *s, int st, Work w) {
-    if (w.forward) push(s, st, (Action){.kind = ACT_FORWARD, .mb = w.mb, .chunk = w.chunk});
-    else push(s, st, (Action){.kind = ACT_BACKWARD, .mb = w.mb, .chunk = w.chunk, .from = 0, .to = s->steps[st * s->chunks + w.chunk]});
+    /* reads/writes -1: no ZeRO bucket until schedule_add_zero names one (an evaluation's list never has one) */
+    if (w.forward) push(s, st, (Action){.kind = ACT_FORWARD, .mb = w.mb, .chunk = w.chunk, .reads = -1, .writes = -1});
+    else push(s, st, (Action){.kind = ACT_BACKWARD, .mb = w.mb, .chunk = w.chunk, .from = 0, .to = s->steps[st * s->chunks + w.chunk],
+                              .reads = -1, .writes = -1});
 }
 
 /* The message a piece of work needs before it (receive) or makes after it (send), if any. */

@@ -112,9 +112,15 @@ static int check_zero(const Schedule *s, int st, size_t *high, char *err, size_t
         const Action *a = &s->list[st][i];
         describe(s, st, a, what, sizeof what);
         int b = a->bucket, p = b >= 0 && b < nb ? s->place[st][b] : 0;
+        int bucketed = a->kind == ACT_REDUCE || a->kind == ACT_REDUCE_WAIT || a->kind == ACT_GATHER || a->kind == ACT_GATHER_WAIT ||
+                       a->kind == ACT_FREE;
+        if ((bucketed && (b < 0 || b >= nb)) || a->writes >= nb || a->reads >= nb) {   /* a broken list: say so, read nothing past the arrays */
+            rc = fail(err, size, "stage %d: %s names a bucket outside 0..%d", st, what, nb - 1);
+            break;
+        }
         switch (a->kind) {
         case ACT_FORWARD: case ACT_BACKWARD:
-            if (a->reads >= 0 && (a->reads >= nb || state[a->reads] != 2))
+            if (a->reads >= 0 && state[a->reads] != 2)
                 rc = fail(err, size, "stage %d: %s reads bucket %d's weights before they are gathered", st, what, a->reads);
             else if (a->writes >= 0 && pending[s->place[st][a->writes]] >= 0)
                 rc = fail(err, size, "stage %d: %s writes bucket %d's gradient into a place whose last reduction (bucket %d) is not done",
