@@ -31,7 +31,7 @@ tensors() { "$BUILD"/train inspect "$1" | grep -E "^  (step|loader|optim|loss) |
 
 t0=$(date +%s.%N)
 timeout 300 mpirun -np 2 "$BUILD"/train $args --run_dir="$dir/ref" > "$dir/ref.log" 2>&1 || { echo "the reference run failed:"; tail "$dir/ref.log"; exit 1; }
-run_s=$(echo "$(date +%s.%N) - $t0" | bc)
+run_s=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
 want=$(tensors "$dir/ref/$final")
 bytes=$(stat -c %s "$dir/ref/$final/state.bin")
 echo "reference: 24 steps on 2 ranks in ${run_s} s, a checkpoint every 3 steps, state.bin $bytes bytes"
@@ -48,7 +48,7 @@ for t in $(seq "$TRIALS"); do
         LLM3D_CKPT_HOOK=kill:$step:$where timeout 300 mpirun -np 2 "$BUILD"/train $args --run_dir="$run" > "$run.kill.log" 2>&1
     else
         victim=$((RANDOM % 2))
-        delay=$(echo "scale=2; 0.4 + ($run_s - 0.4) * $RANDOM / 32768" | bc)
+        delay=$(awk -v s="$run_s" -v r="$RANDOM" 'BEGIN { printf "%.2f", 0.4 + (s - 0.4) * r / 32768 }')
         moment="rank $victim at ${delay} s"
         timeout 300 mpirun -np 2 "$BUILD"/train $args --run_dir="$run" > "$run.kill.log" 2>&1 &
         job=$!

@@ -91,10 +91,10 @@ done
 t0=$(date +%s.%N)
 [ -n "$victim" ] && kill -STOP "$victim"
 wait $job; rc=$?
-secs=$(echo "$(date +%s.%N) - $t0" | bc)
+secs=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
 [ -n "$victim" ] && kill -KILL "$victim" 2>/dev/null   # if the job left it stopped, the check below says so first
 log="$dir/frozen.log"
-check '[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(echo "$secs < $limit" | bc)" = 1 ]' \
+check '[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && lt "$secs" "$limit"' \
       "a frozen rank 2: the job ends within comm_timeout_s=$T s + a few (exit $rc, $secs s after the SIGSTOP)"
 check 'grep -q "^  not answering: rank 2 did not answer the watchdog within 2 s: its whole process is frozen" "$log"' \
       "the frozen rank is named as not answering: $(grep -A4 "watchdog:" "$log" | head -5)"
