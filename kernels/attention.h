@@ -22,15 +22,19 @@ typedef void AttentionBackward(void *dqkv /* (B,T,(NH+2*NKV)*HD) */, const void 
 AttentionForward attention_forward_cpu, attention_forward_cuda;
 AttentionBackward attention_backward_cpu, attention_backward_cuda;
 
-/* The dS tiles of the Hopper backward (kernels/cuda/attention_wgmma.cu, HD = 64 in bf16/fp16): the dS of every
- * (sequence, head, 64-query tile, 64-key tile at or before it), 2 bytes a value, for as many sequences at a time
- * as fit in `cap` bytes (ATTENTION_DS_CAP) when the batch is cut into equal slices. They grow with T^2: where one
- * sequence does not fit it is 0 and the backward runs the portable mma.sync kernels, whose memory is linear in T.
+/* The dS tiles of the Hopper backward (kernels/cuda/attention_wgmma_backward.cu, HD = 64 in bf16/fp16): the dS of
+ * every (sequence, head, 64-query tile, 64-key tile at or before it), 2 bytes a value, for as many sequences at a time
+ * as fit in `cap` bytes (ATTENTION_DS_CAP) when the batch is cut into equal slices. They are stored only up to
+ * ATTENTION_DS_MAX_T tokens: beyond it (or where one sequence's tiles pass the cap) this is 0 and the backward's dq
+ * kernel computes dS again, with memory linear in T. Measured on the H200 (2026-12-04, l124m's 12 heads, ~16k tokens,
+ * the backward alone): storing beats computing again by 5% at T = 1024 (0.368 ms against 0.386) and loses by 15% at
+ * 2048 (0.766 against 0.647) and by 38% at 3456 (1.414 against 0.875): the stored tiles' traffic grows with T^2.
  * The tiles go in the scratch the caller lends when it holds them (the model lends the block's h13), else in a
  * scratch of the backend's own, which the memory plan then counts. */
 #define ATTENTION_DS_CAP ((size_t)144 << 20)
+#define ATTENTION_DS_MAX_T 1024
 static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap) {
-    if (HD != 64 || B <= 0 || T <= 0 || NH <= 0) return 0;
+    if (HD != 64 || B <= 0 || T <= 0 || NH <= 0 || T > ATTENTION_DS_MAX_T) return 0;
     size_t nt = ((size_t)T + 63) / 64, per_seq = (size_t)NH * (nt * (nt + 1) / 2) * 64 * 64 * 2;
     if (per_seq > cap) return 0;
     size_t all = (size_t)B * per_seq, slices = all / cap + (all % cap != 0);   /* (no all + cap - 1: cap may be SIZE_MAX) */
@@ -39,7 +43,7 @@ static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap
 
 /* What the CUDA backward takes beyond its arguments for a (B,T,NH,HD) batch in activation dtype act — the op's own
  * answer, which the memory plan asks instead of knowing the kernels: the row sums Dsum (B,NH,T) fp32, in a scratch of
- * the backend's own, and the dS tiles at ATTENTION_DS_CAP (bf16/fp16; 0 where none fit), in the caller's lent work
+ * the backend's own, and the dS tiles at ATTENTION_DS_CAP (bf16/fp16, T up to ATTENTION_DS_MAX_T; else 0), in the caller's lent work
  * when it holds them, else in a scratch of the backend's own too. */
 typedef struct { size_t row_sums, ds_tiles; } AttentionScratch;
 static inline AttentionScratch attention_backward_scratch(int B, int T, int NH, int HD, DType act) {

@@ -15,7 +15,9 @@
  * where they apply (bf16/fp16, HD = 64): Hopper's wgmma kernels of
  * attention_wgmma.cu on an sm_90 GPU with sm_90a code in the binary, else the
  * mma.sync kernels of attention_mma.cu; LLM3D_ATTENTION=mma or =simple forces
- * the portable or the readable path. These readable kernels run everywhere else. */
+ * the portable or the readable path, =recompute the Hopper backward that computes
+ * dS again at every T (its default above ATTENTION_DS_MAX_T, kernels/attention.h). These
+ * readable kernels run everywhere else. */
 #include "common.cuh"
 #include <math.h>
 extern "C" {
@@ -285,14 +287,15 @@ extern "C" void attention_forward_mma(void *out, float *lse, const void *qkv, in
 extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                        float *Dsum, int B, int T, int NH, int NKV);
 
-/* the Hopper path of attention_wgmma.cu: the same shapes, sm_90a (attention_wgmma_available() in cuda_extras.h) */
+/* the Hopper path of attention_wgmma.cu and attention_wgmma_backward.cu: the same shapes, sm_90a
+ * (attention_wgmma_available() in cuda_extras.h) */
 extern "C" void attention_forward_wgmma(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV);
 extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B,
                                          int T, int NH, int NKV, float rope_theta, void *work, size_t work_bytes);
-extern "C" int attention_wgmma_backward_fits(int T, int NH);
 
 int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=simple */
 int cuda_attention_wgmma = 0;    /* set by backend_cuda: Hopper kernels available and not LLM3D_ATTENTION=mma */
+int cuda_attention_recompute = 0;   /* set by backend_cuda from LLM3D_ATTENTION=recompute */
 
 extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HD) {
     check_shape(NH, NKV, HD);
@@ -311,19 +314,15 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
         return;
     }
     if (B * T_ == 0) return;
-    /* Dsum: the wgmma path takes it from the pass above before its dk/dv kernel (which then hands dS to its dq
-     * kernel); the mma.sync dq kernel computes it in its prologue for the dk/dv kernel after it. The wgmma kernels
-     * rotate dq and dk back through RoPE before they store them, the mma.sync path runs rope's kernel */
-    if (cuda_attention_wgmma && attention_wgmma_backward_fits(T_, NH)) {
+    /* Dsum: the wgmma path takes it from the pass above before its dk/dv kernel; the mma.sync dq kernel computes it
+     * in its prologue for the dk/dv kernel after it. The wgmma kernels rotate dq and dk back through RoPE before they
+     * store them, the mma.sync path runs rope's kernel */
+    if (cuda_attention_wgmma) {
         attention_backward_wgmma(dqkv, dout, qkv, lse, attention_dsum(dout, out, B, T_, NH, HD), B, T_, NH, NKV, rope_theta, work,
                                  work_bytes);
         return;
     }
     float *Dsum = attention_dsum_buffer(B, T_, NH);
-    static int told = 0;
-    if (cuda_attention_wgmma && !told++)
-        fprintf(stderr, "llm3d: attention: T=%d with %d heads needs more than %zu MiB of dS tiles a sequence; the backward runs the "
-                        "portable mma.sync kernels (slower, memory linear in T)\n", T_, NH, cuda_attention_ds_cap >> 20);
     attention_backward_mma(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV);
     if (rope_theta > 0) rope_backward_cuda(dqkv, B, T_, NH, NKV, HD, rope_theta, 0);
 }

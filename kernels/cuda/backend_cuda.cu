@@ -257,18 +257,20 @@ extern "C" const Backend *backend_cuda(DType act) {
         cuda_num_sms = prop.multiProcessorCount;
         const char *t = getenv("LLM3D_TF32");
         cuda_tf32 = t && atoi(t) != 0;
-        /* attention path: wgmma (Hopper, the default where it runs), mma (portable tensor cores), simple (readable) */
+        /* attention path: wgmma (Hopper, the default where it runs), recompute (Hopper, the backward computes dS
+         * again at every T), mma (portable tensor cores), simple (readable) */
         const char *a = getenv("LLM3D_ATTENTION");
-        if (a && *a && strcmp(a, "simple") && strcmp(a, "mma") && strcmp(a, "wgmma"))
-            die("LLM3D_ATTENTION=%s is not an attention path\n  hint: use wgmma (Hopper), mma (any GPU from sm_80) or simple "
-                "(the readable kernels), or unset it", a);
+        if (a && *a && strcmp(a, "simple") && strcmp(a, "mma") && strcmp(a, "wgmma") && strcmp(a, "recompute"))
+            die("LLM3D_ATTENTION=%s is not an attention path\n  hint: use wgmma (Hopper), recompute (Hopper, the backward "
+                "stores no dS tiles), mma (any GPU from sm_80) or simple (the readable kernels), or unset it", a);
         cuda_attention_simple = a && strcmp(a, "simple") == 0;
-        int hopper = attention_wgmma_available();
-        if (a && strcmp(a, "wgmma") == 0 && !hopper)
-            die("LLM3D_ATTENTION=wgmma, but GPU %d (%s, sm_%d%d) cannot run this build's Hopper kernels\n"
+        cuda_attention_recompute = a && strcmp(a, "recompute") == 0;
+        int hopper = attention_wgmma_available(), want_hopper = a && (!strcmp(a, "wgmma") || cuda_attention_recompute);
+        if (want_hopper && !hopper)
+            die("LLM3D_ATTENTION=%s, but GPU %d (%s, sm_%d%d) cannot run this build's Hopper kernels\n"
                 "  hint: they need an sm_90 GPU and a build whose CUDA_ARCH has -gencode=arch=compute_90a,code=sm_90a; "
-                "unset LLM3D_ATTENTION to use the portable kernels", dev, prop.name, prop.major, prop.minor);
-        cuda_attention_wgmma = hopper && !(a && *a && strcmp(a, "wgmma"));
+                "unset LLM3D_ATTENTION to use the portable kernels", a, dev, prop.name, prop.major, prop.minor);
+        cuda_attention_wgmma = hopper && (!a || !*a || want_hopper);
         if (!cuda_attention_wgmma && !cuda_attention_simple) {   /* said once, at start-up */
             if (hopper) fprintf(stderr, "llm3d: attention: LLM3D_ATTENTION=mma; the portable mma.sync kernels run\n");
             else fprintf(stderr, "llm3d: attention: GPU %d (%s, sm_%d%d) %s; the portable mma.sync kernels run\n", dev, prop.name,

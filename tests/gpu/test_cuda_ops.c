@@ -248,14 +248,23 @@ static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T,
     down_act(h, gdqkv, nq);
     compare(name, h, dqkv, nq, tol, shape);
     size_t cap = cuda_attention_ds_cap, one_seq = attention_ds_bytes(1, T, NH, HD, (size_t)-1);
-    int wgmma = !strcmp(path, "wgmma") && one_seq > 0;
-    if (wgmma) {   /* a sequence's dS tiles over the cap: the mma.sync backward runs instead, and is right */
+    int wgmma = !strcmp(path, "wgmma") && one_seq > 0 && act != DTYPE_FP32;   /* fp32 runs the readable kernels */
+    if (!strcmp(path, "wgmma") && act != DTYPE_FP32 && HD == 64 && T > ATTENTION_DS_MAX_T) {   /* the compare above ran this path */
+        int stores = attention_wgmma_backward_stores(T, NH);
+        printf("%s %-5s attention_bwd wgmma past T=%d takes the recompute path %s\n", stores ? "FAIL" : "ok  ", dtype_name(act),
+               ATTENTION_DS_MAX_T, shape);
+        CHECK(!stores, "%s attention_bwd wgmma %s: past ATTENTION_DS_MAX_T it still stores dS tiles", dtype_name(act), shape);
+    }
+    if (wgmma) {   /* a sequence's dS tiles over the cap: the backward computes dS again in its dq kernel, and is right */
         cuda_attention_ds_cap = one_seq - 1;
+        int stores = attention_wgmma_backward_stores(T, NH);
+        printf("%s %-5s attention_bwd wgmma over the dS cap takes the recompute path %s\n", stores ? "FAIL" : "ok  ", dtype_name(act), shape);
+        CHECK(!stores, "%s attention_bwd wgmma %s: with the cap under one sequence's tiles it still stores them", dtype_name(act), shape);
         poison(gdqkv, nq * dtype_size(act));
         bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, work, all);
         cuda_attention_ds_cap = cap;
         down_act(h, gdqkv, nq);
-        compare("attention_bwd wgmma over the dS cap", h, dqkv, nq, tol, shape);
+        compare("attention_bwd wgmma recompute", h, dqkv, nq, tol, shape);
     }
     {   /* deterministic: a second backward gives the same bits (no atomics on any path); wgmma's runs one sequence a
          * slice of its dS tiles the second time, in its own scratch (nothing lent), which must not change a bit either */
@@ -490,8 +499,9 @@ int main(int argc, char **argv) {
         test_rope(3, 50, 5, 2, 64, 7);   /* 7 rotated heads: a group of 4 and one of 3 */
         const int shapes[][5] = {{2, 64, 4, 2, 64}, {1, 37, 3, 1, 16}, {2, 100, 6, 3, 32}, {1, 130, 2, 2, 128}, {1, 1, 2, 1, 8},
                                  {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64},
-                                 {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}};
-        for (int s = 0; s < 11; s++) {
+                                 {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}, {2, 1100, 4, 2, 64},
+                                 {1, 3600, 12, 4, 64}};   /* the last two past ATTENTION_DS_MAX_T: wgmma's default is the recompute path */
+        for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
             const int *q = shapes[s];
             float theta = s % 2 ? 0.0f : 10000.0f;   /* every other shape with RoPE's backward folded in */
             test_attention("simple", attention_forward_cuda_simple, attention_backward_cuda_simple, q[0], q[1], q[2], q[3], q[4], theta);
