@@ -6,7 +6,9 @@
  * The idea: random inputs, 3 warm-ups, then the median of 15 synchronized runs
  * of each op; the step estimate is 12 x (one layer forward + backward) plus
  * embedding, final norm, LM head, loss and AdamW. Usage:
- *   build/gpu/bench_cuda_ops [fp32|bf16|fp16] [only the ops whose name holds this] */
+ *   build/gpu/bench_cuda_ops [fp32|bf16|fp16] [only the ops whose name holds this] [T]
+ * T (default 1024) changes the sequence length at about 16k tokens a step (B = 16384 / T, at least 1): the
+ * attention rows at long sequences, e.g. `bench_cuda_ops bf16 attention 8192`. */
 #include "../../kernels/backend.h"
 #include "../../kernels/cuda/cuda_extras.h"
 #include "../../common/util.h"
@@ -55,13 +57,15 @@ static void *rand_dev(size_t n, int fp32, float scale, const char *what) {
 int main(int argc, char **argv) {
     DType act = DTYPE_BF16;
     if (argc > 1) act = !strcmp(argv[1], "fp32") ? DTYPE_FP32 : !strcmp(argv[1], "fp16") ? DTYPE_FP16 : DTYPE_BF16;
-    if (argc > 2) only = argv[2];
+    if (argc > 2 && *argv[2]) only = argv[2];
+    const int T = argc > 3 ? atoi(argv[3]) : 1024, B = T >= 16384 ? 1 : 16384 / T;   /* about 16k tokens a step at any T */
+    if (T < 1 || T > 1048576) die("bench_cuda_ops: T=%s is not a sequence length from 1 to 1048576", argv[3]);
     g = backend_cuda(act);
-    const int B = 16, T = 1024, C = 768, NH = 12, NKV = 4, HD = 64, F = 2048, V = 32000, L = 12;
+    const int C = 768, NH = 12, NKV = 4, HD = 64, F = 2048, V = 32000, L = 12;
     const int N = B * T, QKV = (NH + 2 * NKV) * HD;
     size_t es = dtype_size(act);
     printf("l124m op times, %s, B=%d T=%d C=%d NH=%d NKV=%d HD=%d F=%d V=%d, attention path: %s\n", dtype_name(act), B, T, C,
-           NH, NKV, HD, F, V, cuda_attention_simple ? "simple" : cuda_attention_wgmma ? "wgmma" : "mma");
+           NH, NKV, HD, F, V, cuda_attention_simple ? "simple" : cuda_attention_recompute ? "wgmma, recompute" : cuda_attention_wgmma ? "wgmma" : "mma");
     /* activations (act dtype) */
     void *x = rand_dev((size_t)N * C, 0, 1, "x (N,C)"), *y = rand_dev((size_t)N * C, 0, 1, "y (N,C)");
     void *dx = rand_dev((size_t)N * C, 0, 1, "dx (N,C)");
@@ -102,15 +106,22 @@ int main(int argc, char **argv) {
     double attf = 4.0 * B * NH * (double)T * T * HD / 2;   /* causal: half the (T,T) square */
     BENCH("attention_forward", attf, 0, L, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
     BENCH("attention_backward", 2.5 * attf, 0, L, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 10000.0f, work, work_bytes));
+    if (cuda_attention_wgmma && !cuda_attention_recompute && attention_wgmma_backward_stores(T, NH)) {   /* the other Hopper backward */
+        cuda_attention_recompute = 1;
+        BENCH("  (wgmma attention bwd, recompute)", 2.5 * attf, 0, 0, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 10000.0f, work, work_bytes));
+        cuda_attention_recompute = 0;
+    }
     if (cuda_attention_wgmma) {   /* the portable tensor-core kernels beside the Hopper ones */
         cuda_attention_wgmma = 0;
         BENCH("  (mma attention fwd)", attf, 0, 0, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
         BENCH("  (mma attention bwd)", 2.5 * attf, 0, 0, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0, work, work_bytes));
         cuda_attention_wgmma = 1;
     }
-    BENCH("  (simple attention fwd)", attf, 0, 0, attention_forward_cuda_simple(att, lse, qkv, B, T, NH, NKV, HD));
-    BENCH("  (simple attention bwd)", 2.5 * attf, 0, 0,
-          attention_backward_cuda_simple(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0, NULL, 0));
+    if (T <= 1024) {   /* the readable kernels: minutes at long T */
+        BENCH("  (simple attention fwd)", attf, 0, 0, attention_forward_cuda_simple(att, lse, qkv, B, T, NH, NKV, HD));
+        BENCH("  (simple attention bwd)", 2.5 * attf, 0, 0,
+              attention_backward_cuda_simple(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 0, NULL, 0));
+    }
     BENCH("matmul_fwd o (tp>1: + add)", mm * C * C, 0, 0, g->matmul_forward(y, att, wo, N, C, C, NULL));
     BENCH("matmul_fwd o + residual", mm * C * C, 0, L, g->matmul_forward(y, att, wo, N, C, C, x));
     BENCH("matmul_bwd o", 2 * mm * C * C, 0, L, g->matmul_backward(datt, dw, dx, att, wo, N, C, C));
