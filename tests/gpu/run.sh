@@ -5,7 +5,9 @@
 # test with TF32 matmuls, then the op test under compute-sanitizer memcheck.
 # Then the whole-model test (tests/gpu/test_cuda_model.c), also under memcheck,
 # and again with the portable attention forced (LLM3D_ATTENTION=mma: what a GPU
-# without Hopper's wgmma runs), and a misspelt LLM3D_ATTENTION refused.
+# without Hopper's wgmma runs), and a misspelt LLM3D_ATTENTION refused. Long
+# sequences: the memory plan against the measured peak at T = 8192 and 32768,
+# and a batch far past the GPU's memory refused with settings that would fit.
 # Then multi-rank NCCL with every rank a test host on the one GPU
 # (tests/gpu/nccl.sh: nccl_layouts.sh, nccl_faults.sh, nccl_doctor.sh, nccl_scale.sh;
 # docs/nccl-one-gpu.md). `--bench` also times every op at the l124m shape
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/../.."
 bench=0; [ "${1:-}" = "--bench" ] && bench=1
 
 mkdir -p build/gpu
-make -j"$(nproc)" gpu >build/gpu-make.log 2>&1 || { tail -40 build/gpu-make.log; echo "0 passed, 1 failed"; exit 1; }
+make -j"$(nproc)" all gpu >build/gpu-make.log 2>&1 || { tail -40 build/gpu-make.log; echo "0 passed, 1 failed"; exit 1; }
 
 # The CUDA libraries may live outside the loader's path (e.g. cuDNN or cuBLAS
 # from Python wheels under site-packages/nvidia/*/lib): add them if needed.
@@ -89,6 +91,20 @@ echo "== a misspelt LLM3D_ATTENTION is refused with one message"
 LLM3D_ATTENTION=wgma build/gpu/test_cuda_ops >build/gpu/attention_env.log 2>&1; rc=$?
 if [ $rc -ne 0 ] && grep -q 'LLM3D_ATTENTION=wgma is not an attention path' build/gpu/attention_env.log; then passed=$((passed + 1))
 else echo "FAIL: LLM3D_ATTENTION=wgma gave rc $rc:"; tail -3 build/gpu/attention_env.log; failed=$((failed + 1)); fi
+
+echo "== long sequences: the memory plan within 1% of the peak at T = 8192 and 32768; a batch that cannot fit refused, naming settings that would"
+for tb in "8192 2" "32768 1"; do
+    set -- $tb
+    build/bench/bench_train --preset=l124m --device=cuda --precision=bf16 --steps=3 --seq_len="$1" --batch_size="$2" >build/gpu/long_T$1.log 2>&1
+    off=$(grep '^{' build/gpu/long_T$1.log | tail -1 | awk '{ match($0, /"peak_allocated_bytes": [0-9]+/); p = substr($0, RSTART + 24, RLENGTH - 24);
+        match($0, /"predicted_bytes": [0-9]+/); q = substr($0, RSTART + 19, RLENGTH - 19); if (p > 0) printf "%.4f", (q - p) / p * 100 }')
+    if [ -n "$off" ] && awk -v o="$off" 'BEGIN { exit !(o < 1 && o > -1) }'; then echo "   T=$1 B=$2: plan $off% from the peak"; passed=$((passed + 1))
+    else echo "FAIL: T=$1 B=$2: plan ${off:-?}% from the peak (build/gpu/long_T$1.log)"; tail -3 build/gpu/long_T$1.log; failed=$((failed + 1)); fi
+done
+build/bench/bench_train --preset=l124m --device=cuda --precision=bf16 --steps=1 --seq_len=131072 --batch_size=16 >build/gpu/long_refused.log 2>&1; rc=$?
+if [ $rc -ne 0 ] && grep -q 'this run needs about .* of GPU memory and .* is free' build/gpu/long_refused.log \
+        && grep -q -- '--batch_size=' build/gpu/long_refused.log; then passed=$((passed + 1))
+else echo "FAIL: T=131072 B=16 (far more than the GPU holds) gave rc $rc:"; tail -5 build/gpu/long_refused.log; failed=$((failed + 1)); fi
 
 echo "== NCCL on one GPU, every rank a test host (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1): layouts, faults, doctor, the split"
 OUT=build/gpu tests/gpu/nccl.sh >build/gpu/nccl.log 2>&1; rc=$?

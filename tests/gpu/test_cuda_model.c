@@ -12,7 +12,10 @@
  *      bit for bit (bf16 and fp16, full recompute, tied and untied);
  *   7. the copies that do not wait (tests/async_check.h): 40 uploads queued
  *      through the 16-slot staging ring all arrive, and the loss a step reads
- *      back once is the one each forward read back at once, bit for bit.
+ *      back once is the one each forward read back at once, bit for bit;
+ *   8. a long sequence (T = 2300: past ATTENTION_DS_MAX_T, so Hopper's backward
+ *      computes dS again, and a partial last tile) trains like the CPU in bf16
+ *      for 5 steps, on the path it says it took.
  * Built by `make gpu`, run by tests/gpu/run.sh; ends with "N passed, N failed".
  * LLM3D_TEST_QUICK=1 runs part 1 only (for compute-sanitizer). */
 #include "../test.h"
@@ -20,6 +23,8 @@
 #include "../async_check.h"
 #include "../../train/trainer.h"
 #include "../../train/optimizer.h"
+#include "../../kernels/attention.h"
+#include "../../kernels/cuda/cuda_extras.h"
 #include <unistd.h>
 
 static const DType dtypes[3] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
@@ -155,6 +160,38 @@ static void test_curve(int precision) {
     trainer_free(&tg);
 }
 
+/* 5 steps at T = 2300 x B = 1, head dim 64: the attention backward's long-sequence path (on Hopper: dS computed
+ * again, nothing quadratic kept) inside the whole model and its RoPE, against the fp32 CPU step for step */
+static void test_long_sequence(void) {
+    Config cc, cg;
+    small_config(&cc, DEVICE_CPU, PRECISION_FP32);
+    small_config(&cg, DEVICE_CUDA, PRECISION_BF16);
+    for (Config *c = &cc; c; c = c == &cc ? &cg : NULL) {
+        c->n_heads = 2; c->n_kv_heads = 1; c->seq_len = 2300; c->batch_size = 1; c->max_steps = 5; c->warmup_steps = 2;
+    }
+    Trainer tc, tg;
+    trainer_init(&tc, &cc);
+    trainer_init(&tg, &cg);
+    double worst = 0, first = 0, last = 0;
+    for (int s = 0; s < cc.max_steps; s++) {
+        StepStats a = trainer_step(&tc), b = trainer_step(&tg);
+        worst = fmax(worst, isfinite(b.loss) ? fabs(a.loss - b.loss) / a.loss : INFINITY);
+        if (!s) first = b.loss;
+        last = b.loss;
+    }
+    const char *path = cuda_attention_simple ? "the readable kernels"
+                       : !cuda_attention_wgmma ? "the mma.sync kernels"
+                       : attention_wgmma_backward_stores(cg.seq_len, cg.n_heads) ? "wgmma, dS stored" : "wgmma, dS computed again";
+    CHECK(!cuda_attention_wgmma || !attention_wgmma_backward_stores(cg.seq_len, cg.n_heads),
+          "T=%d is past ATTENTION_DS_MAX_T=%d, yet the Hopper backward stores dS", cg.seq_len, ATTENTION_DS_MAX_T);
+    CHECK(worst < 2e-2 && last < first, "T=%d bf16 on GPU vs fp32 CPU over 5 steps: worst loss rel diff %.3g, loss %.4f -> %.4f",
+          cg.seq_len, worst, first, last);
+    printf("long sequence T=%d bf16 GPU (%s) vs CPU over 5 steps: worst rel diff %.2e (%.3f -> %.3f)\n", cg.seq_len, path, worst,
+           first, last);
+    trainer_free(&tc);
+    trainer_free(&tg);
+}
+
 static void test_fp16_overflow(void) {
     Config c;
     small_config(&c, DEVICE_CUDA, PRECISION_FP16);
@@ -218,6 +255,7 @@ int main(void) {
     make_shard();
     test_curve(PRECISION_FP32);
     test_curve(PRECISION_BF16);
+    test_long_sequence();
     test_fp16_overflow();
     test_per_layer(PRECISION_BF16, 0);
     test_per_layer(PRECISION_BF16, 1);
