@@ -31,6 +31,34 @@ __device__ __forceinline__ void rope_back_rows(float d[32], const int pos[2], co
             }
 }
 
+/* a pipeline's first tile: s = a b^T and dp = c d^T (64 x 64 each, every operand a tile in shared memory), issued
+ * together and waited for */
+template <typename T> __device__ __forceinline__ void scores_and_dp(float (&s)[32], float (&dp)[32], uint32_t a, uint32_t b, uint32_t c,
+                                                                    uint32_t d) {
+    wg_fence();
+    wg_rows_times_rows<T>(s, a, b);
+    wg_rows_times_rows<T>(dp, c, d);
+    wg_commit();
+    wg_wait<0>();
+    wg_keep(s);
+    wg_keep(dp);
+}
+
+/* a dq kernel's epilogue: this thread's rows q and q + 8 of a 64 x 64 dq tile, rotated back through RoPE when
+ * fr.on, into head h's q part of dqkv (rows past T skipped) */
+template <typename T> __device__ __forceinline__ void store_dq(T *dqkv, float dq[32], int b, int h, int q, int T_, size_t QKV,
+                                                               const RopeFreq &fr) {
+    int t = threadIdx.x % 4, pos[2] = {q, q + 8};
+    if (fr.on) rope_back_rows(dq, pos, fr);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (q + 8 * r >= T_) continue;
+        T *y = dqkv + ((size_t)b * T_ + q + 8 * r) * QKV + h * WG_HD;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
+    }
+}
+
 /* a score tile's ds = p * (dp - D) * scale, p = 2^(s*scale*log2 e - L), L = lse * log2 e: masked where the query is
  * before the key or past T; packs p (when pp, the dk/dv kernel's P^T @ dout) and ds as A operands. COLS: the dk/dv
  * kernel's transposed tile (rows keys r0.., columns queries c0..; L and D per column, indexed in shared memory);
@@ -91,7 +119,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
     uint32_t sT = tiles_base(smraw);   /* stage st: dS^T at sT + 2*st*WG_TILE, k after it */
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
     int qt = gridDim.y - 1 - blockIdx.y, q0 = qt * WG_BN, nk = qt + 1;
-    int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
     size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD;
     const T *Kg = qkv + (size_t)b * T_ * QKV + (NH + kvh) * WG_HD;
     const uint8_t *tiles = dS + ds_slot(b, h, NH, qt, 0, ntri) * WG_TILE;   /* key tiles 0..qt, one after another */
@@ -119,16 +147,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_kern
         wg_wait<0>();
         wg_keep(dq);
     }
-    int lr = w * 16 + g, pos[2] = {q0 + lr, q0 + lr + 8};
-    if (fr.on) rope_back_rows(dq, pos, fr);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int q = q0 + lr + 8 * r;
-        if (q >= T_) continue;
-        T *y = dqkv + ((size_t)b * T_ + q) * QKV + h * WG_HD;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
-    }
+    store_dq(dqkv, dq, b, h, q0 + w * 16 + g, T_, QKV, fr);
 #endif
 }
 
@@ -144,7 +163,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_reco
     uint32_t sQ = tiles_base(smraw), sDO = sQ + WG_TILE, sKV = sDO + WG_TILE;   /* stage st: k at sKV + 2*st*WG_TILE, v after it */
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * WG_BN, nk = q0 / WG_BN + 1;
-    int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4, lr = w * 16 + g;
+    int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, lr = w * 16 + g;
     size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, OS = (size_t)NH * WG_HD;
     const T *base = qkv + (size_t)b * T_ * QKV, *Kg = base + (NH + kvh) * WG_HD, *Vg = base + (NH + NKV + kvh) * WG_HD;
     float sl2 = scale * LOG2E;
@@ -165,13 +184,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_reco
     __syncthreads();
     float s[32], dp[32], dq[32] = {};
     uint32_t da[4][4], dn[4][4];
-    wg_fence();
-    wg_rows_times_rows<T>(s, sQ, sKV);              /* s = q k^T, tile 0 */
-    wg_rows_times_rows<T>(dp, sDO, sKV + WG_TILE);  /* dp = dout v^T */
-    wg_commit();
-    wg_wait<0>();
-    wg_keep(s);
-    wg_keep(dp);
+    scores_and_dp<T>(s, dp, sQ, sKV, sDO, sKV + WG_TILE);   /* s = q k^T, dp = dout v^T: tile 0 */
     probs_and_grads<T, false>(s, dp, nullptr, da, L, D, q0, 0, T_, sl2, scale, nk == 1 || WG_BN > T_);
     for (int j = 0; j < nk; j++) {   /* the pipeline: tile j+1's three products' first two run while tile j's dS meets k */
         bool more = j + 1 < nk;
@@ -202,16 +215,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_reco
             for (int i = 0; i < 16; i++) da[i / 4][i % 4] = dn[i / 4][i % 4];
         }
     }
-    int pos[2] = {q0 + lr, q0 + lr + 8};
-    if (fr.on) rope_back_rows(dq, pos, fr);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int q = q0 + lr + 8 * r;
-        if (q >= T_) continue;
-        T *y = dqkv + ((size_t)b * T_ + q) * QKV + h * WG_HD;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
-    }
+    store_dq(dqkv, dq, b, h, q0 + lr, T_, QKV, fr);
 #endif
 }
 
@@ -260,13 +264,7 @@ template <typename T, bool STORE> __global__ void __launch_bounds__(128) wg_back
     __syncthreads();
     float s[32], dp[32], dk[32] = {}, dv[32] = {};   /* s, dp transposed: rows are keys, columns queries */
     uint32_t pa[4][4], da[4][4], pn[4][4], dn[4][4];
-    wg_fence();
-    wg_rows_times_rows<T>(s, sK, sQD);              /* s = k q^T, item 0 */
-    wg_rows_times_rows<T>(dp, sV, sQD + WG_TILE);   /* dp = v dout^T */
-    wg_commit();
-    wg_wait<0>();
-    wg_keep(s);
-    wg_keep(dp);
+    scores_and_dp<T>(s, dp, sK, sQD, sV, sQD + WG_TILE);   /* s = k q^T, dp = v dout^T: item 0 */
     probs_and_grads<T, true>(s, dp, pa, da, LD[0][0], LD[0][1], k0, k0, T_, sl2, scale, true);
     if (STORE) stage_ds_tile(stg, da);
     for (int i = 0; i < items; i++) {

@@ -137,27 +137,36 @@ static void small_config(Config *c, int device, int precision) {
     c->val_data[0] = 0;
 }
 
+/* cc (CPU, fp32) and cg (GPU) trained side by side for cc's max_steps: the worst relative loss difference of a
+ * step, and the GPU's first and last loss */
+typedef struct { double worst, first, last; } Curve;
+static Curve beside_cpu(const Config *cc, const Config *cg) {
+    Trainer tc, tg;
+    trainer_init(&tc, cc);
+    trainer_init(&tg, cg);
+    Curve k = {0, 0, 0};
+    for (int s = 0; s < cc->max_steps; s++) {
+        StepStats a = trainer_step(&tc), b = trainer_step(&tg);
+        k.worst = fmax(k.worst, isfinite(b.loss) ? fabs(a.loss - b.loss) / a.loss : INFINITY);
+        if (!s) k.first = b.loss;
+        k.last = b.loss;
+    }
+    trainer_free(&tc);
+    trainer_free(&tg);
+    return k;
+}
+
 static void test_curve(int precision) {
     Config cc, cg;
     small_config(&cc, DEVICE_CPU, PRECISION_FP32);
     small_config(&cg, DEVICE_CUDA, precision);
-    Trainer tc, tg;
-    trainer_init(&tc, &cc);
-    trainer_init(&tg, &cg);
-    double worst = 0, first = 0, last = 0;
-    for (int s = 0; s < cc.max_steps; s++) {
-        StepStats a = trainer_step(&tc), b = trainer_step(&tg);
-        worst = fmax(worst, isfinite(b.loss) ? fabs(a.loss - b.loss) / a.loss : INFINITY);
-        if (!s) first = b.loss;
-        last = b.loss;
-    }
+    Curve k = beside_cpu(&cc, &cg);
+    double worst = k.worst, first = k.first, last = k.last;
     double tol = precision == PRECISION_FP32 ? 1e-4 : 2e-2;
     const char *pn = precision == PRECISION_FP32 ? "fp32" : precision == PRECISION_BF16 ? "bf16" : "fp16";
     CHECK(worst < tol, "20 steps %s on GPU vs fp32 CPU: worst loss rel diff %.3g", pn, worst);
     CHECK(last < first, "%s loss falls: %.4f -> %.4f", pn, first, last);
     printf("loss curve %s GPU vs CPU over 20 steps: worst rel diff %.2e (%.3f -> %.3f)\n", pn, worst, first, last);
-    trainer_free(&tc);
-    trainer_free(&tg);
 }
 
 /* 5 steps at T = 2300 x B = 1, head dim 64: the attention backward's long-sequence path (on Hopper: dS computed
@@ -169,16 +178,8 @@ static void test_long_sequence(void) {
     for (Config *c = &cc; c; c = c == &cc ? &cg : NULL) {
         c->n_heads = 2; c->n_kv_heads = 1; c->seq_len = 2300; c->batch_size = 1; c->max_steps = 5; c->warmup_steps = 2;
     }
-    Trainer tc, tg;
-    trainer_init(&tc, &cc);
-    trainer_init(&tg, &cg);
-    double worst = 0, first = 0, last = 0;
-    for (int s = 0; s < cc.max_steps; s++) {
-        StepStats a = trainer_step(&tc), b = trainer_step(&tg);
-        worst = fmax(worst, isfinite(b.loss) ? fabs(a.loss - b.loss) / a.loss : INFINITY);
-        if (!s) first = b.loss;
-        last = b.loss;
-    }
+    Curve k = beside_cpu(&cc, &cg);
+    double worst = k.worst, first = k.first, last = k.last;
     const char *path = cuda_attention_simple ? "the readable kernels"
                        : !cuda_attention_wgmma ? "the mma.sync kernels"
                        : attention_wgmma_backward_stores(cg.seq_len, cg.n_heads) ? "wgmma, dS stored" : "wgmma, dS computed again";
@@ -188,8 +189,6 @@ static void test_long_sequence(void) {
           cg.seq_len, worst, first, last);
     printf("long sequence T=%d bf16 GPU (%s) vs CPU over 5 steps: worst rel diff %.2e (%.3f -> %.3f)\n", cg.seq_len, path, worst,
            first, last);
-    trainer_free(&tc);
-    trainer_free(&tg);
 }
 
 static void test_fp16_overflow(void) {
