@@ -12,6 +12,7 @@
 #include "../../kernels/backend.h"
 #include "../../kernels/cuda/cuda_extras.h"
 #include "../../common/util.h"
+#include "../../common/options.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,8 +59,12 @@ int main(int argc, char **argv) {
     DType act = DTYPE_BF16;
     if (argc > 1) act = !strcmp(argv[1], "fp32") ? DTYPE_FP32 : !strcmp(argv[1], "fp16") ? DTYPE_FP16 : DTYPE_BF16;
     if (argc > 2 && *argv[2]) only = argv[2];
-    const int T = argc > 3 ? atoi(argv[3]) : 1024, B = T >= 16384 ? 1 : 16384 / T;   /* about 16k tokens a step at any T */
-    if (T < 1 || T > 1048576) die("bench_cuda_ops: T=%s is not a sequence length from 1 to 1048576", argv[3]);
+    double t = 1024;
+    char err[512];
+    if (argc > 3 && option_number("T", argv[3], 1, 1048576, 1, &t, err, sizeof err))
+        die("bench_cuda_ops: %s\n  hint: build/gpu/bench_cuda_ops [fp32|bf16|fp16] [ops whose name holds this] [T]", err);
+    const int T = (int)t;
+    const int B = T >= 16384 ? 1 : 16384 / T;   /* about 16k tokens a step at any T */
     g = backend_cuda(act);
     const int C = 768, NH = 12, NKV = 4, HD = 64, F = 2048, V = 32000, L = 12;
     const int N = B * T, QKV = (NH + 2 * NKV) * HD;
@@ -106,7 +111,7 @@ int main(int argc, char **argv) {
     double attf = 4.0 * B * NH * (double)T * T * HD / 2;   /* causal: half the (T,T) square */
     BENCH("attention_forward", attf, 0, L, g->attention_forward(att, lse, qkv, B, T, NH, NKV, HD));
     BENCH("attention_backward", 2.5 * attf, 0, L, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 10000.0f, work, work_bytes));
-    if (cuda_attention_wgmma && !cuda_attention_recompute && attention_wgmma_backward_stores(T, NH)) {   /* the other Hopper backward */
+    if (cuda_attention_wgmma && attention_wgmma_backward_stores(T, NH)) {   /* the other Hopper backward */
         cuda_attention_recompute = 1;
         BENCH("  (wgmma attention bwd, recompute)", 2.5 * attf, 0, 0, g->attention_backward(dqkv, datt, qkv, att, lse, B, T, NH, NKV, HD, 10000.0f, work, work_bytes));
         cuda_attention_recompute = 0;

@@ -339,21 +339,27 @@ extern "C" {
 size_t cuda_attention_ds_cap = ATTENTION_DS_CAP;
 }
 
+/* 1 when the backward stores dS tiles for T: T is at most ATTENTION_DS_MAX_T, one sequence's fit in
+ * cuda_attention_ds_cap and LLM3D_ATTENTION=recompute is not set */
+extern "C" int attention_wgmma_backward_stores(int T_, int NH) {
+    return !cuda_attention_recompute && attention_ds_bytes(1, T_, NH, WG_HD, cuda_attention_ds_cap) > 0;
+}
+
 template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dsum, int B, int T_, int NH,
                                            int NKV, float scale, const RopeFreq &fr, void *work, size_t work_bytes) {
     static void *buf = 0;
     static size_t cap = 0;
     int nt = ceil_div(T_, WG_BN), ntri = nt * (nt + 1) / 2;
-    size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, bytes = attention_ds_bytes(B, T_, NH, WG_HD, cuda_attention_ds_cap);
+    size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD;
     size_t smem_kv = (size_t)(2 + 2 * WG_STAGES) * WG_TILE;   /* k, v, 3 x (q, dout); the dq kernels' q, dout, 3 x (k, v) too */
-    if (!bytes || cuda_attention_recompute) {   /* linear in T: the dq kernel computes dS again */
+    if (!attention_wgmma_backward_stores(T_, NH)) {   /* linear in T: the dq kernel computes dS again */
         auto *dkv = wg_backward_dkv_kernel<T, false>;
         WG_LAUNCH(dkv, dim3(B * NKV, nt), smem_kv, dqkv, nullptr, dout, qkv, lse, Dsum, T_, NH, NKV, ntri,
                   scale, fr);
         WG_LAUNCH(wg_backward_dq_recompute_kernel<T>, dim3(B * NH, nt), smem_kv, dqkv, dout, qkv, lse, Dsum, T_, NH, NKV, scale, fr);
         return;
     }
-    size_t per_seq = (size_t)NH * ntri * WG_TILE;
+    size_t bytes = attention_ds_bytes(B, T_, NH, WG_HD, cuda_attention_ds_cap), per_seq = (size_t)NH * ntri * WG_TILE;
     int seqs = (int)(bytes / per_seq);
     uint8_t *dS = (uint8_t *)(work && work_bytes >= bytes ? work : cuda_scratch(&buf, &cap, bytes, "attention backward dS tiles"));
     for (int b0 = 0; b0 < B; b0 += seqs) {   /* sequences b0 .. b0+n-1 */
@@ -364,12 +370,6 @@ template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv,
                   lse + l, Dsum + l, T_, NH, NKV, ntri, scale, fr);
         WG_LAUNCH(wg_backward_dq_kernel<T>, dim3(n * NH, nt), (size_t)2 * WG_STAGES * WG_TILE, dqkv + x, qkv + x, dS, T_, NH, NKV, ntri, fr);
     }
-}
-
-/* 1 when the backward stores dS tiles for T: T is at most ATTENTION_DS_MAX_T, one sequence's fit in
- * cuda_attention_ds_cap and LLM3D_ATTENTION=recompute is not set */
-extern "C" int attention_wgmma_backward_stores(int T_, int NH) {
-    return !cuda_attention_recompute && attention_ds_bytes(1, T_, NH, WG_HD, cuda_attention_ds_cap) > 0;
 }
 
 extern "C" void attention_backward_wgmma(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B,

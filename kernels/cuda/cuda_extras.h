@@ -12,7 +12,7 @@ AttentionBackward attention_backward_cuda_simple;
 extern int cuda_tf32;             /* fp32 GEMMs through TF32 tensor cores; set from LLM3D_TF32=1 when the backend opens */
 extern int cuda_attention_simple; /* 1: attention_*_cuda runs the readable kernels; from LLM3D_ATTENTION=simple */
 extern int cuda_attention_wgmma;  /* 1: the fast path is Hopper's wgmma kernels (sm_90a), 0: mma.sync; LLM3D_ATTENTION=mma sets 0 */
-extern int cuda_attention_recompute; /* 1: the wgmma backward computes dS again at every T (LLM3D_ATTENTION=recompute), not only past the cap */
+extern int cuda_attention_recompute; /* 1: the wgmma backward computes dS again at every T (LLM3D_ATTENTION=recompute), not only above ATTENTION_DS_MAX_T */
 int attention_wgmma_backward_stores(int T, int NH); /* 1: the wgmma backward stores dS tiles at this T (else computes them again) */
 extern size_t cuda_attention_ds_cap; /* bytes of dS tiles the wgmma backward stores at once (kernels/attention.h) */
 int attention_wgmma_available(void); /* 1 when this binary has sm_90a code and the GPU runs it */
