@@ -2,11 +2,12 @@
  * bf16 and fp16 with HD = 64: the same flash-attention forward as
  * attention_mma.cu (online softmax), with every product issued by a warpgroup
  * (4 warps, 128 threads) as wgmma m64n64k16 instead of per-warp mma.sync
- * m16n8k16, and a deterministic backward in which every kernel owns what it
- * writes: after attention.cu's Dsum pass, a dk/dv kernel per key tile that also
- * stores each dS tile it computes, and a dq kernel that is then one product a
- * tile (see "the dS tiles" below: 5 products and one exponential a score, where
- * the mma.sync path's two kernels recompute the scores and dP, 7 and two).
+ * m16n8k16. This file holds the forward; attention_wgmma_backward.cu the
+ * deterministic backward in which every kernel owns what it writes (after
+ * attention.cu's Dsum pass, a dk/dv kernel per key tile and a dq kernel per
+ * query tile; up to ATTENTION_DS_MAX_T the dk/dv kernel stores each dS tile and
+ * the dq kernel is one product a tile, above it the dq kernel computes dS
+ * again: its "the two backwards" says why); attention_wgmma.cuh what they share.
  *
  * The idea: a warpgroup owns 64 rows (queries in the forward and the dq kernel,
  * keys in the dk/dv kernel). Its 64 x 64 products are asynchronous wgmma
