@@ -17,6 +17,7 @@
 #include "adamw.h"
 #include "adamw8bit.h"
 #include "elementwise.h"
+#include "fp8.h"
 
 typedef struct Backend {
     const char *name;              /* "cpu" or "cuda" */
@@ -55,6 +56,10 @@ typedef struct Backend {
     RmsnormBackward *rmsnorm_backward;
     MatmulForward *matmul_forward;
     MatmulBackward *matmul_backward;
+    MatmulFp8Forward *matmul_fp8_forward;    /* precision=fp8's block matmuls (kernels/fp8.h) */
+    MatmulFp8Backward *matmul_fp8_backward;
+    size_t fp8_bytes;                        /* bytes an FP8 operand copy takes an element: 1 (cuda), 4 (cpu: emulated in fp32) */
+    const char *(*fp8_unsupported)(void);    /* NULL where FP8 matmuls run, else why not, in words naming the device */
     Rope *rope_forward;
     Rope *rope_backward;
     AttentionForward *attention_forward;

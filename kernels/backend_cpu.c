@@ -42,6 +42,8 @@ static void cpu_event_record(void *e) { *(double *)e = now_seconds(); }
 static double cpu_event_seconds(void *from, void *to) { return *(double *)to - *(double *)from; }
 static void cpu_event_destroy(void *e) { free(e); }
 
+static const char *cpu_fp8_unsupported(void) { return NULL; }   /* emulated: kernels/cpu/matmul_fp8.c */
+
 static const Backend cpu = {
     .name = "cpu", .act = DTYPE_FP32,
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_memcpy, .download = cpu_memcpy,
@@ -51,6 +53,8 @@ static const Backend cpu = {
     .embedding_forward = embedding_forward_cpu, .embedding_backward = embedding_backward_cpu,
     .rmsnorm_forward = rmsnorm_forward_cpu, .rmsnorm_backward = rmsnorm_backward_cpu,
     .matmul_forward = matmul_forward_cpu, .matmul_backward = matmul_backward_cpu,
+    .matmul_fp8_forward = matmul_fp8_forward_cpu, .matmul_fp8_backward = matmul_fp8_backward_cpu, .fp8_bytes = 4,
+    .fp8_unsupported = cpu_fp8_unsupported,
     .rope_forward = rope_forward_cpu, .rope_backward = rope_backward_cpu,
     .attention_forward = attention_forward_cpu, .attention_backward = attention_backward_cpu,
     .attention_cached = attention_cached_cpu,
@@ -113,6 +117,15 @@ static void emu_matmul_forward(void *out, const void *inp, const void *w, int N,
 }
 static void emu_matmul_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC) {
     matmul_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC);
+    if (dinp) round_to(dinp, (size_t)N * IC);
+}
+static void emu_matmul_fp8_forward(void *out, const void *inp, const void *w, int N, int IC, int OC, const void *add, const Fp8Matmul *q) {
+    matmul_fp8_forward_cpu(out, inp, w, N, IC, OC, add, q);
+    round_to(out, (size_t)N * OC);
+}
+static void emu_matmul_fp8_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC,
+                                    const Fp8Matmul *q) {
+    matmul_fp8_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC, q);
     if (dinp) round_to(dinp, (size_t)N * IC);
 }
 static void emu_rope_forward(void *qkv, int B, int T, int NH, int NKV, int HD, float theta, int pos0) {
@@ -183,6 +196,8 @@ const Backend *backend_cpu_emulated(DType act) {
     cpu_emulated.rmsnorm_backward = emu_rmsnorm_backward;
     cpu_emulated.matmul_forward = emu_matmul_forward;
     cpu_emulated.matmul_backward = emu_matmul_backward;
+    cpu_emulated.matmul_fp8_forward = emu_matmul_fp8_forward;
+    cpu_emulated.matmul_fp8_backward = emu_matmul_fp8_backward;
     cpu_emulated.rope_forward = emu_rope_forward;
     cpu_emulated.rope_backward = emu_rope_backward;
     cpu_emulated.attention_forward = emu_attention_forward;

@@ -205,6 +205,16 @@ static size_t layout_activations(Model *m, char *base) {
     m->tmp = m->scratch1;
     m->scratch2 = (sel || full) && m->QKV <= m->F ? sh->hs : TAKE(N * m->QKV * a);
     m->gathered = m->sp ? TAKE(N * m->C * a) : NULL;
+    if (m->part.fp8) {   /* the record, and the FP8 copies of the widest block matmul's operands */
+        size_t widest = 0;
+        const int ic[FP8_MATMULS] = {m->C, m->NH * m->HD, m->C, m->F}, oc[FP8_MATMULS] = {m->QKV, m->C, 2 * m->F, m->C};
+        for (int k = 0; k < FP8_MATMULS; k++) {
+            size_t b = matmul_fp8_scratch_bytes(m->be->fp8_bytes, (int)N, ic[k], oc[k]);
+            if (b > widest) widest = b;
+        }
+        m->fp8.amax = TAKE((size_t)m->n_local_layers * FP8_MATMULS * FP8_ROLES * 4);
+        m->fp8.scratch = TAKE(widest);
+    }
 #undef TAKE
     return at;
 }
@@ -253,6 +263,20 @@ void *model_unit_place(const Model *m, int u) {
 
 void model_master_changed(Model *m) { m->layer_weights_unit = -1; }
 
+/* precision=fp8: every layer's scales, none yet, and which global layer each local one is */
+static void plan_fp8(Model *m) {
+    if (m->be->act != DTYPE_BF16) die("internal: precision=fp8 runs with bf16 activations, not %s", dtype_name(m->be->act));
+    Fp8State *s = &m->fp8;
+    size_t n = (size_t)m->cfg.n_layers * FP8_MATMULS * FP8_ROLES;
+    s->n_layers = m->cfg.n_layers;
+    s->n_local_layers = m->n_local_layers;
+    s->history = callocCheck((size_t)FP8_HISTORY * n, sizeof(float));
+    s->scale = callocCheck(n, sizeof(float));
+    s->global_layer = callocCheck(m->n_local_layers ? m->n_local_layers : 1, sizeof(int));
+    for (int k = 0; k < m->part.n_chunks; k++)
+        for (int j = 0; j < m->part.chunks[k].n_layers; j++) s->global_layer[m->chunk_first[k] + j] = m->part.chunks[k].first_layer + j;
+}
+
 void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, const ModelPart *part, int B, int T,
                 int recompute) {
     memset(m, 0, sizeof *m);
@@ -300,6 +324,7 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->slot_B = callocCheck(p->n_slots, sizeof(int));
     m->slot_T = callocCheck(p->n_slots, sizeof(int));
     plan_weights(m);
+    if (p->fp8) plan_fp8(m);
     m->act_bytes = layout_activations(m, NULL);
 }
 
@@ -328,6 +353,7 @@ void model_plan_free(Model *m) {
     for (int s = 0; m->slots && s < m->part.n_slots; s++) { free(m->slots[s].res); free(m->slots[s].acts); }
     free(m->slots); free(m->slot_B); free(m->slot_T);
     free(m->tensors); free(m->layer); free(m->units); free(m->chunk_first); free(m->grads_at); free(m->weights_at);
+    free(m->fp8.history); free(m->fp8.scale); free(m->fp8.global_layer);
     memset(m, 0, sizeof *m);
 }
 

@@ -111,19 +111,35 @@ static void *tp_sum_tokens(Model *m, void *partial, int N) {
     return m->gathered;
 }
 
-/* A row-parallel matmul back into the residual stream: out (Ns,C) = res
+/* A block matmul of local layer i (which: FP8_QKV .. FP8_W2) through the
+ * backend: in FP8 with the layer's scales under precision=fp8 (model/fp8.h),
+ * else in the act dtype. i < 0: never in FP8 (generation records no maxima). */
+static void linear_forward(Model *m, int i, int which, void *out, const void *x, const void *w, int N, int IC, int OC, const void *add) {
+    if (i < 0 || !m->part.fp8) { m->be->matmul_forward(out, x, w, N, IC, OC, add); return; }
+    Fp8Matmul q;
+    model_fp8_args(m, i, which, &q);
+    m->be->matmul_fp8_forward(out, x, w, N, IC, OC, add, &q);
+}
+static void linear_backward(Model *m, int i, int which, void *dx, float *dw, const void *dy, const void *x, const void *w, int N, int IC,
+                            int OC) {
+    if (!m->part.fp8) { m->be->matmul_backward(dx, dw, dy, x, w, N, IC, OC); return; }
+    Fp8Matmul q;
+    model_fp8_args(m, i, which, &q);
+    m->be->matmul_fp8_backward(dx, dw, dy, x, w, N, IC, OC, &q);
+}
+
+/* A row-parallel matmul (layer i's `which`) back into the residual stream: out (Ns,C) = res
  * (Ns,C) + g(x (N,K) @ w^T), w this rank's (C,K) slice. With tp = 1 there is
  * no partial sum to reduce, and the residual rides in the matmul's epilogue
  * (one rounding, no add kernel); otherwise the partial sum, g, then the add. */
-static void row_parallel_residual(Model *m, void *out, const void *x, const void *w, int N, int K, const void *res) {
-    const Backend *be = m->be;
+static void row_parallel_residual(Model *m, int i, int which, void *out, const void *x, const void *w, int N, int K, const void *res) {
     if (m->part.tp == 1) {
-        be->matmul_forward(out, x, w, N, K, m->C, res);
+        linear_forward(m, i, which, out, x, w, N, K, m->C, res);
         return;
     }
-    be->matmul_forward(m->tmp, x, w, N, K, m->C, NULL);                /* a partial sum */
+    linear_forward(m, i, which, m->tmp, x, w, N, K, m->C, NULL);       /* a partial sum */
     void *y = tp_sum_tokens(m, m->tmp, N);                             /* g */
-    be->add(out, res, y, (size_t)stream_tokens(m, N) * m->C);
+    m->be->add(out, res, y, (size_t)stream_tokens(m, N) * m->C);
 }
 
 /* The vocab-parallel embedding: ids (N) -> res0 (Ns,C). Each rank looks up
@@ -154,17 +170,18 @@ static void block_forward(Model *m, ActSlot *S, int i, int j, int B, int T, int 
     LayerActs *L = &S->acts[j];
     be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln1, N);                                   /* f: q|k|v are column-parallel */
-    be->matmul_forward(L->qkv, x, tensor_at(m, W, o->wqkv), N, C, QKV, NULL);
+    int f8 = cached ? -1 : i;   /* the FP8 layer, or none */
+    linear_forward(m, f8, FP8_QKV, L->qkv, x, tensor_at(m, W, o->wqkv), N, C, QKV, NULL);
     be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, pos0);
     if (cached) be->attention_cached(L->att, m->kcache[i], m->vcache[i], L->qkv, B, T, pos0, m->T, NH, NKV, HD);
     else be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
-    row_parallel_residual(m, L->res_mid, L->att, tensor_at(m, W, o->wo), N, NH * HD, S->res[j]);
+    row_parallel_residual(m, f8, FP8_O, L->res_mid, L->att, tensor_at(m, W, o->wo), N, NH * HD, S->res[j]);
     be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln2, N);                                   /* f: gate|up are column-parallel */
-    be->matmul_forward(L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F, NULL);
+    linear_forward(m, f8, FP8_W13, L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F, NULL);
     be->swiglu_forward(L->hs, L->h13, N, F);
     if (for_backward) return;   /* full recompute: the block's output res[j+1] is not needed again */
-    row_parallel_residual(m, S->res[j + 1], L->hs, tensor_at(m, W, o->w2), N, F, L->res_mid);
+    row_parallel_residual(m, f8, FP8_W2, S->res[j + 1], L->hs, tensor_at(m, W, o->w2), N, F, L->res_mid);
 }
 
 /* Forward steps [from, to) of chunk k's trunk — [embedding], the chunk's blocks — for slot s:
@@ -377,21 +394,21 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     UnitWeights W = unit_weights(m, u);   /* held since the recompute: no second cast */
     /* MLP: dres is d(res[j+1]) */
     dy = tp_all_tokens(m, dres, N);                                                                  /* g's backward */
-    be->matmul_backward(s1, grad_at(m, u, o->w2), dy, L->hs, tensor_at(m, W, o->w2), N, F, C);                 /* s1 = dhs (N,F) */
+    linear_backward(m, i, FP8_W2, s1, grad_at(m, u, o->w2), dy, L->hs, tensor_at(m, W, o->w2), N, F, C);                /* s1 = dhs (N,F) */
     be->swiglu_backward(L->h13, s1, L->h13, N, F);                   /* dh13 (N,2F) over h13: its last use */
     x = tp_all_tokens(m, L->ln2, N);
-    be->matmul_backward(s1, grad_at(m, u, o->w13), L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);         /* s1 = dln2, this rank's share (N,C) */
+    linear_backward(m, i, FP8_W13, s1, grad_at(m, u, o->w13), L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);         /* s1 = dln2, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);                                                                    /* f's backward */
     be->rmsnorm_backward(dres, grad_at(m, u, o->ffn_norm), dx, L->res_mid, tensor_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C);
     /* attention: dres is now d(res_mid) */
     dy = tp_all_tokens(m, dres, N);
-    be->matmul_backward(s1, grad_at(m, u, o->wo), dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);         /* s1 = datt (N,NH*HD) */
+    linear_backward(m, i, FP8_O, s1, grad_at(m, u, o->wo), dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);         /* s1 = datt (N,NH*HD) */
     be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD, c->rope_theta,       /* s2 = dqkv (N,QKV), before RoPE */
                            L->h13, model_attention_work_bytes(m, B, T));                           /* lent: h13 is dead since w13's gradient */
     if (L->ln1 == L->ln2)   /* recompute on: ln1 shares the buffer ln2 held until w13's gradient (model/layout.c) */
         be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln1, N);
-    be->matmul_backward(s1, grad_at(m, u, o->wqkv), s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);              /* s1 = dln1, this rank's share (N,C) */
+    linear_backward(m, i, FP8_QKV, s1, grad_at(m, u, o->wqkv), s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);              /* s1 = dln1, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);
     be->rmsnorm_backward(dres, grad_at(m, u, o->attn_norm), dx, S->res[j], tensor_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C);
 }

@@ -30,6 +30,7 @@
 #include <stdint.h>
 #include "../kernels/backend.h"
 #include "../comm/comm.h"
+#include "fp8.h"
 
 #define IGNORE_INDEX (-1)   /* a target equal to this adds no loss and no gradient */
 #define MODEL_MAX_CHUNKS 64
@@ -59,6 +60,7 @@ typedef struct {            /* which part of the model this rank holds, and how 
     int grads_elsewhere;    /* 1 (zero=2/3): no gradient buffer; unit u's gradients go to grads_at[u] (parallel/ddp.h places them) */
     int weights_elsewhere;  /* 1 (zero=3): no weights at all here, neither master nor compute copy; unit u runs with the
                              * weights gathered at weights_at[u] (parallel/ddp.h) */
+    int fp8;                /* 1 (precision=fp8, act bf16): the block matmuls run in FP8 with delayed scales (model/fp8.h) */
 } ModelPart;
 
 typedef struct {            /* one named tensor of the parameter buffer */
@@ -108,7 +110,7 @@ typedef struct {            /* one micro-batch in flight through one chunk */
     int *ids, *targets;     /* (N) on the device */
 } ActSlot;
 
-typedef struct {
+typedef struct Model {
     ModelConfig cfg;
     const Backend *be;
     const Comm *comm;
@@ -158,6 +160,7 @@ typedef struct {
     void *scratch1;                     /* (N,max(C,F,NH*HD)) backward: dlnf, dhs, datt, dln (partial sums over tp) */
     void *scratch2;                     /* (N,QKV) backward: dqkv (in shared.hs when recompute is on and QKV <= F) */
     void *tmp;                          /* (N,C) forward: a row-parallel matmul's or the embedding's partial output (aliases scratch1) */
+    Fp8State fp8;                       /* part.fp8: the scales and the amax record (model/fp8.h); amax, scratch in act_memory */
     void *gathered;                     /* (N,C) sequence parallel: a norm output or gradient gathered over tp, or a reduce-scatter's result */
     /* generation */
     void **kcache, **vcache;            /* (n_local_layers) x (1,T,NKV*HD), made by the first model_decode */

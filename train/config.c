@@ -46,7 +46,7 @@ const ConfigField config_fields[] = {
     F(eval_every, FIELD_INT, "100", 0, BIG, NULL, "data", "evaluate every N steps (and at the end); 0 = never"),
     F(eval_batches, FIELD_INT, "20", 1, BIG, NULL, "data", "micro-batches per evaluation"),
     F(device, FIELD_CHOICE, "cpu", 0, 0, "cpu|cuda", "system", "where the model runs"),
-    F(precision, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16|fp16", "system", "compute dtype (master weights and gradients stay fp32); on cpu, bf16/fp16 are emulated"),
+    F(precision, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16|fp16|fp8", "system", "compute dtype (master weights and gradients stay fp32); fp8: bf16 with the block matmuls in FP8 (Hopper, Ada); on cpu, bf16/fp16/fp8 are emulated"),
     F(recompute, FIELD_CHOICE, "none", 0, 0, "none|selective|full", "system", "activations the backward recomputes instead of keeping: selective = norms, attention output, SwiGLU; full = everything but each block's input"),
     F(compute_weights, FIELD_CHOICE, "keep", 0, 0, "keep|per_layer", "system", "the bf16/fp16 weights the model runs with: keep = a compute-dtype copy of all of them, refreshed by the optimizer; per_layer = no copy: each layer, the embedding and the head are cast from the fp32 master just before they run (forward, recompute, backward) into a buffer for one layer (the embedding's and head's place lies in the recompute buffers when recompute is on): the same results, ~2 bytes/param less; not with zero=1 and dp > 1. No effect in fp32, where the master is the compute copy"),
     F(loss_scale_init, FIELD_FLOAT, "65536", 1, 1e30, NULL, "system", "fp16 only: starting dynamic loss scale (x2 after 2000 clean steps, x0.5 and the step skipped on overflow)"),
@@ -332,9 +332,19 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
         FAIL("total_batch_tokens=%d is not a multiple of batch_size*seq_len*dp = %d*%d*%d = %ld: every data-parallel rank "
              "accumulates whole micro-batches\n  hint: make total_batch_tokens a multiple of %ld", c->total_batch_tokens,
              c->batch_size, c->seq_len, c->dp, per_micro, per_micro);
-    if (c->grad_reduce_dtype == GRAD_REDUCE_BF16 && c->precision != PRECISION_BF16)
+    if (c->precision == PRECISION_FP8 && c->device == DEVICE_CUDA && c->n_heads > 0 && c->tp > 0) {
+        /* cuBLASLt's FP8 matmuls take rows of 16-byte multiples: every block matmul's sizes on a rank */
+        int hd = c->dim / c->n_heads, sizes[5] = {c->dim, c->ffn_dim / c->tp, c->n_heads / c->tp * hd,
+                                                  (c->n_heads + 2 * c->n_kv_heads) / c->tp * hd, c->batch_size * c->seq_len};
+        static const char *what[5] = {"dim", "ffn_dim/tp", "n_heads/tp*head_dim", "(n_heads+2*n_kv_heads)/tp*head_dim", "batch_size*seq_len"};
+        for (int k = 0; k < 5; k++)
+            if (sizes[k] % 16)
+                FAIL("precision=fp8 on cuda multiplies FP8 matrices whose sizes must be multiples of 16, and %s = %d is not\n"
+                     "  hint: choose sizes that are multiples of 16, or --precision=bf16", what[k], sizes[k]);
+    }
+    if (c->grad_reduce_dtype == GRAD_REDUCE_BF16 && config_act_dtype(c->precision) != DTYPE_BF16)
         FAIL("grad_reduce_dtype=bf16 sends the gradients in the compute dtype, and precision=%s\n"
-             "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", c->precision == PRECISION_FP16 ? "fp16" : "fp32");
+             "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", config_precision_name(c->precision));
     if (c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && (c->zero == 1 || c->zero == 2) && c->dp > 1 && c->precision != PRECISION_FP32)
         FAIL("compute_weights=per_layer casts each layer's weights from this rank's whole fp32 master, and zero=%d keeps only a "
              "1/dp shard of the master on each of the dp=%d ranks\n"
@@ -457,4 +467,13 @@ size_t config_write_text(const Config *c, char *out, size_t size) {
         n += snprintf(out + n, size - n, "%s=%s\n", config_fields[i].name, v);
     }
     return n;
+}
+
+int config_act_dtype(int precision) {
+    return precision == PRECISION_BF16 || precision == PRECISION_FP8 ? DTYPE_BF16 : precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
+}
+
+const char *config_precision_name(int precision) {
+    static const char *names[] = {"fp32", "bf16", "fp16", "fp8"};
+    return precision >= 0 && precision <= PRECISION_FP8 ? names[precision] : "?";
 }

@@ -13,7 +13,7 @@
 #define CONFIG_MIN_ADAM_EPS 1e-20
 
 enum { DEVICE_CPU, DEVICE_CUDA };
-enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 };
+enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16, PRECISION_FP8 /* bf16, block matmuls in FP8 (model/fp8.h) */ };
 enum { SCHEDULE_COSINE, SCHEDULE_LINEAR, SCHEDULE_CONSTANT };
 enum { OPTIMIZER_ADAMW, OPTIMIZER_ADAMW8BIT };
 enum { GRAD_REDUCE_FP32, GRAD_REDUCE_BF16 };
@@ -99,3 +99,7 @@ const ConfigField *config_find(const char *key);
 int config_head_dim(const Config *c);
 /* Micro-batches each data-parallel rank runs per step: total_batch_tokens / (batch_size*seq_len*dp). */
 int config_grad_accum_steps(const Config *c);
+/* The activation dtype of a precision: fp32, bf16 (bf16 and fp8: FP8 only multiplies, kernels/fp8.h) or fp16; as kernels/dtype.h's DType. */
+int config_act_dtype(int precision);
+/* "fp32", "bf16", "fp16" or "fp8". */
+const char *config_precision_name(int precision);

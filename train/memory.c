@@ -10,6 +10,7 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     Model m;
     ModelPart q = part ? *part : model_part_whole(mc);
     q.weights_per_layer = compute_weights == COMPUTE_WEIGHTS_PER_LAYER;   /* model_plan drops it in fp32 */
+    q.fp8 = c->precision == PRECISION_FP8;
     int zero = comm->dp > 1 ? c->zero : 0;
     q.grads_elsewhere = zero >= 2;
     q.weights_elsewhere = zero == 3;
@@ -50,13 +51,14 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
 int memory_per_layer_switch(const Config *c, const Backend *be) { return be->act != DTYPE_FP32 && !(c->zero && c->dp > 1); }
 
 Backend memory_plan_backend(const Config *c) {
-    DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
+    DType act = config_act_dtype(c->precision);
     if (c->device == DEVICE_CPU) return *backend_cpu_emulated(act);
     Backend b = *backend_cpu();
     b.name = "cuda";
     b.act = act;
     b.emulated = 0;
     b.workspace_bytes = BACKEND_CUDA_WORKSPACE_BYTES;
+    b.fp8_bytes = 1;
     b.memory_free = NULL;
     return b;
 }

@@ -318,7 +318,7 @@ int plan_main(int argc, char **argv) {
                       L->pp > 1 ? (L->tp > 1 ? ", pipeline across stages" : "pipeline: the model does not fit one GPU") : "");
     }
     static const char *rname[] = {"none", "sel", "full"};
-    static const char *pname[] = {"fp32", "bf16", "fp16"};
+    static const char *pname[] = {"fp32", "bf16", "fp16", "fp8"};
     printf("plan | %s | %d GPUs (%d a node, %.0f GiB each) | device %s, precision %s%s | link %s %.0f GB/s, net %s %.0f GB/s | "
            "%ld tokens a step\n", c.preset[0] ? c.preset : "model", gpus, per_node, mem_gib, c.device == DEVICE_CUDA ? "cuda" : "cpu",
            pname[c.precision], has_device || has_precision || has_config ? "" : " (plan's defaults: --device, --precision change them)",

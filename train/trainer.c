@@ -127,6 +127,7 @@ ModelPart trainer_part(const Config *c, const ModelConfig *mc, const Schedule *s
     part.grads_elsewhere = c->zero >= 2 && c->dp > 1;
     part.weights_elsewhere = c->zero == 3 && c->dp > 1;
     part.weights_per_layer = c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && act != DTYPE_FP32;
+    part.fp8 = c->precision == PRECISION_FP8;
     return part;
 }
 
@@ -144,6 +145,10 @@ static void optimizer_action(void *ctx) {
     tr->last_lr = lr_at(&tr->cfg, tr->step);
     tr->last_norm = optimizer_step(&tr->opt, &tr->model, tr->last_lr, tr->loss_scale);
     trainer_update_loss_scale(tr, isfinite(tr->last_norm));
+    if (tr->model.part.fp8) {   /* the step's maxima make the next step's scales (a collective over the world) */
+        tr->fp8_saturated = model_fp8_step_end(&tr->model, isfinite(tr->last_norm));
+        tr->fp8_saturated_total += tr->fp8_saturated;
+    }
 }
 
 /* fault=KIND:rank=R[:step=S][:ms=M] — stall | exit | nan | slow: what a test makes go wrong on one rank */
@@ -209,8 +214,10 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     comm_init(&tr->comm, c->dp, c->pp, c->tp, c->comm_backend, c->device == DEVICE_CUDA);
     tr->comm.timeout_s = c->comm_timeout_s * WATCHDOG_FIRST_FACTOR;   /* start-up and the first step; trainer_step sets the rest */
     watchdog_start(&tr->comm, c->run_dir);
-    DType act = c->precision == PRECISION_BF16 ? DTYPE_BF16 : c->precision == PRECISION_FP16 ? DTYPE_FP16 : DTYPE_FP32;
+    DType act = config_act_dtype(c->precision);
     tr->be = c->device == DEVICE_CUDA ? backend_cuda(act) : backend_cpu_emulated(act);
+    const char *no_fp8 = c->precision == PRECISION_FP8 ? tr->be->fp8_unsupported() : NULL;
+    if (no_fp8) die("%s", no_fp8);
     comm_attach(&tr->comm, tr->be);
     if (c->precision == PRECISION_FP16) tr->loss_scale = c->loss_scale_init;
     tr->accum = config_grad_accum_steps(c);
@@ -332,19 +339,21 @@ void trainer_free(Trainer *tr) {
 
 void trainer_update_loss_scale(Trainer *tr, int finite) {
     int dynamic = tr->cfg.precision == PRECISION_FP16;
-    if (!finite && !dynamic) {   /* the same global norm on every rank: every rank stops here alike */
+    int skips = dynamic || tr->cfg.precision == PRECISION_FP8;   /* fp8: a spike past the scales skips the step, as fp16 does */
+    if (!finite && !skips) {   /* the same global norm on every rank: every rank stops here alike */
         launch_errors_rank0_only(1);
         die("step %d: the gradients are not finite (global norm %g) and precision=%s has no loss scale to lower: the run stops "
             "rather than train on them\n  hint: look for a NaN in the data or the loss, a learning rate too high (lr=%g) or a rank that "
             "misbehaves; the last complete checkpoint in %s is untouched: resume from it (--resume=1), perhaps with a lower lr",
-            tr->step + 1, tr->last_norm, tr->cfg.precision == PRECISION_BF16 ? "bf16" : "fp32", tr->cfg.lr, tr->cfg.run_dir);
+            tr->step + 1, tr->last_norm, config_precision_name(tr->cfg.precision), tr->cfg.lr, tr->cfg.run_dir);
     }
     if (!finite) {
         tr->skipped_steps++;
         tr->loss_scale_clean_steps = 0;
         if (dynamic) tr->loss_scale *= 0.5f;
         if (tr->comm.rank == 0)
-            fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped and the loss scale halved\n", tr->step + 1);
+            fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped%s\n", tr->step + 1,
+                    dynamic ? " and the loss scale halved" : " and adds nothing to the FP8 scales' history");
         return;
     }
     if (dynamic && ++tr->loss_scale_clean_steps == LOSS_SCALE_WINDOW) {
@@ -480,6 +489,8 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         if (s->device_bytes) { char b[32]; printf(" | mem %s", format_bytes((double)s->device_bytes, b, sizeof b)); }
         if (c->precision == PRECISION_FP16) printf(" | scale %g", tr->loss_scale);
         if (tr->skipped_steps) printf(" | skipped %d", tr->skipped_steps);
+        if (tr->model.part.fp8) printf(" | fp8 %d/%d", model_fp8_scaled(&tr->model), tr->model.fp8.n_layers * FP8_MATMULS * FP8_ROLES);
+        if (tr->fp8_saturated_total) printf(" | fp8 saturated %d (last step %d)", tr->fp8_saturated_total, tr->fp8_saturated);
         if (c->comm_ablate) printf(" | ABLATED");
         printf("\n");
         if (s->reported && tr->comm.world_size > 1) {   /* where the slowest rank's step went */
@@ -499,6 +510,8 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         if (s->mfu > 0) fprintf(tr->jsonl, ", \"mfu\": %.4f", s->mfu);
         if (s->device_bytes) fprintf(tr->jsonl, ", \"device_bytes\": %zu", s->device_bytes);
         fprintf(tr->jsonl, ", \"loss_scale\": %g, \"skipped_steps\": %d", tr->loss_scale, tr->skipped_steps);
+        if (tr->model.part.fp8) fprintf(tr->jsonl, ", \"fp8_tensors\": %d, \"fp8_scales\": %ld, \"fp8_saturated\": %d",
+                                        model_fp8_scaled(&tr->model), model_fp8_fingerprint(&tr->model), tr->fp8_saturated);
         if (s->reported)
             fprintf(tr->jsonl, ", \"slowest_rank\": %d, \"split_step_ms\": %.3f, \"compute_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"comm_busy_ms\": %.3f, "
                                "\"bubble_ms\": %.3f, \"bubble_mean\": %.4f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, \"host_ms\": %.3f",

@@ -48,6 +48,8 @@ typedef struct {
     float loss_scale;           /* fp16 dynamic loss scale (1 when unused), saved in checkpoints */
     int loss_scale_clean_steps; /* steps since the last overflow */
     int skipped_steps;          /* updates skipped for inf/nan gradients, in this process */
+    int fp8_saturated;          /* precision=fp8: tensors whose values passed their FP8 scale's range in the last step (model/fp8.h) */
+    int fp8_saturated_total;    /* ... summed over this process's steps */
     int saved_step;             /* step of the newest checkpoint this process wrote or resumed from; -1 none */
     double last_norm;           /* the last optimizer step's gradient norm */
     float last_lr;

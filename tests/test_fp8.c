@@ -1,0 +1,214 @@
+/* tests/test_fp8.c — precision=fp8 on the CPU, through its exact emulation:
+ *   - fp8_round against the formats themselves: every one of the 256 codes of
+ *     E4M3 and E5M2 decoded by hand is kept as it is, midpoints go to the even
+ *     neighbour, subnormals, saturation (never inf), NaN;
+ *   - the scale rule: the largest power of two that keeps the max inside;
+ *   - the emulated FP8 matmul against a plain loop over rounded operands, the
+ *     calibration path (scale 0) equal to the plain matmul, the amax record;
+ *   - training: the first step runs in bf16 (no history yet) and matches a
+ *     bf16 run exactly, later steps run in FP8 (their losses differ from bf16's
+ *     yet stay close), every block tensor gets a scale, a NaN step is skipped
+ *     and adds no history, and scales pushed past the data's range are
+ *     counted as saturated tensors without an inf anywhere.
+ * The layouts' equality with one rank in FP8: tests/test_layouts_fp8.c. */
+#include "test.h"
+#include "../common/util.h"
+#include "../train/trainer.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* code c of format f as a float, from the bit fields: sign, exponent (bias 7 / 15), mantissa (3 / 2 bits) */
+static float decode(int c, Fp8Format f) {
+    int mb = f == FP8_E4M3 ? 3 : 2, eb = 7 - mb, bias = f == FP8_E4M3 ? 7 : 15;
+    int s = c >> 7, e = (c >> mb) & ((1 << eb) - 1), m = c & ((1 << mb) - 1);
+    if (f == FP8_E4M3 && e == 15 && m == 7) return NAN;        /* E4M3 (fn): one NaN pattern, no inf */
+    if (f == FP8_E5M2 && e == 31) return m ? NAN : (s ? -INFINITY : INFINITY);
+    float v = e ? ldexpf(1.0f + m / (float)(1 << mb), e - bias) : ldexpf(m / (float)(1 << mb), 1 - bias);
+    return s ? -v : v;
+}
+
+static void test_round(Fp8Format f, const char *name) {
+    int kept = 0, finite = 0;
+    float largest = 0;
+    for (int c = 0; c < 256; c++) {
+        float v = decode(c, f);
+        if (!isfinite(v)) continue;
+        finite++;
+        kept += fp8_round(v, f) == v && signbit(fp8_round(v, f)) == signbit(v);
+        largest = fmaxf(largest, v);
+    }
+    CHECK(kept == finite, "%s: %d of %d finite codes round to themselves", name, kept, finite);
+    CHECK(largest == fp8_max(f), "%s: the largest code %g is fp8_max %g", name, largest, fp8_max(f));
+    /* midpoints between neighbours go to the one with an even mantissa; just above them, up */
+    int ties = 0, tie_ok = 0;
+    for (int c = 0; c < 0x7f; c++) {
+        float a = decode(c, f), b = decode(c + 1, f);
+        if (!isfinite(a) || !isfinite(b)) continue;
+        float mid = (a + b) / 2, want = (c & 1) ? b : a;
+        ties++;
+        tie_ok += fp8_round(mid, f) == want && fp8_round(nextafterf(mid, INFINITY), f) == b && fp8_round(nextafterf(mid, 0), f) == a;
+    }
+    CHECK(ties > 100 && tie_ok == ties, "%s: %d of %d midpoints to even, their neighbours to the nearer", name, tie_ok, ties);
+    float mx = fp8_max(f);
+    CHECK(fp8_round(mx * 1.06f, f) == mx && fp8_round(1e30f, f) == mx && fp8_round(INFINITY, f) == mx && fp8_round(-INFINITY, f) == -mx,
+          "%s: past the largest number it saturates (never inf)", name);
+    CHECK(isnan(fp8_round(NAN, f)), "%s: NaN stays NaN", name);
+    float tiny = decode(1, f);   /* the smallest subnormal */
+    CHECK(fp8_round(tiny * 0.5f, f) == 0 && fp8_round(tiny * 0.51f, f) == tiny && fp8_round(tiny * 1.5f, f) == 2 * tiny,
+          "%s: subnormals round to multiples of %g, ties to even", name, tiny);
+}
+
+static void test_scale_rule(void) {
+    CHECK(FP8_MARGIN == 1 && fp8_scale_for(1.0f, FP8_E4M3_MAX) == 128.0f, "amax 1: scale 128 (448/1 -> 2^8, one power of margin)");
+    CHECK(fp8_scale_for(448.0f, FP8_E4M3_MAX) == 0.5f && fp8_scale_for(449.0f, FP8_E4M3_MAX) == 0.25f, "amax at/over the max");
+    CHECK(fp8_scale_for(1e-3f, FP8_E5M2_MAX) == 0x1p24f, "amax 1e-3 in E5M2: 2^24 (57344e3 -> 2^25, margin)");
+    CHECK(fp8_scale_for(0, FP8_E4M3_MAX) == 0 && fp8_scale_for(NAN, FP8_E4M3_MAX) == 0 && fp8_scale_for(INFINITY, FP8_E4M3_MAX) == 0,
+          "no history, NaN or inf: scale 0 (bf16)");
+    CHECK(fp8_scale_for(1e-38f, FP8_E4M3_MAX) == 0x1p100f, "an all-but-zero max keeps the scale finite");
+    for (float a = 1e-4f; a < 1e4f; a *= 1.37f) {
+        float s = fp8_scale_for(a, FP8_E4M3_MAX);
+        if (!(2 * a * s <= FP8_E4M3_MAX && 4 * a * s > FP8_E4M3_MAX)) { CHECK(0, "amax %g: scale %g is not the largest that fits", a, s); return; }
+    }
+    CHECK(1, "every scale is the largest power of two that keeps twice the max inside");
+}
+
+static void test_matmul(void) {
+    enum { N = 24, IC = 40, OC = 32 };
+    Rng r;
+    rng_seed(&r, 7);
+    float x[N * IC], w[OC * IC], dy[N * OC], out[N * OC], ref[N * OC], dx[N * IC], rdx[N * IC], dw[OC * IC], rdw[OC * IC];
+    for (int i = 0; i < N * IC; i++) x[i] = rng_normal(&r) * 3;
+    for (int i = 0; i < OC * IC; i++) w[i] = rng_normal(&r) * 0.05f;
+    for (int i = 0; i < N * OC; i++) dy[i] = rng_normal(&r) * 1e-4f;
+    x[5] = 4000;   /* past x's scale below: saturates */
+    float amax[3] = {0}, *scratch = mallocCheck(matmul_fp8_scratch_bytes(4, N, IC, OC));
+    Fp8Matmul q = {.x_scale = 0.25f, .w_scale = 4096.0f, .dout_scale = 0x1p28f, .amax = amax, .scratch = scratch};
+    matmul_fp8_forward_cpu(out, x, w, N, IC, OC, NULL, &q);
+    double worst = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int i = 0; i < IC; i++)
+                s += (double)fp8_round(x[n * IC + i] * q.x_scale, FP8_E4M3) * fp8_round(w[o * IC + i] * q.w_scale, FP8_E4M3);
+            ref[n * OC + o] = (float)(s / (q.x_scale * q.w_scale));
+            worst = fmax(worst, fabs(out[n * OC + o] - ref[n * OC + o]) / (fabs(ref[n * OC + o]) + 1e-3));
+        }
+    CHECK(worst < 1e-5, "FP8 forward = the product of the rounded operands (worst rel %.2g)", worst);
+    CHECK(amax[0] == 4000 && amax[1] > 0 && amax[2] == 0, "forward records max |x| %g, |w| %g, not dout", amax[0], amax[1]);
+    float xq = fp8_round(4000 * 0.25f, FP8_E4M3) / 0.25f;
+    CHECK(xq == FP8_E4M3_MAX / 0.25f, "4000 x 0.25 saturates at 448 (back: %g)", xq);
+    memset(dw, 0, sizeof dw); memset(rdw, 0, sizeof rdw);
+    matmul_fp8_backward_cpu(dx, dw, dy, x, w, N, IC, OC, &q);
+    double wdx = 0, wdw = 0;
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < IC; i++) {
+            double s = 0;
+            for (int o = 0; o < OC; o++)
+                s += (double)fp8_round(dy[n * OC + o] * q.dout_scale, FP8_E5M2) * fp8_round(w[o * IC + i] * q.w_scale, FP8_E4M3);
+            rdx[n * IC + i] = (float)(s / (q.dout_scale * q.w_scale));
+            wdx = fmax(wdx, fabs(dx[n * IC + i] - rdx[n * IC + i]) / (fabs(rdx[n * IC + i]) + 1e-7));
+        }
+    for (int o = 0; o < OC; o++)
+        for (int i = 0; i < IC; i++) {
+            double s = 0;
+            for (int n = 0; n < N; n++)
+                s += (double)fp8_round(dy[n * OC + o] * q.dout_scale, FP8_E5M2) * fp8_round(x[n * IC + i] * q.x_scale, FP8_E4M3);
+            rdw[o * IC + i] = (float)(s / (q.dout_scale * q.x_scale));
+            wdw = fmax(wdw, fabs(dw[o * IC + i] - rdw[o * IC + i]) / (fabs(rdw[o * IC + i]) + 1e-7));
+        }
+    CHECK(wdx < 1e-4 && wdw < 1e-4, "FP8 backward: dinp (E5M2 x E4M3) worst rel %.2g, dweight %.2g", wdx, wdw);
+    CHECK(amax[2] > 0, "backward records max |dout| %g", amax[2]);
+    /* no history: the plain matmul, the maxima still recorded */
+    float plain[N * OC], amax0[3] = {0};
+    Fp8Matmul q0 = {.amax = amax0, .scratch = scratch};
+    matmul_fp8_forward_cpu(out, x, w, N, IC, OC, NULL, &q0);
+    matmul_forward_cpu(plain, x, w, N, IC, OC, NULL);
+    CHECK(!memcmp(out, plain, sizeof plain) && amax0[0] == 4000, "scale 0: the plain matmul, maxima recorded");
+    double diff = 0;
+    for (int i = 0; i < N * OC; i++) diff = fmax(diff, fabs(plain[i] - ref[i]));
+    CHECK(diff > 1e-3, "the FP8 product differs from the plain one (by %.3g): the rounding happened", diff);
+    free(scratch);
+}
+
+/* ------------------------------------------------------------- training */
+
+static char shard[256];
+
+static void small(Config *c, int precision, int steps) {
+    config_defaults(c);
+    c->dim = 32; c->n_layers = 2; c->n_heads = 4; c->n_kv_heads = 2; c->ffn_dim = 64; c->seq_len = 16; c->batch_size = 8;
+    c->warmup_steps = 0; c->max_steps = steps; c->lr = 3e-3f; c->precision = precision;
+    snprintf(c->train_data, sizeof c->train_data, "%s", shard);
+    c->val_data[0] = 0;
+}
+
+static void test_training(void) {
+    enum { STEPS = 20 };
+    Config cb, c8;
+    small(&cb, PRECISION_BF16, STEPS);
+    small(&c8, PRECISION_FP8, STEPS);
+    Trainer tb, t8;
+    trainer_init(&tb, &cb);
+    trainer_init(&t8, &c8);
+    CHECK(t8.model.part.fp8 && t8.be->act == DTYPE_BF16 && t8.be->emulated, "precision=fp8 on cpu: bf16 emulated, FP8 block matmuls");
+    int entries = t8.model.fp8.n_layers * FP8_MATMULS * FP8_ROLES;
+    double lb[STEPS], l8[STEPS], worst = 0, apart = 0;
+    for (int s = 0; s < STEPS; s++) {
+        lb[s] = trainer_step(&tb).loss;
+        l8[s] = trainer_step(&t8).loss;
+        if (s == 0) CHECK(model_fp8_scaled(&t8.model) == entries, "after the first step every tensor has a scale (%d of %d)",
+                          model_fp8_scaled(&t8.model), entries);
+        if (s > 0) { worst = fmax(worst, fabs(l8[s] - lb[s]) / lb[s]); apart += l8[s] != lb[s]; }
+    }
+    CHECK(l8[0] == lb[0], "step 1 has no history: bf16 matmuls, the bf16 run's loss exactly (%.6f vs %.6f)", l8[0], lb[0]);
+    CHECK(apart == STEPS - 1, "every later step runs in FP8: its loss differs from bf16's (%g of %d steps)", apart, STEPS - 1);
+    CHECK(worst < 0.02 && l8[STEPS - 1] < 0.9 * l8[0], "FP8 trains like bf16: worst loss difference %.3g, loss %.3f -> %.3f", worst,
+          l8[0], l8[STEPS - 1]);
+    CHECK(t8.model.fp8.steps == STEPS && t8.fp8_saturated_total == 0, "%d steps of history, %d saturated tensors", t8.model.fp8.steps,
+          t8.fp8_saturated_total);
+    printf("fp8 (emulated) vs bf16, %d steps: worst loss difference %.3g, final %.4f vs %.4f\n", STEPS, worst, l8[STEPS - 1], lb[STEPS - 1]);
+    /* a spike: every scale x 2^12 makes the values pass the formats' max; the casts saturate, counted, nothing inf */
+    for (int e = 0; e < entries; e++) t8.model.fp8.scale[e] *= 4096.0f;
+    StepStats st = trainer_step(&t8);
+    CHECK(t8.fp8_saturated > 0 && isfinite(st.loss) && isfinite(st.grad_norm), "scales x 4096: %d tensors saturated, loss %.4f finite",
+          t8.fp8_saturated, st.loss);
+    int back = 1;
+    for (int e = 0; e < entries; e++) back &= t8.model.fp8.scale[e] < 1e30f;
+    CHECK(back && t8.fp8_saturated > 0, "the next scales come from the history again");
+    trainer_free(&tb);
+    trainer_free(&t8);
+}
+
+static void test_nan_step(void) {
+    Config c;
+    small(&c, PRECISION_FP8, 6);
+    snprintf(c.fault, sizeof c.fault, "nan:rank=0:step=3");
+    Trainer t;
+    trainer_init(&t, &c);
+    for (int s = 0; s < c.max_steps; s++) trainer_step(&t);
+    CHECK(t.skipped_steps == 1 && t.opt.step == c.max_steps - 1, "a NaN step is skipped as fp16 skips one (%d skipped)", t.skipped_steps);
+    CHECK(t.model.fp8.steps == c.max_steps - 1, "and adds no history (%d of %d steps)", t.model.fp8.steps, c.max_steps);
+    int ok = 1;
+    for (int e = 0; e < t.model.fp8.n_layers * FP8_MATMULS * FP8_ROLES; e++) ok &= t.model.fp8.scale[e] > 0 && isfinite(t.model.fp8.scale[e]);
+    CHECK(ok, "every scale stays finite and positive after it");
+    trainer_free(&t);
+}
+
+int main(void) {
+    test_round(FP8_E4M3, "E4M3");
+    test_round(FP8_E5M2, "E5M2");
+    test_scale_rule();
+    test_matmul();
+    snprintf(shard, sizeof shard, "/tmp/llm3d_test_fp8_%d.bin", (int)getpid());
+    enum { N = 20000 };
+    uint32_t *tok = mallocCheck(N * 4);
+    for (int i = 0; i < N; i++) tok[i] = (uint32_t)((i % 7) * 5 + (i / 7) % 3);
+    shard_write(shard, tok, N, 40);
+    free(tok);
+    test_training();
+    test_nan_step();
+    unlink(shard);
+    return test_summary();
+}
