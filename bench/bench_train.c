@@ -44,7 +44,7 @@ static void bench(Config *c, int steps, int json) {
     char mfu_text[16] = "-";
     if (mfu > 0) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100 * mfu);
     printf("| %-6s | %-4s %-4s | %10zu | %3d x %4d | %8.2f | %9.0f | %8.3f | %6s | %10s |\n", c->preset, tr.be->name,
-           dtype_name(tr.be->act), tr.model.n_params, c->batch_size, c->seq_len, dt * 1e3, tok / dt,
+           config_precision_name(c->precision), tr.model.n_params, c->batch_size, c->seq_len, dt * 1e3, tok / dt,
            tok / dt * model_flops_per_token(&tr.model_cfg) / 1e12, mfu_text, peak ? format_bytes((double)peak, mem, sizeof mem) : "-");
     if (json)
         printf("{\"preset\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", \"recompute\": %d, \"params\": %zu, "
@@ -52,7 +52,7 @@ static void bench(Config *c, int steps, int json) {
                "\"device_bytes_in_use\": %zu, \"peak_allocated_bytes\": %zu, \"predicted_bytes\": %zu, \"activation_bytes\": %zu, "
                "\"optimizer\": %d, \"rank\": %d, \"tp\": %d, \"sequence_parallel\": %d, \"split_ms\": {\"data\": %.3f, "
                "\"compute\": %.3f, \"exposed\": %.3f, \"bubble\": %.3f, \"optimizer\": %.3f, \"host\": %.3f}}\n",
-               c->preset, tr.be->name, dtype_name(tr.be->act), c->recompute, tr.model.n_params, c->batch_size,
+               c->preset, tr.be->name, config_precision_name(c->precision), c->recompute, tr.model.n_params, c->batch_size,
                c->seq_len, dt * 1e3, tok / dt, mfu, used, peak, tr.memory.total, tr.model.act_bytes, c->optimizer, tr.comm.rank,
                c->tp, c->sequence_parallel, sum.data * 1e3 / steps, sum.compute * 1e3 / steps, sum.exposed * 1e3 / steps,
                sum.bubble * 1e3 / steps, sum.optimizer * 1e3 / steps, sum.host * 1e3 / steps);

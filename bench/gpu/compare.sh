@@ -6,7 +6,8 @@
 #
 # PEER_DIR holds torch_llama.py and roofline.py (copies of shared/peers/).
 # MODES (default "bf16 recompute") picks llm3d rows: bf16, fp32, recompute
-# (selective and full, bf16), 8bit (optimizer=adamw8bit, bf16); and sweep: the
+# (selective and full, bf16), 8bit (optimizer=adamw8bit, bf16), fp8 (precision=fp8,
+# beside the peer's bf16-fp8-compile); and sweep: the
 # sequence-length sweep, l124m bf16 at T = $SWEEP_T (default 1024 2048 4096
 # 8192 16384 32768) with about 16k tokens a step (B = 16384 / T, at least 1),
 # the peer's bf16-compile then llm3d at each T in turn. Only the sweep when
@@ -23,6 +24,7 @@ echo "date $(date -u +%F) commit $(git rev-parse --short HEAD 2>/dev/null || ech
 peer_modes="bf16-compile"
 case " $modes " in *" recompute "*) peer_modes="$peer_modes,bf16-compile-ckpt";; esac
 case " $modes " in *" fp32 "*) peer_modes="$peer_modes,fp32";; esac
+case " $modes " in *" fp8 "*) peer_modes="$peer_modes,bf16-fp8-compile";; esac
 [ "$modes" = sweep ] && presets=""
 for p in $presets; do
     PYTHONUNBUFFERED=1 python3 "$peer/torch_llama.py" --cfg "$p" --modes "$peer_modes" 2>/dev/null | tee -a "$LOG"
@@ -36,6 +38,7 @@ for p in $presets; do
     case " $modes " in *" bf16 "*) run "$p" --precision=bf16;; esac
     case " $modes " in *" recompute "*) run "$p" --precision=bf16 --recompute=selective; run "$p" --precision=bf16 --recompute=full;; esac
     case " $modes " in *" 8bit "*) run "$p" --precision=bf16 --optimizer=adamw8bit;; esac
+    case " $modes " in *" fp8 "*) run "$p" --precision=fp8;; esac
     case " $modes " in *" fp32 "*) run "$p" --precision=fp32;; esac
 done
 case " $modes " in *" sweep "*)

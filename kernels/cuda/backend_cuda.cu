@@ -1,7 +1,8 @@
 /* kernels/cuda/backend_cuda.cu — the CUDA backend: device memory, page-locked
  * host memory and the staging ring of uploads that do not wait, the cuBLASLt
  * handle and its one workspace, the checked-call reporting, and the Backend
- * table of the *_cuda launchers for the activation dtype asked for.
+ * table of the *_cuda launchers for the activation dtype asked for (and whether
+ * precision=fp8 can run on this GPU).
  *
  * The idea: backend_cuda(act) is the only door. It checks the GPU can run the
  * dtype, sets the file-static state every kernel file reads (cuda_act,
@@ -191,6 +192,25 @@ void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what)
 }
 
 /* ---- the table -------------------------------------------------------------------------------- */
+static int gpu_ordinal, gpu_major, gpu_minor;   /* the GPU backend_cuda opened, for the sentences below */
+static char gpu_name[256];
+
+/* NULL where precision=fp8 runs: FP8 tensor cores (compute capability 8.9 and later) and LLM3D_FP8 not "off" (the
+ * tests force the bf16 path this way); else why not, in words. Read at every call, so a test may set the variable. */
+static const char *cuda_fp8_unsupported(void) {
+    static char why[512];
+    const char *e = getenv("LLM3D_FP8");
+    if (e && strcmp(e, "off") == 0)
+        snprintf(why, sizeof why, "precision=fp8 is switched off by LLM3D_FP8=off (GPU %d, %s) — unset it, or use precision=bf16",
+                 gpu_ordinal, gpu_name);
+    else if (gpu_major * 10 + gpu_minor < 89)
+        snprintf(why, sizeof why, "precision=fp8 needs FP8 tensor cores (compute capability 8.9 or later: Ada, Hopper), "
+                 "and GPU %d (%s) has %d.%d — use precision=bf16", gpu_ordinal, gpu_name, gpu_major, gpu_minor);
+    else
+        return NULL;
+    return why;
+}
+
 #define CUDA_OPS \
     .alloc = cuda_alloc, .free = cuda_free_, .upload = cuda_upload, .download = cuda_download, \
     .upload_async = cuda_upload_async, .download_async = cuda_download_async, .alloc_host = cuda_alloc_host, \
@@ -200,6 +220,8 @@ void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what)
     .embedding_forward = embedding_forward_cuda, .embedding_backward = embedding_backward_cuda, \
     .rmsnorm_forward = rmsnorm_forward_cuda, .rmsnorm_backward = rmsnorm_backward_cuda, \
     .matmul_forward = matmul_forward_cuda, .matmul_backward = matmul_backward_cuda, \
+    .matmul_fp8_forward = matmul_fp8_forward_cuda, .matmul_fp8_backward = matmul_fp8_backward_cuda, .fp8_bytes = 1, \
+    .fp8_unsupported = cuda_fp8_unsupported, \
     .rope_forward = rope_forward_cuda, .rope_backward = rope_backward_cuda, \
     .attention_forward = attention_forward_cuda, .attention_backward = attention_backward_cuda, \
     .attention_cached = attention_cached_cuda, \
@@ -255,6 +277,8 @@ extern "C" const Backend *backend_cuda(DType act) {
                 act == DTYPE_BF16 ? "use precision=fp16 or precision=fp32 and rebuild with CUDA_ARCH naming this GPU, or run with device=cpu"
                                   : "rebuild with CUDA_ARCH naming this GPU, or run with device=cpu");
         cuda_num_sms = prop.multiProcessorCount;
+        gpu_ordinal = dev; gpu_major = prop.major; gpu_minor = prop.minor;
+        snprintf(gpu_name, sizeof gpu_name, "%s", prop.name);
         const char *t = getenv("LLM3D_TF32");
         cuda_tf32 = t && atoi(t) != 0;
         /* attention path: wgmma (Hopper, the default where it runs), recompute (Hopper, the backward computes dS

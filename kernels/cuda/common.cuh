@@ -1,7 +1,7 @@
 /* kernels/cuda/common.cuh — what every CUDA kernel file of llm3d shares: the
  * checked-call macros, the activation dtype the backend was opened with, float
  * <-> activation conversions, 16-byte packed loads and stores, warp and block
- * reductions, and persistent scratch buffers.
+ * reductions, persistent scratch buffers, and the cuBLASLt call of matmul.cu.
  *
  * The idea: a kernel is written once as a template on its storage type T
  * (float, __nv_bfloat16 or __half) and does its arithmetic in fp32; the C
@@ -39,6 +39,10 @@ extern cublasLtHandle_t cuda_cublaslt;
 extern void *cuda_cublaslt_workspace;  /* one workspace, allocated once */
 extern size_t cuda_cublaslt_workspace_size;
 extern int cuda_num_sms;
+/* The one cuBLASLt call (matmul.cu), shared with matmul_fp8.cu: column-major D (m,n) ldd = alpha * op(A) (m,k) @ op(B) (k,n)
+ * + beta * C (C: D's shape and type; NULL: D itself), op transposing when ta / tb; fp32 accumulation; plans cached per shape. */
+void lt_matmul(void *D, const void *A, const void *B, const void *C, int m, int n, int k, int lda, int ldb, int ldd,
+               int ta, int tb, cudaDataType_t a_type, cudaDataType_t b_type, cudaDataType_t d_type, float alpha, float beta);
 /* A buffer owned by one op that only grows: returns *buf with at least `bytes`. */
 void *cuda_scratch(void **buf, size_t *capacity, size_t bytes, const char *what);
 

@@ -92,6 +92,17 @@ LLM3D_ATTENTION=wgma build/gpu/test_cuda_ops >build/gpu/attention_env.log 2>&1; 
 if [ $rc -ne 0 ] && grep -q 'LLM3D_ATTENTION=wgma is not an attention path' build/gpu/attention_env.log; then passed=$((passed + 1))
 else echo "FAIL: LLM3D_ATTENTION=wgma gave rc $rc:"; tail -3 build/gpu/attention_env.log; failed=$((failed + 1)); fi
 
+echo "== precision=fp8 forced off (LLM3D_FP8=off, as on a GPU without FP8 tensor cores) is refused at start-up, naming the GPU; the plan within 1% in fp8"
+LLM3D_FP8=off build/bench/bench_train --preset=l124m --device=cuda --precision=fp8 --steps=1 >build/gpu/fp8_off.log 2>&1; rc=$?
+if [ $rc -ne 0 ] && grep -q 'precision=fp8 needs' build/gpu/fp8_off.log && grep -q 'LLM3D_FP8=off' build/gpu/fp8_off.log \
+        && grep -q "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)" build/gpu/fp8_off.log; then passed=$((passed + 1))
+else echo "FAIL: precision=fp8 with LLM3D_FP8=off gave rc $rc:"; tail -3 build/gpu/fp8_off.log; failed=$((failed + 1)); fi
+build/bench/bench_train --preset=l124m --device=cuda --precision=fp8 --steps=3 >build/gpu/fp8_plan.log 2>&1
+off=$(grep '^{' build/gpu/fp8_plan.log | tail -1 | awk '{ match($0, /"peak_allocated_bytes": [0-9]+/); p = substr($0, RSTART + 24, RLENGTH - 24);
+    match($0, /"predicted_bytes": [0-9]+/); q = substr($0, RSTART + 19, RLENGTH - 19); if (p > 0) printf "%.4f", (q - p) / p * 100 }')
+if [ -n "$off" ] && awk -v o="$off" 'BEGIN { exit !(o < 1 && o > -1) }'; then echo "   fp8 l124m: plan $off% from the peak"; passed=$((passed + 1))
+else echo "FAIL: fp8 l124m: plan ${off:-?}% from the peak (build/gpu/fp8_plan.log)"; tail -3 build/gpu/fp8_plan.log; failed=$((failed + 1)); fi
+
 echo "== long sequences: the memory plan within 1% of the peak at T = 8192 and 32768; a batch that cannot fit refused, naming settings that would"
 for tb in "8192 2" "32768 1"; do
     set -- $tb

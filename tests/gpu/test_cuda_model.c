@@ -168,6 +168,39 @@ static void test_curve(int precision) {
     printf("loss curve %s GPU vs CPU over 20 steps: worst rel diff %.2e (%.3f -> %.3f)\n", pn, k.worst, k.first, k.last);
 }
 
+/* precision=fp8 on the GPU (cuBLASLt's FP8 matmuls, the cast kernels) against its CPU emulation step for step; beside
+ * the GPU's bf16: step 1 equal (no scales yet: bf16 matmuls), every later step different (FP8 ran), every tensor scaled */
+static void test_fp8(void) {
+    Config cc, cg, cb;
+    small_config(&cc, DEVICE_CPU, PRECISION_FP8);
+    small_config(&cg, DEVICE_CUDA, PRECISION_FP8);
+    small_config(&cb, DEVICE_CUDA, PRECISION_BF16);
+    Trainer tc, tg, tb;
+    trainer_init(&tc, &cc);
+    trainer_init(&tg, &cg);
+    trainer_init(&tb, &cb);
+    double worst = 0, first = 0, last = 0;
+    int apart = 0, same_first = 0;
+    for (int s = 0; s < cc.max_steps; s++) {
+        StepStats a = trainer_step(&tc), b = trainer_step(&tg), c = trainer_step(&tb);
+        worst = fmax(worst, isfinite(b.loss) ? fabs(a.loss - b.loss) / a.loss : INFINITY);
+        if (!s) { first = b.loss; same_first = b.loss == c.loss; }
+        else apart += b.loss != c.loss;
+        last = b.loss;
+    }
+    int want = tg.model.fp8.n_layers * FP8_MATMULS * FP8_ROLES;
+    CHECK(worst < 1e-2 && last < first, "20 steps fp8 on GPU vs its CPU emulation: worst loss rel diff %.3g, loss %.4f -> %.4f", worst,
+          first, last);
+    CHECK(same_first && apart == cc.max_steps - 1, "fp8 beside bf16 on GPU: step 1 equal %d, later steps different %d of %d", same_first,
+          apart, cc.max_steps - 1);
+    CHECK(model_fp8_scaled(&tg.model) == want && tg.fp8_saturated_total == 0, "fp8 on GPU: %d of %d tensors scaled, %d saturated",
+          model_fp8_scaled(&tg.model), want, tg.fp8_saturated_total);
+    CHECK(model_fp8_fingerprint(&tg.model) == model_fp8_fingerprint(&tc.model), "GPU and CPU end with the same scales");
+    printf("fp8 GPU vs CPU emulation over 20 steps: worst rel diff %.2e (%.3f -> %.3f); %d tensors in FP8\n", worst, first, last,
+           model_fp8_scaled(&tg.model));
+    trainer_free(&tc); trainer_free(&tg); trainer_free(&tb);
+}
+
 static void long_shape(Config *c) {
     c->n_heads = 2; c->n_kv_heads = 1; c->seq_len = 2300; c->batch_size = 1; c->max_steps = 5; c->warmup_steps = 2;
 }
@@ -255,6 +288,7 @@ int main(void) {
     make_shard();
     test_curve(PRECISION_FP32);
     test_curve(PRECISION_BF16);
+    test_fp8();
     test_long_sequence();
     test_fp16_overflow();
     test_per_layer(PRECISION_BF16, 0);
