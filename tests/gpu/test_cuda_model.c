@@ -195,7 +195,16 @@ static void test_fp8(void) {
           apart, cc.max_steps - 1);
     CHECK(model_fp8_scaled(&tg.model) == want && tg.fp8_saturated_total == 0, "fp8 on GPU: %d of %d tensors scaled, %d saturated",
           model_fp8_scaled(&tg.model), want, tg.fp8_saturated_total);
-    CHECK(model_fp8_fingerprint(&tg.model) == model_fp8_fingerprint(&tc.model), "GPU and CPU end with the same scales");
+    /* the GPU sums in another order than the CPU, so a max one bf16 ulp apart can fall on the other side of a scale's
+     * boundary (as under tp: tests/test_layouts_fp8.c); such a scale is one power of two off, and few are */
+    int differ = 0, far = 0;
+    for (int e = 0; e < want; e++) {
+        float a = tg.model.fp8.scale[e], b = tc.model.fp8.scale[e];
+        differ += a != b;
+        far += a != b && a != 2 * b && b != 2 * a;
+    }
+    CHECK(far == 0 && differ <= want / 8, "GPU and CPU end with the same scales but %d of %d (each one power of two off; %d further)",
+          differ, want, far);
     printf("fp8 GPU vs CPU emulation over 20 steps: worst rel diff %.2e (%.3f -> %.3f); %d tensors in FP8\n", worst, first, last,
            model_fp8_scaled(&tg.model));
     trainer_free(&tc); trainer_free(&tg); trainer_free(&tb);
