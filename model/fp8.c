@@ -79,19 +79,3 @@ long model_fp8_fingerprint(const Model *m) {
         if (m->fp8.scale[e] > 0) f += (long)(e + 1) * ilogbf(m->fp8.scale[e]);
     return f;
 }
-
-size_t model_fp8_state_floats(const Model *m) { return (size_t)FP8_HISTORY * entries(m) + 1; }
-
-void model_fp8_get_state(const Model *m, float *out) {
-    size_t n = (size_t)FP8_HISTORY * entries(m);
-    memcpy(out, m->fp8.history, n * sizeof(float));
-    out[n] = (float)m->fp8.steps;
-}
-
-void model_fp8_set_state(Model *m, const float *in) {
-    Fp8State *s = &m->fp8;
-    size_t n = entries(m), hn = (size_t)FP8_HISTORY * n;
-    memcpy(s->history, in, hn * sizeof(float));
-    s->steps = (int)in[hn];
-    rescale(s, n);
-}

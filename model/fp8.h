@@ -23,7 +23,10 @@
  * spike) saturates at the format's max: never inf; each step counts the
  * tensors that saturated (model_fp8_step_end). Until a tensor has a history
  * (the first step), its matmuls run in bf16 and only record. A step whose
- * gradients are not finite is skipped (train/trainer.c) and adds no history. */
+ * gradients are not finite is skipped (train/trainer.c) and adds no history.
+ * Checkpoints do not hold the history yet: a resumed run's first step runs in
+ * bf16 again and starts it anew (said at resume; not bit-exact with an
+ * unbroken run, unlike every other precision). */
 #pragma once
 #include <stddef.h>
 
@@ -58,9 +61,5 @@ int model_fp8_scaled(const struct Model *m);
 /* A fingerprint of every scale: sum over tensors of (k + 1) x log2(scale k), 0 for none; equal on every rank and
  * layout when the scales are (the layout tests compare it, logged as fp8_scales). */
 long model_fp8_fingerprint(const struct Model *m);
-/* The history, as a checkpoint saves it: FP8_HISTORY x n_entries floats, then steps. */
-size_t model_fp8_state_floats(const struct Model *m);
-void model_fp8_get_state(const struct Model *m, float *out);
-void model_fp8_set_state(struct Model *m, const float *in);
 /* The scale for a history max: 0 when there is none, else 2^(floor(log2(fmt_max / amax)) - FP8_MARGIN). */
 float fp8_scale_for(float amax, float fmt_max);

@@ -229,6 +229,10 @@ void trainer_restore(Trainer *tr) {
         tr->loss_scale_clean_steps = s.clean_steps;
         tr->saved_step = tr->step;
         if (verbose) printf("resume | step %d from %s\n", tr->step, path);
+        if (verbose && tr->model.part.fp8)
+            printf("resume | precision=fp8: checkpoints hold no FP8 scale history (model/fp8.h), so step %d runs the block matmuls in "
+                   "bf16 to start it again; the run differs from an unbroken one from there, by about what FP8 differs from bf16\n",
+                   tr->step + 1);
     } else if (c->resume && verbose) {
         printf("resume | no complete checkpoint in '%s'; starting fresh\n", c->run_dir);
     }
