@@ -74,6 +74,21 @@ static void test_scale_rule(void) {
     CHECK(1, "every scale is the largest power of two that keeps twice the max inside");
 }
 
+/* ref (R,Cn)[r][c] = sum_k q(a[r*ar + k*ak]) q(b[c*bc + k*bk]) / (sa sb), q(t) = fp8_round(t * s, f): the product of the
+ * rounded operands in double; returns the worst relative difference of got from it (floor: the denominator's) */
+static double worst_vs_rounded(const float *got, float *ref, int R, int Cn, int K, const float *a, int ar, int ak, float sa, Fp8Format fa,
+                               const float *b, int bc, int bk, float sb, Fp8Format fb, double floor) {
+    double worst = 0;
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < Cn; c++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += (double)fp8_round(a[r * ar + k * ak] * sa, fa) * fp8_round(b[c * bc + k * bk] * sb, fb);
+            ref[r * Cn + c] = (float)(s / ((double)sa * sb));
+            worst = fmax(worst, fabs(got[r * Cn + c] - ref[r * Cn + c]) / (fabs(ref[r * Cn + c]) + floor));
+        }
+    return worst;
+}
+
 static void test_matmul(void) {
     enum { N = 24, IC = 40, OC = 32 };
     Rng r;
@@ -86,38 +101,15 @@ static void test_matmul(void) {
     float amax[3] = {0}, *scratch = mallocCheck(matmul_fp8_scratch_bytes(4, N, IC, OC));
     Fp8Matmul q = {.x_scale = 0.25f, .w_scale = 4096.0f, .dout_scale = 0x1p28f, .amax = amax, .scratch = scratch};
     matmul_fp8_forward_cpu(out, x, w, N, IC, OC, NULL, &q);
-    double worst = 0;
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < OC; o++) {
-            double s = 0;
-            for (int i = 0; i < IC; i++)
-                s += (double)fp8_round(x[n * IC + i] * q.x_scale, FP8_E4M3) * fp8_round(w[o * IC + i] * q.w_scale, FP8_E4M3);
-            ref[n * OC + o] = (float)(s / (q.x_scale * q.w_scale));
-            worst = fmax(worst, fabs(out[n * OC + o] - ref[n * OC + o]) / (fabs(ref[n * OC + o]) + 1e-3));
-        }
+    double worst = worst_vs_rounded(out, ref, N, OC, IC, x, IC, 1, q.x_scale, FP8_E4M3, w, IC, 1, q.w_scale, FP8_E4M3, 1e-3);
     CHECK(worst < 1e-5, "FP8 forward = the product of the rounded operands (worst rel %.2g)", worst);
     CHECK(amax[0] == 4000 && amax[1] > 0 && amax[2] == 0, "forward records max |x| %g, |w| %g, not dout", amax[0], amax[1]);
     float xq = fp8_round(4000 * 0.25f, FP8_E4M3) / 0.25f;
     CHECK(xq == FP8_E4M3_MAX / 0.25f, "4000 x 0.25 saturates at 448 (back: %g)", xq);
     memset(dw, 0, sizeof dw); memset(rdw, 0, sizeof rdw);
     matmul_fp8_backward_cpu(dx, dw, dy, x, w, N, IC, OC, &q);
-    double wdx = 0, wdw = 0;
-    for (int n = 0; n < N; n++)
-        for (int i = 0; i < IC; i++) {
-            double s = 0;
-            for (int o = 0; o < OC; o++)
-                s += (double)fp8_round(dy[n * OC + o] * q.dout_scale, FP8_E5M2) * fp8_round(w[o * IC + i] * q.w_scale, FP8_E4M3);
-            rdx[n * IC + i] = (float)(s / (q.dout_scale * q.w_scale));
-            wdx = fmax(wdx, fabs(dx[n * IC + i] - rdx[n * IC + i]) / (fabs(rdx[n * IC + i]) + 1e-7));
-        }
-    for (int o = 0; o < OC; o++)
-        for (int i = 0; i < IC; i++) {
-            double s = 0;
-            for (int n = 0; n < N; n++)
-                s += (double)fp8_round(dy[n * OC + o] * q.dout_scale, FP8_E5M2) * fp8_round(x[n * IC + i] * q.x_scale, FP8_E4M3);
-            rdw[o * IC + i] = (float)(s / (q.dout_scale * q.x_scale));
-            wdw = fmax(wdw, fabs(dw[o * IC + i] - rdw[o * IC + i]) / (fabs(rdw[o * IC + i]) + 1e-7));
-        }
+    double wdx = worst_vs_rounded(dx, rdx, N, IC, OC, dy, OC, 1, q.dout_scale, FP8_E5M2, w, 1, IC, q.w_scale, FP8_E4M3, 1e-7);
+    double wdw = worst_vs_rounded(dw, rdw, OC, IC, N, dy, 1, OC, q.dout_scale, FP8_E5M2, x, 1, IC, q.x_scale, FP8_E4M3, 1e-7);
     CHECK(wdx < 1e-4 && wdw < 1e-4, "FP8 backward: dinp (E5M2 x E4M3) worst rel %.2g, dweight %.2g", wdx, wdw);
     CHECK(amax[2] > 0, "backward records max |dout| %g", amax[2]);
     /* no history: the plain matmul, the maxima still recorded */
