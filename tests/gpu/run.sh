@@ -48,6 +48,11 @@ build/gpu/test_cuda_ops >build/gpu/test_cuda_ops.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint' build/gpu/test_cuda_ops.log | head -40
 tally build/gpu/test_cuda_ops.log $rc
 
+echo "== FP8 op test: precision=fp8's casts and products against the CPU's exact emulation"
+build/gpu/test_cuda_fp8 >build/gpu/test_cuda_fp8.log 2>&1; rc=$?
+grep -E '^FAIL|^error|hint' build/gpu/test_cuda_fp8.log | head -40
+tally build/gpu/test_cuda_fp8.log $rc
+
 echo "== 8-bit AdamW: CUDA vs CPU, identical codes"
 build/gpu/test_adamw8bit_cuda >build/gpu/test_adamw8bit_cuda.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint|timing' build/gpu/test_adamw8bit_cuda.log | head -20
