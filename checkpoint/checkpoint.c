@@ -132,6 +132,10 @@ void checkpoint_write(const char *run_dir, int keep, const CkptSource *src, cons
             ckpt_writer_add(&w, name, CKPT_F32, ndim, shape, host);
         }
     free(host);
+    if (src->extra_name) {
+        int64_t shape[2] = {src->extra_rows, src->extra_cols};
+        ckpt_writer_add(&w, src->extra_name, CKPT_F32, 2, shape, src->extra);
+    }
     int64_t bytes = w.pos;
     ckpt_writer_finish(&w);
 
@@ -212,7 +216,7 @@ void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMi
     if (n_mirrors > 7) die("internal: more than 7 checkpoint mirrors");
     for (int k = 0; k < n_mirrors; k++) prefixes[k + 1] = mirrors[k].prefix;
     ModelSource ms = {m, mirrors, mallocCheck(m->n_params * sizeof(float)), -1};
-    CkptSource src = {m->tensors, m->n_tensors, prefixes, n_mirrors + 1, fetch_from_model, &ms};
+    CkptSource src = {m->tensors, m->n_tensors, prefixes, n_mirrors + 1, fetch_from_model, &ms, NULL, NULL, 0, 0};
     checkpoint_write(run_dir, keep, &src, s, config_text, saved, saved_size);
     free(ms.host);
 }
@@ -317,7 +321,7 @@ int checkpoint_check_tensors(const CkptReader *r, const ModelConfig *mc, char *e
     int rc = 0;
     for (int i = 0; i < r->n && !rc; i++) {
         const CkptEntry *e = &r->entries[i];
-        if (strchr(e->name, '/')) continue;   /* optimizer state: "<prefix>/<name>" */
+        if (strchr(e->name, '/')) continue;   /* run state: "<prefix>/<name>" (optimizer moments, precision=fp8's scales) */
         const ParamTensor *t = model_find_tensor(&m, e->name);
         if (!t) {
             snprintf(err, err_size, "'%s' holds the weight '%s', which its config (n_layers=%d, tie_embeddings=%d) has no place for: the "

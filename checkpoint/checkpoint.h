@@ -40,6 +40,9 @@ typedef struct {
     int n_mirrors;
     void (*fetch)(void *ctx, int mirror, int tensor, float *dst /* global_rows x global_cols */);
     void *ctx;
+    const char *extra_name;       /* NULL, or one more fp32 (rows, cols) tensor of the run's state, written last */
+    const float *extra;           /* (extra_rows, extra_cols) e.g. precision=fp8's amax history (model/fp8.h) */
+    int64_t extra_rows, extra_cols;
 } CkptSource;
 
 /* Keys that must match on resume; NULL-terminated. The first nine alone fix the weights' shapes and meaning. */

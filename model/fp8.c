@@ -79,3 +79,21 @@ long model_fp8_fingerprint(const Model *m) {
         if (m->fp8.scale[e] > 0) f += (long)(e + 1) * ilogbf(m->fp8.scale[e]);
     return f;
 }
+
+size_t model_fp8_state_bytes(const Model *m) { return (size_t)FP8_HISTORY * entries(m) * sizeof(float); }
+
+void model_fp8_history_get(const Model *m, float *out, long *cols) {
+    const Fp8State *s = &m->fp8;
+    size_t n = entries(m);
+    for (int k = 0; k < FP8_HISTORY; k++)   /* the ring from its oldest row: the one the next step writes */
+        memcpy(out + (size_t)k * n, s->history + (size_t)((s->steps + k) % FP8_HISTORY) * n, n * sizeof(float));
+    *cols = (long)n;
+}
+
+void model_fp8_history_set(Model *m, const float *in) {
+    Fp8State *s = &m->fp8;
+    size_t n = entries(m);
+    memcpy(s->history, in, (size_t)FP8_HISTORY * n * sizeof(float));
+    s->steps = FP8_HISTORY;   /* the next step overwrites row 0, the oldest */
+    rescale(s, n);
+}

@@ -24,13 +24,13 @@
  * tensors that saturated (model_fp8_step_end). Until a tensor has a history
  * (the first step), its matmuls run in bf16 and only record. A step whose
  * gradients are not finite is skipped (train/trainer.c) and adds no history.
- * Checkpoints do not hold the history yet: a resumed run's first step runs in
- * bf16 again and starts it anew (said at resume; not bit-exact with an
- * unbroken run, unlike every other precision). */
+ * Checkpoints hold the history (FP8_CHECKPOINT_NAME, oldest step first), so a
+ * resumed run, on any layout, casts with the scales the unbroken run would. */
 #pragma once
 #include <stddef.h>
 
 #define FP8_HISTORY 16   /* steps of amax a scale looks back over */
+#define FP8_CHECKPOINT_NAME "fp8/amax_history"   /* (FP8_HISTORY, n_layers x FP8_MATMULS x FP8_ROLES) in a checkpoint: run state, as "<prefix>/<name>" entries are */
 #define FP8_MARGIN 1     /* powers of two of headroom: a tensor may grow 2-4x past its history's max before it saturates */
 
 enum { FP8_QKV, FP8_O, FP8_W13, FP8_W2, FP8_MATMULS };   /* a layer's block matmuls */
@@ -41,7 +41,7 @@ typedef struct {
     int *global_layer;      /* (n_local_layers) the model's index of each local layer */
     int n_local_layers;
     float *history;         /* (FP8_HISTORY, n_layers, FP8_MATMULS, FP8_ROLES) the world's amax of the last steps; 0: none */
-    int steps;              /* steps recorded: the ring's next row is steps % FP8_HISTORY */
+    int steps;              /* steps recorded (a resumed run counts on from FP8_HISTORY): the ring's next row is steps % FP8_HISTORY */
     float *scale;           /* (n_layers, FP8_MATMULS, FP8_ROLES) what this step casts with; 0: no history yet (bf16) */
     float *amax;            /* (n_local_layers, FP8_MATMULS, FP8_ROLES) backend memory: this step's record, folded by max */
     void *scratch;          /* backend memory: the FP8 operand copies of one matmul call (kernels/fp8.h) */
@@ -61,5 +61,10 @@ int model_fp8_scaled(const struct Model *m);
 /* A fingerprint of every scale: sum over tensors of (k + 1) x log2(scale k), 0 for none; equal on every rank and
  * layout when the scales are (the layout tests compare it, logged as fp8_scales). */
 long model_fp8_fingerprint(const struct Model *m);
+/* The history as a checkpoint keeps it: (FP8_HISTORY rows, *cols) floats, the oldest step first; set takes the same
+ * back and computes the scales from it. */
+void model_fp8_history_get(const struct Model *m, float *out, long *cols);
+size_t model_fp8_state_bytes(const struct Model *m);   /* what out takes */
+void model_fp8_history_set(struct Model *m, const float *in);
 /* The scale for a history max: 0 when there is none, else 2^(floor(log2(fmt_max / amax)) - FP8_MARGIN). */
 float fp8_scale_for(float amax, float fmt_max);

@@ -6,9 +6,10 @@
  * with sequence parallelism, tp x pp and dp x tp with them up to a max that rounds across a scale's
  * boundary (TP_TENSORS says when); every layout's losses and final tensors equal one rank's FP8 run
  * to the rounding of bf16 layouts (losses 1e-3, tests/layouts.h), and FP8 ran: each run's own log
- * says how many tensors it cast (asserted), and its losses differ from a bf16 run's. A resumed fp8
- * run says that its scales start again (checkpoints hold no history: model/fp8.h). The harness is
- * tests/layouts.h. */
+ * says how many tensors it cast (asserted), and its losses differ from a bf16 run's. A checkpoint
+ * holds the scales' history: saved by one layout and resumed by another, the run ends where the
+ * unbroken one ends (1e-5); resumed from a bf16 checkpoint it says its history starts. The harness
+ * is tests/layouts.h. */
 #include "test.h"
 #include "layouts.h"
 
@@ -67,17 +68,14 @@ int main(void) {
     fp8_layout("tp2s", 2, "--tp=2 --sequence_parallel=1", TP_TENSORS, 0);
     fp8_layout("tp2pp2", 4, "--tp=2 --pp=2 --pp_schedule=interleaved", TP_TENSORS, 0);
     fp8_layout("dp2tp2", 4, "--dp=2 --tp=2 --sequence_parallel=1 --recompute=selective", TP_TENSORS, 0);
-    /* resume: checkpoints hold no scale history, so the resumed step runs in bf16 again, said at resume */
-    char rm[300];
-    snprintf(rm, sizeof rm, "rm -rf %s/res8/ckpt_00000003", dir);
-    if (train("res8", 2, "--precision=fp8 --dp=2 --checkpoint_every=2") != 0 || system(rm) != 0 ||
-        train("res8", 1, "--precision=fp8 --resume=1") != 0)
-        CHECK(0, "fp8 save at step 2 on dp=2, resume on one rank: failed to run:\n%s", out);
-    else {
-        Fp8Log l = fp8_log("res8");
-        CHECK(strstr(out, "resume | step 2 from") && strstr(out, "precision=fp8: checkpoints hold no FP8 scale history"),
-              "an fp8 resume says the scales start again:\n%s", out);
-        CHECK(l.tensors == FP8_TENSORS, "and casts every tensor to FP8 again after its first step (%d)", l.tensors);
-    }
+    /* resume across layouts: the checkpoint holds the scales' history, so the continued run is the unbroken one */
+    resume("ref8", "res8", 2, "--precision=fp8 --dp=2", 1, "--precision=fp8");
+    resume("ref8", "res8p", 1, "--precision=fp8", 2, "--precision=fp8 --pp=2");
+    if (train("res8b", 1, "--precision=bf16 --checkpoint_every=2") == 0) {   /* a bf16 checkpoint has no history: said */
+        char rm[300];
+        snprintf(rm, sizeof rm, "rm -rf %s/res8b/ckpt_00000003", dir);
+        CHECK(system(rm) == 0 && train("res8b", 1, "--precision=fp8 --resume=1") == 0 &&
+              strstr(out, "precision=fp8 from a checkpoint without FP8 scales"), "fp8 resumed from a bf16 checkpoint says so:\n%s", out);
+    } else CHECK(0, "the bf16 run to resume in fp8 failed:\n%s", out);
     return layouts_end();
 }

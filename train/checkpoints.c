@@ -74,6 +74,36 @@ static void fetch(void *ctx, int mirror, int tensor, float *dst) {
     memcpy(dst, s->host[mirror] + t->offset, (size_t)t->rows * t->cols * sizeof(float));
 }
 
+/* precision=fp8: the scales' history from the checkpoint (every rank reads it), or, from a run of another
+ * precision, none: the next step runs the block matmuls in bf16 and starts it, said once. */
+static void resume_fp8(Trainer *tr, const char *ckpt_dir, int verbose) {
+    char path[1300], err[1024];
+    snprintf(path, sizeof path, "%s/state.bin", ckpt_dir);
+    CkptReader r;
+    if (ckpt_open(&r, path, err, sizeof err) != 0) die("%s", err);
+    const CkptEntry *e = ckpt_find(&r, FP8_CHECKPOINT_NAME);
+    float *h = mallocCheck(model_fp8_state_bytes(&tr->model));
+    long cols;
+    model_fp8_history_get(&tr->model, h, &cols);
+    int64_t rows = 0, ecols = 0;
+    if (e) ckpt_entry_dims(e, &rows, &ecols);
+    if (e && (rows != FP8_HISTORY || ecols != cols))
+        die("checkpoint '%s': %s is %lld x %lld, and this model's is %d x %ld\n  hint: the checkpoint is damaged or of another "
+            "llm3d; resume it with --precision=bf16", path, FP8_CHECKPOINT_NAME, (long long)rows, (long long)ecols, FP8_HISTORY, cols);
+    if (e && ckpt_read_f32(&r, e, 0, rows, 0, ecols, h, err, sizeof err) != 0) die("%s", err);
+    for (size_t i = 0; e && i < (size_t)rows * ecols; i++)   /* maxima: finite, >= 0 (a huge one would zero every FP8 cast) */
+        if (!(h[i] >= 0 && h[i] <= FP8_E5M2_MAX * 1e6f))
+            die("checkpoint '%s': %s holds %g at step %zu, tensor %zu: a max |value| is finite, >= 0 and not absurd\n"
+                "  hint: the checkpoint is damaged; resume an earlier one, or this one with --precision=bf16", path, FP8_CHECKPOINT_NAME,
+                h[i], i / (size_t)ecols, i % (size_t)ecols);
+    if (e) model_fp8_history_set(&tr->model, h);
+    else if (verbose)
+        printf("resume | precision=fp8 from a checkpoint without FP8 scales (another precision saved it): step %d runs the block "
+               "matmuls in bf16 to start their history\n", tr->step + 1);
+    free(h);
+    ckpt_close(&r);
+}
+
 void trainer_save_checkpoint(Trainer *tr) {
     const Comm *c = &tr->comm;
     if (tr->cfg.comm_ablate) {   /* the weights are wrong on purpose */
@@ -96,15 +126,20 @@ void trainer_save_checkpoint(Trainer *tr) {
     local_state(tr, host);
     const char *prefixes[3] = {NULL, moment_prefixes[0], moment_prefixes[1]};
     Source src = {tr, host, NULL};
+    long fp8_cols = 0;   /* precision=fp8: the scales' history, the same on every rank, written by rank 0 */
+    float *fp8 = tr->model.part.fp8 ? mallocCheck(model_fp8_state_bytes(&tr->model)) : NULL;
+    if (fp8) model_fp8_history_get(&tr->model, fp8, &fp8_cols);
     if (c->world_size == 1) {
-        CkptSource cs = {tr->model.tensors, tr->model.n_tensors, prefixes, 3, fetch, &src};
+        CkptSource cs = {tr->model.tensors, tr->model.n_tensors, prefixes, 3, fetch, &src, fp8 ? FP8_CHECKPOINT_NAME : NULL, fp8,
+                         FP8_HISTORY, fp8_cols};
         checkpoint_write(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &cs, &s, text, path, sizeof path);
     } else {
         Assembler a;
         assemble_open(&a, c, &tr->model_cfg, &tr->layout, &tr->model);
         src.a = &a;
         if (c->rank == 0) {
-            CkptSource cs = {a.whole.tensors, a.whole.n_tensors, prefixes, 3, fetch, &src};
+            CkptSource cs = {a.whole.tensors, a.whole.n_tensors, prefixes, 3, fetch, &src, fp8 ? FP8_CHECKPOINT_NAME : NULL, fp8,
+                             FP8_HISTORY, fp8_cols};
             checkpoint_write(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &cs, &s, text, path, sizeof path);
         } else {   /* walk the same tensors in the same order, sending what this rank holds */
             for (int k = 0; k < 3; k++)
@@ -114,6 +149,7 @@ void trainer_save_checkpoint(Trainer *tr) {
         comm_barrier(c, GROUP_WORLD);   /* every rank returns once the checkpoint is complete on disk */
     }
     for (int k = 0; k < 3; k++) free(host[k]);
+    free(fp8);
     tr->saved_step = tr->step;
     tr->comm.timeout_s = tr->cfg.comm_timeout_s;
     if (c->rank == 0) {
@@ -229,10 +265,7 @@ void trainer_restore(Trainer *tr) {
         tr->loss_scale_clean_steps = s.clean_steps;
         tr->saved_step = tr->step;
         if (verbose) printf("resume | step %d from %s\n", tr->step, path);
-        if (verbose && tr->model.part.fp8)
-            printf("resume | precision=fp8: checkpoints hold no FP8 scale history (model/fp8.h), so step %d runs the block matmuls in "
-                   "bf16 to start it again; the run differs from an unbroken one from there, by about what FP8 differs from bf16\n",
-                   tr->step + 1);
+        if (tr->model.part.fp8) resume_fp8(tr, path, verbose);
     } else if (c->resume && verbose) {
         printf("resume | no complete checkpoint in '%s'; starting fresh\n", c->run_dir);
     }
