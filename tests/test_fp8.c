@@ -10,10 +10,13 @@
  *     yet stay close), every block tensor gets a scale, a NaN step is skipped
  *     and adds no history, and scales pushed past the data's range are
  *     counted as saturated tensors without an inf anywhere.
+ *   - a checkpoint whose FP8 history holds a NaN is refused at resume, naming
+ *     the file and the entry.
  * The layouts' equality with one rank in FP8: tests/test_layouts_fp8.c. */
 #include "test.h"
 #include "../common/util.h"
 #include "../train/trainer.h"
+#include "../checkpoint/format.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,6 +191,41 @@ static void test_nan_step(void) {
     trainer_free(&t);
 }
 
+/* A checkpoint whose FP8 history holds a NaN (rewritten whole, so every CRC is right) is refused at resume, naming it */
+static void test_damaged_history(void) {
+    char run[300], args[1200], path[400], out[1 << 14], err[1024];
+    snprintf(run, sizeof run, "%s.run", shard);
+    snprintf(args, sizeof args, "--dim=32 --n_layers=2 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16 --batch_size=8 --max_steps=%%d "
+             "--precision=fp8 --train_data=%s --val_data= --run_dir=%s --checkpoint_every=2 --sample_tokens=0 --log_every=1", shard, run);
+    char a2[1300];
+    snprintf(a2, sizeof a2, args, 2);
+    int rc = test_run("build/train", a2, out, sizeof out);
+    snprintf(path, sizeof path, "%s/ckpt_00000002/state.bin", run);
+    CkptReader r;
+    if (rc != 0 || ckpt_open(&r, path, err, sizeof err) != 0) { CHECK(0, "fp8 run to damage (rc %d): %s\n%s", rc, err, out); return; }
+    CkptWriter w;
+    ckpt_writer_open(&w, path, &r.state, r.config_text, (CkptWriteHooks){-1, -1});
+    int found = 0;
+    for (int i = 0; i < r.n; i++) {
+        const CkptEntry *e = &r.entries[i];
+        void *data = mallocCheck((size_t)e->bytes + 1);
+        if (ckpt_read_raw(&r, e, data, err, sizeof err) != 0) die("test: %s", err);
+        if (!strcmp(e->name, FP8_CHECKPOINT_NAME)) { ((float *)data)[5] = NAN; found = 1; }
+        ckpt_writer_add(&w, e->name, e->dtype, e->ndim, e->shape, data);
+        free(data);
+    }
+    ckpt_close(&r);
+    ckpt_writer_finish(&w);
+    CHECK(found, "an fp8 checkpoint holds %s", FP8_CHECKPOINT_NAME);
+    snprintf(a2, sizeof a2, args, 3);
+    strcat(a2, " --resume=1");
+    rc = test_run("build/train", a2, out, sizeof out);
+    CHECK(rc != 0 && strstr(out, FP8_CHECKPOINT_NAME " holds nan") && strstr(out, "ckpt_00000002"),
+          "a NaN in the checkpoint's FP8 history is refused at resume, naming it (rc %d):\n%s", rc, out);
+    snprintf(a2, sizeof a2, "rm -rf '%s'", run);
+    if (system(a2) != 0) printf("note: could not remove %s\n", run);
+}
+
 int main(void) {
     test_round(FP8_E4M3, "E4M3");
     test_round(FP8_E5M2, "E5M2");
@@ -201,6 +239,7 @@ int main(void) {
     free(tok);
     test_training();
     test_nan_step();
+    test_damaged_history();
     unlink(shard);
     return test_summary();
 }
