@@ -318,14 +318,14 @@ int plan_main(int argc, char **argv) {
                       L->pp > 1 ? (L->tp > 1 ? ", pipeline across stages" : "pipeline: the model does not fit one GPU") : "");
     }
     static const char *rname[] = {"none", "sel", "full"};
-    static const char *pname[] = {"fp32", "bf16", "fp16", "fp8"};
     printf("plan | %s | %d GPUs (%d a node, %.0f GiB each) | device %s, precision %s%s | link %s %.0f GB/s, net %s %.0f GB/s | "
            "%ld tokens a step\n", c.preset[0] ? c.preset : "model", gpus, per_node, mem_gib, c.device == DEVICE_CUDA ? "cuda" : "cpu",
-           pname[c.precision], has_device || has_precision || has_config ? "" : " (plan's defaults: --device, --precision change them)",
+           config_precision_name(c.precision), has_device || has_precision || has_config ? "" : " (plan's defaults: --device, --precision change them)",
            link, link_node, net, link_net, global);
     if (prof.have) printf("plan | compute from the profile %s\n", profile);
-    else printf("plan | compute estimated from FLOPs at %.0f%% of an H200's dense %s peak, %.0f TFLOP/s (no --profile)\n", 100 * NO_PROFILE_MFU,
-                pname[c.precision], (c.precision == PRECISION_FP32 ? H200_FP32_PEAK : H200_BF16_PEAK) / 1e12);
+    else printf("plan | compute estimated from FLOPs at %.0f%% of an H200's dense %s peak, %.0f TFLOP/s (no --profile%s)\n", 100 * NO_PROFILE_MFU,
+                c.precision == PRECISION_FP32 ? "fp32" : "bf16", (c.precision == PRECISION_FP32 ? H200_FP32_PEAK : H200_BF16_PEAK) / 1e12,
+                c.precision == PRECISION_FP8 ? "; fp8 counted at bf16's rate: measured 1.03-1.11x bf16, docs/performance.md" : "");
     printf("plan | first the fastest of each dp x tp x pp, then each zero/recompute mix, then other micro-batch sizes (#: rank by speed);\n"
            "       comm: exposed (in the step's time) / total (busy, the part hidden behind the backward included)\n");
     printf("  #  dp tp pp   B    m recomp zero  mem/rank   step ms    tokens/s  comm exposed/total ms  bubble  why\n");
