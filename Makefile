@@ -198,8 +198,9 @@ $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libllm3d.a
 # --- sanitizers and fuzzing (tests/fuzz/README.md)
 # `make asan` builds the whole tree into $(ASAN_BUILD) with SANITIZE=1, plus the
 # libFuzzer harnesses tests/fuzz/fuzz_*.c and the seed maker; `make test` runs
-# every test under it too (tests/test_asan.sh) and the harnesses briefly
-# (tests/test_fuzz.sh); `make fuzz FUZZ_S=N` runs each harness N seconds.
+# the readers', bad-input, ops' and one-layout-per-strategy tests under it too
+# (tests/test_asan.sh says which) and the harnesses briefly (tests/test_fuzz.sh);
+# `make fuzz FUZZ_S=N` runs each harness N seconds.
 ASAN_BUILD ?= build-asan
 FUZZ_S ?= 60
 NPROC := $(shell nproc 2>/dev/null || echo 2)
@@ -221,7 +222,12 @@ asan:
 fuzz: asan
 	@BUILD=$(ASAN_BUILD) tests/fuzz/run.sh $(FUZZ_S)
 
-test: all asan
+# `make test`: both trees built side by side, $(NPROC) jobs where no -j was given (on 2
+# cores, from a fresh clone: 1m45s, where `make all` one job at a time took 2m13s and
+# `make asan` 32s more), then every test once and the sanitizer pass's part of them
+# again on $(ASAN_BUILD) (tests/run.sh; tests/test_asan.sh says which)
+test:
+	@$(MAKE) --no-print-directory $(if $(filter -j%,$(MAKEFLAGS)),,-j$(NPROC)) all asan
 	@BUILD=$(BUILD) ASAN_BUILD=$(ASAN_BUILD) tests/run.sh
 
 bench: all

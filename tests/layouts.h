@@ -5,7 +5,9 @@
  * LLM3D_TEST_ARGS adds settings to every run (tests/gpu/parallel.sh: "--device=cuda --comm_backend=mpi",
  * one GPU shared by the ranks); LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 with "--device=cuda --comm_backend=nccl" puts
  * the ranks on the one GPU through NCCL, each a test host (tests/gpu/nccl_layouts.sh), and asserts that each
- * multi-rank run went through NCCL. Functions are static inline: each test uses a part of them. */
+ * multi-rank run went through NCCL. The program is $BUILD/train (default build/train): in the sanitizer pass
+ * (tests/test_asan.sh, BUILD=build-asan) the ranks run under ASan + UBSan, without LeakSanitizer (Open MPI's
+ * allocations outlive it, as tests/tally.sh says). Functions are static inline: each test uses a part of them. */
 #pragma once
 #include "test.h"
 #include "../common/util.h"
@@ -20,7 +22,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-static char dir[128], out[1 << 16];
+static char dir[128], out[1 << 16], trainer[256];   /* trainer: $BUILD/train, set by layouts_begin */
 static const char *mpirun = "mpirun --allow-run-as-root --oversubscribe";
 static int on_gpu;   /* --device=cuda: every run on the GPU, several ranks sharing it through MPI */
 static int nccl_hosts;   /* LLM3D_NCCL_HOSTS_ON_ONE_GPU=1: the ranks share the GPU through NCCL, each a test host (tests/gpu/nccl_layouts.sh) */
@@ -52,14 +54,14 @@ static inline void nccl_proof(const char *name, int ranks) {
     CHECK(lines > 0, "%s (%d ranks): NCCL's log (%s/%s.nccl.*.log) never names its socket transport (NET/Socket)", name, ranks, dir, name);
 }
 
-/* Runs build/train (under mpirun with ranks > 1) into run_dir <dir>/<name>; returns the exit code. */
+/* Runs $BUILD/train (under mpirun with ranks > 1) into run_dir <dir>/<name>; returns the exit code. */
 static int train(const char *name, int ranks, const char *args) {
     char cmd[4096], a[4096];
     const char *extra = getenv("LLM3D_TEST_ARGS");   /* e.g. "--device=cuda --comm_backend=mpi" on a GPU machine */
     snprintf(a, sizeof a, "%s --train_data=%s/train.bin --val_data=%s/val.bin --run_dir=%s/%s --log_jsonl=%s/%s.jsonl %s %s",
              BASE, dir, dir, dir, name, dir, name, args, extra ? extra : "");
-    if (ranks > 1) snprintf(cmd, sizeof cmd, "timeout 120 %s -np %d build/train", mpirun, ranks);
-    else snprintf(cmd, sizeof cmd, "timeout 120 build/train");
+    if (ranks > 1) snprintf(cmd, sizeof cmd, "timeout 120 %s -np %d %s", mpirun, ranks, trainer);
+    else snprintf(cmd, sizeof cmd, "timeout 120 %s", trainer);
     char log[600];   /* NCCL_DEBUG=INFO (the caller's) goes to files of this run, not into out */
     snprintf(log, sizeof log, "%s/%s.nccl.%%h.%%p.log", dir, name);
     if (nccl_hosts) setenv("NCCL_DEBUG_FILE", log, 1);
@@ -172,7 +174,7 @@ static inline void export_same(const char *ref, const char *name, const char *mo
     int rc = 0;
     for (int k = 0; k < 2; k++) {
         snprintf(a, sizeof a, "--checkpoint=%s/%s/ckpt_00000003 --out=%s", dir, k ? name : ref, k ? hn : hr);
-        snprintf(cmd, sizeof cmd, "build/train export");
+        snprintf(cmd, sizeof cmd, "%s export", trainer);
         rc |= test_run(cmd, a, out, sizeof out);
     }
     CHECK(rc == 0, "export of %s and %s failed:\n%s", ref, name, out);
@@ -231,8 +233,8 @@ static inline size_t memory_same(int ranks, const char *args) {
 /* A bad launch: non-zero exit, every rank ends (timeout), the message said once. */
 static inline void refused(int ranks, const char *args, const char *words) {
     char cmd[1024], a[4096];
-    if (ranks > 1) snprintf(cmd, sizeof cmd, "timeout 60 %s -np %d build/train", mpirun, ranks);
-    else snprintf(cmd, sizeof cmd, "timeout 60 build/train");
+    if (ranks > 1) snprintf(cmd, sizeof cmd, "timeout 60 %s -np %d %s", mpirun, ranks, trainer);
+    else snprintf(cmd, sizeof cmd, "timeout 60 %s", trainer);
     snprintf(a, sizeof a, "%s --train_data=%s/train.bin --val_data=%s/val.bin --run_dir=%s/bad %s", BASE, dir, dir, dir, args);
     int rc = test_run(cmd, a, out, sizeof out);
     const char *at = strstr(out, words);
@@ -268,9 +270,17 @@ static const double fp32 = 1e-5, bf16 = 1e-3;
 #define H84 "--n_heads=8 --n_kv_heads=4"
 #define H88 "--n_heads=8 --n_kv_heads=8"
 
-/* Reads the environment (LLM3D_TEST_ARGS, LLM3D_NCCL_HOSTS_ON_ONE_GPU), then writes the test data. */
+/* Reads the environment (BUILD, LLM3D_TEST_ARGS, LLM3D_NCCL_HOSTS_ON_ONE_GPU, LLM3D_SANITIZER_PASS), then writes the test data. */
 static inline void layouts_begin(void) {
-    const char *extra = getenv("LLM3D_TEST_ARGS"), *sw = getenv("LLM3D_NCCL_HOSTS_ON_ONE_GPU");
+    const char *extra = getenv("LLM3D_TEST_ARGS"), *sw = getenv("LLM3D_NCCL_HOSTS_ON_ONE_GPU"), *build = getenv("BUILD");
+    snprintf(trainer, sizeof trainer, "%s/train", build && *build ? build : "build");
+    /* the sanitizer pass: the programs this test starts keep ASan and UBSan but not LeakSanitizer (Open MPI's
+     * allocations outlive it); this process read its options at start and keeps it */
+    if (getenv("LLM3D_SANITIZER_PASS")) {
+        char opts[1024];
+        snprintf(opts, sizeof opts, "%s:detect_leaks=0", getenv("ASAN_OPTIONS") ? getenv("ASAN_OPTIONS") : "");
+        setenv("ASAN_OPTIONS", opts, 1);
+    }
     on_gpu = extra && strstr(extra, "--device=cuda");
     nccl_hosts = sw && !strcmp(sw, "1");
     if (nccl_hosts && !(on_gpu && strstr(extra, "--comm_backend=nccl")))

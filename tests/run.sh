@@ -4,14 +4,27 @@
 # lines. Exits non-zero if any test failed or any runner did not finish; then
 # names the failing runners, and prints each runner's FAIL lines and any
 # "command not found" (those of the sanitizer pass too, which nests this script).
-# Among the scripts, tests/test_asan.sh runs this whole list again on the
+# Among the scripts, tests/test_asan.sh runs a part of this list again on the
 # sanitizer build and tests/test_fuzz.sh runs the fuzz harnesses.
+# `tests/run.sh NAME...` runs only the runners named (test_ops: $BUILD/tests/test_ops,
+# test_mpi.sh: tests/test_mpi.sh), and a named runner that is missing or
+# passes no check fails: what the sanitizer pass names must really have run.
 set -u
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 passed=0; failed=0; broken=(); failing=()   # failing: the runners with a failure, named at the end
 BUILD=${BUILD:-build}
-for t in "$BUILD"/tests/test_* tests/test_*.sh; do
+named=$#   # runners named on the command line: each must exist and pass a check
+if [ "$named" -gt 0 ]; then
+    runners=()
+    for n in "$@"; do case "$n" in *.sh) runners+=("tests/$n");; *) runners+=("$BUILD/tests/$n");; esac; done
+else
+    runners=("$BUILD"/tests/test_* tests/test_*.sh)
+fi
+for t in "${runners[@]}"; do
+    if [ "$named" -gt 0 ] && ! { [ "${t##*.}" = sh ] && [ -f "$t" ] || [ -x "$t" ]; }; then
+        echo "== $t"; broken+=("$t (named, but there is no such runner)"); failing+=("$t"); failed=$((failed + 1)); continue
+    fi
     [ -x "$t" ] || [ "${t##*.}" = sh ] || continue
     case "$t" in *.o|*.d) continue;; esac
     # the sanitizer pass (tests/test_asan.sh) runs this script again: not itself, nor the fuzzers
@@ -31,6 +44,7 @@ for t in "$BUILD"/tests/test_* tests/test_*.sh; do
     passed=$((passed + p)); failed=$((failed + f))
     [ "$f" -gt 0 ] && failing+=("$t")
     [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && { broken+=("$t (rc=$rc)"); failing+=("$t"); failed=$((failed + 1)); }
+    [ "$named" -gt 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$rc" -eq 0 ] && { broken+=("$t (named, but it passed no check)"); failing+=("$t"); failed=$((failed + 1)); }
     echo "   $last  ($(( $(date +%s) - start ))s)"
 done
 for b in "${broken[@]+"${broken[@]}"}"; do echo "BROKEN: $b"; done

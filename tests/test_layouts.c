@@ -17,7 +17,14 @@
  * from the fp32 master just before it runs) gives the very bits of keep under
  * data, tensor and pipeline parallelism. 8-bit AdamW's layouts are in
  * test_layouts_q8.c, ZeRO-2/3's in test_layouts_zero.c; the harness all three
- * share (runs, curves, checkpoint comparison, the environment) in layouts.h. */
+ * share (runs, curves, checkpoint comparison, the environment) in layouts.h.
+ *
+ * LLM3D_TEST_PART=each runs one layout of each strategy instead of the table:
+ * dp (with ZeRO-1), tp (with sequence parallelism), pp (interleaved), dp x tp x
+ * pp, one resume across layouts and the refused launches, each as the table
+ * runs it. The sanitizer pass (tests/test_asan.sh) runs that part on
+ * $BUILD/train of the sanitizer build: its multi-rank code under ASan + UBSan
+ * in a few seconds a layout, where the whole table would take minutes. */
 #include "test.h"
 #include "layouts.h"
 
@@ -155,20 +162,25 @@ static void launches_refused(void) {
     refused(2, "--dp=2 --zero=1 --precision=bf16 --compute_weights=per_layer", "compute_weights=per_layer casts each layer's weights");
     /* ranks launched with different configs (MPMD: one command line per rank) */
     char a[4096], cmd[4096];
-    snprintf(cmd, sizeof cmd, "timeout 60 %s -np 1 build/train --dp=2 " BASE " --train_data=%s/train.bin --val_data=%s/val.bin --lr=1e-3 : -np 1 build/train",
-             mpirun, dir, dir);
+    snprintf(cmd, sizeof cmd, "timeout 60 %s -np 1 %s --dp=2 " BASE " --train_data=%s/train.bin --val_data=%s/val.bin --lr=1e-3 : -np 1 %s",
+             mpirun, trainer, dir, dir, trainer);
     snprintf(a, sizeof a, "--dp=2 " BASE " --train_data=%s/train.bin --val_data=%s/val.bin --lr=2e-3", dir, dir);
     int rc = test_run(cmd, a, out, sizeof out);
     CHECK(rc != 0 && rc != 124 && strstr(out, "different config") && strstr(out, "lr="),
           "ranks with different configs: want the key named, got rc %d:\n%s", rc, out);
 }
 
-/* `test_layouts`: every layout on CPU ranks (make test); `test_layouts q8`: the 8-bit AdamW layouts alone. `test_layouts --device=cuda`: the tensor-parallel
- * part on the GPU, the ranks sharing it through MPI (tests/gpu/tp.sh); LLM3D_TEST_ARGS="--device=cuda
- * --comm_backend=mpi": every layout there (tests/gpu/parallel.sh). On the GPU the memory plan is within 10%.
- * LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 with LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl": the NCCL table above,
- * its half LLM3D_TEST_PART=dp|tp (tests/gpu/nccl_layouts.sh). */
-/* `test_layouts`: every layout on CPU ranks (make test). `test_layouts --device=cuda`: the tensor-parallel
+/* One layout of each strategy, each as the table above runs it (LLM3D_TEST_PART=each: the sanitizer pass). */
+static void one_of_each(void) {
+    layout("ref", "dp2z", 2, "--dp=2 --zero=1", fp32);
+    layout("ref", "tp2s", 2, "--tp=2 --sequence_parallel=1 --recompute=full", fp32);
+    layout("ref", "pp2i", 2, "--pp=2 --pp_schedule=interleaved --pp_virtual=2", fp32);
+    layout("ref", "dp2tp2pp2", 8, "--dp=2 --tp=2 --pp=2", fp32);
+    resume("ref", "rpi", 2, "--pp=2 --pp_schedule=interleaved", 2, "--dp=2 --zero=1");
+}
+
+/* `test_layouts`: every layout on CPU ranks (make test); LLM3D_TEST_PART=each: one of each strategy and the
+ * refused launches (tests/test_asan.sh). `test_layouts --device=cuda`: the tensor-parallel
  * part on the GPU, the ranks sharing it through MPI (tests/gpu/tp.sh); LLM3D_TEST_ARGS="--device=cuda
  * --comm_backend=mpi": every layout there (tests/gpu/parallel.sh). On the GPU the memory plan is within 10%.
  * LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 with LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl": the NCCL table above,
@@ -180,8 +192,17 @@ int main(int argc, char **argv) {
 #endif
     int tp_only = argc > 1 && !strcmp(argv[1], "--device=cuda");
     if (tp_only) setenv("LLM3D_TEST_ARGS", "--device=cuda --comm_backend=mpi", 1);
-    const char *part = getenv("LLM3D_TEST_PART");
+    const char *part = getenv("LLM3D_TEST_PART"), *sw = getenv("LLM3D_NCCL_HOSTS_ON_ONE_GPU");
+    int nccl_table = sw && !strcmp(sw, "1"), each = part && !strcmp(part, "each");
+    if (part && !(nccl_table ? !strcmp(part, "dp") || !strcmp(part, "tp") : each))
+        die("test: LLM3D_TEST_PART=%s: want %s", part, nccl_table ? "dp or tp (a half of the NCCL table)" : "each (one layout of each strategy)");
     layouts_begin();
+    if (each) {
+        if (train("ref", 1, "")) die("test: the one-rank reference run failed:\n%s", out);
+        one_of_each();
+        if (!on_gpu) launches_refused();
+        return layouts_end();
+    }
     layouts_references();
     if (nccl_hosts) {   /* LLM3D_TEST_PART: dp, tp, or both */
         if (!part || !strcmp(part, "dp")) nccl_data_and_pipeline();
