@@ -28,10 +28,10 @@ static void rescale(Fp8State *s, size_t n) {
     }
 }
 
-void model_fp8_args(const Model *m, int i, int which, void *out) {
+void model_fp8_args(const Model *m, int i, int which, Fp8Matmul *out) {
     const Fp8State *s = &m->fp8;
     const float *sc = s->scale + ((size_t)s->global_layer[i] * FP8_MATMULS + which) * FP8_ROLES;
-    *(Fp8Matmul *)out = (Fp8Matmul){.x_scale = sc[FP8_X], .w_scale = sc[FP8_W], .dout_scale = sc[FP8_DOUT],
+    *out = (Fp8Matmul){.x_scale = sc[FP8_X], .w_scale = sc[FP8_W], .dout_scale = sc[FP8_DOUT],
                                     .amax = s->amax + ((size_t)i * FP8_MATMULS + which) * FP8_ROLES, .scratch = s->scratch};
 }
 

@@ -28,6 +28,7 @@
  * resumed run, on any layout, casts with the scales the unbroken run would. */
 #pragma once
 #include <stddef.h>
+#include "../kernels/fp8.h"
 
 #define FP8_HISTORY 16   /* steps of amax a scale looks back over */
 #define FP8_CHECKPOINT_NAME "fp8/amax_history"   /* (FP8_HISTORY, n_layers x FP8_MATMULS x FP8_ROLES) in a checkpoint: run state, as "<prefix>/<name>" entries are */
@@ -50,7 +51,7 @@ typedef struct {
 
 struct Model;
 /* The scales and record of local layer i's block matmul `which`, for the backend's FP8 ops. */
-void model_fp8_args(const struct Model *m, int i, int which, void *args /* Fp8Matmul */);
+void model_fp8_args(const struct Model *m, int i, int which, Fp8Matmul *args);
 /* After a step (every rank, the same point: a collective over the world): the
  * record of the step reduced over the world, saturations counted, added to the
  * history when finite, the next step's scales computed, the record cleared.
