@@ -10,8 +10,9 @@
  *     yet stay close), every block tensor gets a scale, a NaN step is skipped
  *     and adds no history, and scales pushed past the data's range are
  *     counted as saturated tensors without an inf anywhere.
- *   - a checkpoint whose FP8 history holds a NaN is refused at resume, naming
- *     the file and the entry.
+ *   - a checkpoint whose FP8 history holds a NaN or has the wrong shape is
+ *     refused at resume, naming the file and the entry; on cuda, FP8 sizes
+ *     that are not multiples of 16 are refused at start-up, naming the key.
  * The layouts' equality with one rank in FP8: tests/test_layouts_fp8.c. */
 #include "test.h"
 #include "../common/util.h"
@@ -191,8 +192,9 @@ static void test_nan_step(void) {
     trainer_free(&t);
 }
 
-/* A checkpoint whose FP8 history holds a NaN (rewritten whole, so every CRC is right) is refused at resume, naming it */
-static void test_damaged_history(void) {
+/* A checkpoint whose FP8 history is damaged (rewritten whole, so every CRC is right) — a NaN in it (shape 0) or one
+ * column short (shape 1) — is refused at resume, naming the file and the entry */
+static void test_damaged_history(int shape) {
     char run[300], args[1200], path[400], out[1 << 14], err[1024];
     snprintf(run, sizeof run, "%s.run", shard);
     snprintf(args, sizeof args, "--dim=32 --n_layers=2 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16 --batch_size=8 --max_steps=%%d "
@@ -208,10 +210,15 @@ static void test_damaged_history(void) {
     int found = 0;
     for (int i = 0; i < r.n; i++) {
         const CkptEntry *e = &r.entries[i];
-        void *data = mallocCheck((size_t)e->bytes + 1);
+        float *data = mallocCheck((size_t)e->bytes + 1);
         if (ckpt_read_raw(&r, e, data, err, sizeof err) != 0) die("test: %s", err);
-        if (!strcmp(e->name, FP8_CHECKPOINT_NAME)) { ((float *)data)[5] = NAN; found = 1; }
-        ckpt_writer_add(&w, e->name, e->dtype, e->ndim, e->shape, data);
+        int64_t dims[2] = {e->shape[0], e->shape[1]};
+        if (!strcmp(e->name, FP8_CHECKPOINT_NAME)) {
+            found = 1;
+            if (shape) dims[1]--;   /* the first rows' worth of the data, one column fewer */
+            else data[5] = NAN;
+        }
+        ckpt_writer_add(&w, e->name, e->dtype, e->ndim, e->ndim == 2 ? dims : e->shape, data);
         free(data);
     }
     ckpt_close(&r);
@@ -220,10 +227,27 @@ static void test_damaged_history(void) {
     snprintf(a2, sizeof a2, args, 3);
     strcat(a2, " --resume=1");
     rc = test_run("build/train", a2, out, sizeof out);
-    CHECK(rc != 0 && strstr(out, FP8_CHECKPOINT_NAME " holds nan") && strstr(out, "ckpt_00000002"),
-          "a NaN in the checkpoint's FP8 history is refused at resume, naming it (rc %d):\n%s", rc, out);
+    const char *want = shape ? FP8_CHECKPOINT_NAME " is 16 x 23" : FP8_CHECKPOINT_NAME " holds nan";
+    CHECK(rc != 0 && strstr(out, want) && strstr(out, "ckpt_00000002"),
+          "a checkpoint's FP8 history %s is refused at resume, naming it (rc %d, want '%s'):\n%s", shape ? "of the wrong shape" : "with a NaN",
+          rc, want, out);
     snprintf(a2, sizeof a2, "rm -rf '%s'", run);
     if (system(a2) != 0) printf("note: could not remove %s\n", run);
+}
+
+/* On cuda, FP8 matrices whose sizes are not multiples of 16 are refused before anything runs, naming the size */
+static void test_sizes_refused(void) {
+    char out[1 << 14];
+    const char *base = "--device=cuda --precision=fp8 --n_layers=2 --n_heads=4 --n_kv_heads=2 --seq_len=16 --batch_size=2 --train_data=/nonexistent";
+    char args[600];
+    snprintf(args, sizeof args, "%s --dim=40 --ffn_dim=64", base);
+    int rc = test_run("build/train", args, out, sizeof out);
+    CHECK(rc != 0 && strstr(out, "sizes must be multiples of 16, and dim = 40 is not") && strstr(out, "--precision=bf16"),
+          "precision=fp8 on cuda with dim=40 is refused naming it (rc %d):\n%s", rc, out);
+    snprintf(args, sizeof args, "%s --dim=32 --ffn_dim=72 --tp=2", base);
+    rc = test_run("build/train", args, out, sizeof out);
+    CHECK(rc != 0 && strstr(out, "ffn_dim/tp = 36 is not"), "precision=fp8 on cuda with ffn_dim/tp=36 is refused naming it (rc %d):\n%s",
+          rc, out);
 }
 
 int main(void) {
@@ -239,7 +263,9 @@ int main(void) {
     free(tok);
     test_training();
     test_nan_step();
-    test_damaged_history();
+    test_damaged_history(0);
+    test_damaged_history(1);
+    test_sizes_refused();
     unlink(shard);
     return test_summary();
 }
