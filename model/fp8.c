@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t entries(const Model *m) { return (size_t)m->fp8.n_layers * FP8_MATMULS * FP8_ROLES; }
+int model_fp8_tensors(const Model *m) { return m->cfg.n_layers * FP8_MATMULS * FP8_ROLES; }
+static size_t entries(const Model *m) { return (size_t)model_fp8_tensors(m); }
 static float role_max(int role) { return role == FP8_DOUT ? FP8_E5M2_MAX : FP8_E4M3_MAX; }
 
 float fp8_scale_for(float amax, float fmt_max) {
@@ -37,12 +38,12 @@ void model_fp8_args(const Model *m, int i, int which, Fp8Matmul *out) {
 
 int model_fp8_step_end(Model *m, int finite) {
     Fp8State *s = &m->fp8;
-    size_t n = entries(m), per_layer = FP8_MATMULS * FP8_ROLES, local = (size_t)s->n_local_layers * per_layer;
+    size_t n = entries(m), per_layer = FP8_MATMULS * FP8_ROLES, local = (size_t)m->n_local_layers * per_layer;
     int world = comm_group_size(m->comm, GROUP_WORLD);
     float *mine = callocCheck(n, sizeof(float)), *all = mallocCheck((size_t)world * n * sizeof(float));
     float *rec = mallocCheck((local ? local : 1) * sizeof(float));
     m->be->download(rec, s->amax, local * sizeof(float));
-    for (int i = 0; i < s->n_local_layers; i++)
+    for (int i = 0; i < m->n_local_layers; i++)
         memcpy(mine + (size_t)s->global_layer[i] * per_layer, rec + (size_t)i * per_layer, per_layer * sizeof(float));
     comm_allgather_host(m->comm, GROUP_WORLD, mine, all, n * sizeof(float));
     int saturated = 0, clean = finite;
@@ -62,7 +63,6 @@ int model_fp8_step_end(Model *m, int finite) {
         rescale(s, n);
     }
     m->be->zero(s->amax, local * sizeof(float));
-    s->saturated = saturated;
     free(mine); free(all); free(rec);
     return saturated;
 }
@@ -80,14 +80,11 @@ long model_fp8_fingerprint(const Model *m) {
     return f;
 }
 
-size_t model_fp8_state_bytes(const Model *m) { return (size_t)FP8_HISTORY * entries(m) * sizeof(float); }
-
-void model_fp8_history_get(const Model *m, float *out, long *cols) {
+void model_fp8_history_get(const Model *m, float *out) {
     const Fp8State *s = &m->fp8;
     size_t n = entries(m);
     for (int k = 0; k < FP8_HISTORY; k++)   /* the ring from its oldest row: the one the next step writes */
         memcpy(out + (size_t)k * n, s->history + (size_t)((s->steps + k) % FP8_HISTORY) * n, n * sizeof(float));
-    *cols = (long)n;
 }
 
 void model_fp8_history_set(Model *m, const float *in) {

@@ -38,15 +38,12 @@ enum { FP8_QKV, FP8_O, FP8_W13, FP8_W2, FP8_MATMULS };   /* a layer's block matm
 enum { FP8_X, FP8_W, FP8_DOUT, FP8_ROLES };              /* their operands: kernels/fp8.h's amax[3] order */
 
 typedef struct {
-    int n_layers;           /* the whole model's: every rank keeps every layer's scales */
-    int *global_layer;      /* (n_local_layers) the model's index of each local layer */
-    int n_local_layers;
+    int *global_layer;      /* (n_local_layers) the model's index of each local layer; every rank keeps every layer's scales */
     float *history;         /* (FP8_HISTORY, n_layers, FP8_MATMULS, FP8_ROLES) the world's amax of the last steps; 0: none */
     int steps;              /* steps recorded (a resumed run counts on from FP8_HISTORY): the ring's next row is steps % FP8_HISTORY */
     float *scale;           /* (n_layers, FP8_MATMULS, FP8_ROLES) what this step casts with; 0: no history yet (bf16) */
     float *amax;            /* (n_local_layers, FP8_MATMULS, FP8_ROLES) backend memory: this step's record, folded by max */
     void *scratch;          /* backend memory: the FP8 operand copies of one matmul call (kernels/fp8.h) */
-    int saturated;          /* tensors of the last step whose max |value| x scale passed the format's max */
 } Fp8State;
 
 struct Model;
@@ -57,15 +54,16 @@ void model_fp8_args(const struct Model *m, int i, int which, Fp8Matmul *args);
  * history when finite, the next step's scales computed, the record cleared.
  * Returns the number of tensors that saturated in the step. */
 int model_fp8_step_end(struct Model *m, int finite);
-/* Tensors (of n_layers x FP8_MATMULS x FP8_ROLES) that have a scale: those whose next matmuls cast to FP8. */
+/* The tensors that have scales: n_layers x FP8_MATMULS x FP8_ROLES, the whole model's. */
+int model_fp8_tensors(const struct Model *m);
+/* Those of them that have a scale now: the ones whose next matmuls cast to FP8. */
 int model_fp8_scaled(const struct Model *m);
 /* A fingerprint of every scale: sum over tensors of (k + 1) x log2(scale k), 0 for none; equal on every rank and
  * layout when the scales are (the layout tests compare it, logged as fp8_scales). */
 long model_fp8_fingerprint(const struct Model *m);
-/* The history as a checkpoint keeps it: (FP8_HISTORY rows, *cols) floats, the oldest step first; set takes the same
- * back and computes the scales from it. */
-void model_fp8_history_get(const struct Model *m, float *out, long *cols);
-size_t model_fp8_state_bytes(const struct Model *m);   /* what out takes */
+/* The history as a checkpoint keeps it: (FP8_HISTORY, model_fp8_tensors) floats, the oldest step first; set takes the
+ * same back and computes the scales from it. */
+void model_fp8_history_get(const struct Model *m, float *out);
 void model_fp8_history_set(struct Model *m, const float *in);
 /* The scale for a history max: 0 when there is none, else 2^(floor(log2(fmt_max / amax)) - FP8_MARGIN). */
 float fp8_scale_for(float amax, float fmt_max);

@@ -268,8 +268,6 @@ static void plan_fp8(Model *m) {
     if (m->be->act != DTYPE_BF16) die("internal: precision=fp8 runs with bf16 activations, not %s", dtype_name(m->be->act));
     Fp8State *s = &m->fp8;
     size_t n = (size_t)m->cfg.n_layers * FP8_MATMULS * FP8_ROLES;
-    s->n_layers = m->cfg.n_layers;
-    s->n_local_layers = m->n_local_layers;
     s->history = callocCheck((size_t)FP8_HISTORY * n, sizeof(float));
     s->scale = callocCheck(n, sizeof(float));
     s->global_layer = callocCheck(m->n_local_layers ? m->n_local_layers : 1, sizeof(int));

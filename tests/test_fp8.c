@@ -149,7 +149,7 @@ static void test_training(void) {
     trainer_init(&tb, &cb);
     trainer_init(&t8, &c8);
     CHECK(t8.model.part.fp8 && t8.be->act == DTYPE_BF16 && t8.be->emulated, "precision=fp8 on cpu: bf16 emulated, FP8 block matmuls");
-    int entries = t8.model.fp8.n_layers * FP8_MATMULS * FP8_ROLES;
+    int entries = model_fp8_tensors(&t8.model);
     double lb[STEPS], l8[STEPS], worst = 0, apart = 0;
     for (int s = 0; s < STEPS; s++) {
         lb[s] = trainer_step(&tb).loss;
@@ -187,7 +187,7 @@ static void test_nan_step(void) {
     CHECK(t.skipped_steps == 1 && t.opt.step == c.max_steps - 1, "a NaN step is skipped as fp16 skips one (%d skipped)", t.skipped_steps);
     CHECK(t.model.fp8.steps == c.max_steps - 1, "and adds no history (%d of %d steps)", t.model.fp8.steps, c.max_steps);
     int ok = 1;
-    for (int e = 0; e < t.model.fp8.n_layers * FP8_MATMULS * FP8_ROLES; e++) ok &= t.model.fp8.scale[e] > 0 && isfinite(t.model.fp8.scale[e]);
+    for (int e = 0; e < model_fp8_tensors(&t.model); e++) ok &= t.model.fp8.scale[e] > 0 && isfinite(t.model.fp8.scale[e]);
     CHECK(ok, "every scale stays finite and positive after it");
     trainer_free(&t);
 }

@@ -82,9 +82,8 @@ static void resume_fp8(Trainer *tr, const char *ckpt_dir, int verbose) {
     CkptReader r;
     if (ckpt_open(&r, path, err, sizeof err) != 0) die("%s", err);
     const CkptEntry *e = ckpt_find(&r, FP8_CHECKPOINT_NAME);
-    float *h = mallocCheck(model_fp8_state_bytes(&tr->model));
-    long cols;
-    model_fp8_history_get(&tr->model, h, &cols);
+    long cols = model_fp8_tensors(&tr->model);
+    float *h = mallocCheck((size_t)FP8_HISTORY * cols * sizeof(float));
     int64_t rows = 0, ecols = 0;
     if (e) ckpt_entry_dims(e, &rows, &ecols);
     if (e && (rows != FP8_HISTORY || ecols != cols))
@@ -126,9 +125,10 @@ void trainer_save_checkpoint(Trainer *tr) {
     local_state(tr, host);
     const char *prefixes[3] = {NULL, moment_prefixes[0], moment_prefixes[1]};
     Source src = {tr, host, NULL};
-    long fp8_cols = 0;   /* precision=fp8: the scales' history, the same on every rank, written by rank 0 */
-    float *fp8 = tr->model.part.fp8 ? mallocCheck(model_fp8_state_bytes(&tr->model)) : NULL;
-    if (fp8) model_fp8_history_get(&tr->model, fp8, &fp8_cols);
+    /* precision=fp8: the scales' history, the same on every rank, written by rank 0 */
+    long fp8_cols = tr->model.part.fp8 ? model_fp8_tensors(&tr->model) : 0;
+    float *fp8 = fp8_cols ? mallocCheck((size_t)FP8_HISTORY * fp8_cols * sizeof(float)) : NULL;
+    if (fp8) model_fp8_history_get(&tr->model, fp8);
     if (c->world_size == 1) {
         CkptSource cs = {tr->model.tensors, tr->model.n_tensors, prefixes, 3, fetch, &src, fp8 ? FP8_CHECKPOINT_NAME : NULL, fp8,
                          FP8_HISTORY, fp8_cols};

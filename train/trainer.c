@@ -489,7 +489,7 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         if (s->device_bytes) { char b[32]; printf(" | mem %s", format_bytes((double)s->device_bytes, b, sizeof b)); }
         if (c->precision == PRECISION_FP16) printf(" | scale %g", tr->loss_scale);
         if (tr->skipped_steps) printf(" | skipped %d", tr->skipped_steps);
-        if (tr->model.part.fp8) printf(" | fp8 %d/%d", model_fp8_scaled(&tr->model), tr->model.fp8.n_layers * FP8_MATMULS * FP8_ROLES);
+        if (tr->model.part.fp8) printf(" | fp8 %d/%d", model_fp8_scaled(&tr->model), model_fp8_tensors(&tr->model));
         if (tr->fp8_saturated_total) printf(" | fp8 saturated %d (last step %d)", tr->fp8_saturated_total, tr->fp8_saturated);
         if (c->comm_ablate) printf(" | ABLATED");
         printf("\n");

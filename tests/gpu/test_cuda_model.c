@@ -188,7 +188,7 @@ static void test_fp8(void) {
         else apart += b.loss != c.loss;
         last = b.loss;
     }
-    int want = tg.model.fp8.n_layers * FP8_MATMULS * FP8_ROLES;
+    int want = model_fp8_tensors(&tg.model);
     CHECK(worst < 1e-2 && last < first, "20 steps fp8 on GPU vs its CPU emulation: worst loss rel diff %.3g, loss %.4f -> %.4f", worst,
           first, last);
     CHECK(same_first && apart == cc.max_steps - 1, "fp8 beside bf16 on GPU: step 1 equal %d, later steps different %d of %d", same_first,
