@@ -164,11 +164,14 @@ void launch_nproc(int argc, char **argv) {
         "  hint: apt-get install openmpi-bin, or launch the ranks yourself: mpirun -np %d %s ...", n, n, exe);
 }
 
+#ifdef LLM3D_MPI
 static uint64_t line_hash(const char *p, size_t len) {
     uint64_t h = 1469598103934665603ull;   /* FNV-1a */
     for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
     return h;
 }
+
+#endif
 
 void launch_check_same_config(const char *config_text) {
     if (info.world <= 1) return;

@@ -72,6 +72,7 @@ static int members(const Comm *c, int g, int *out) {
     return n;
 }
 
+#ifdef LLM3D_MPI
 static void my_answer(int group, Answer *a) {
     memset(a, 0, sizeof *a);
     a->rank = wd.grid.rank;
@@ -88,7 +89,6 @@ static void my_answer(int group, Answer *a) {
     gethostname(a->host, sizeof a->host - 1);
 }
 
-#ifdef LLM3D_MPI
 /* Answer every question that has come in. */
 static void serve(void) {
     for (;;) {
