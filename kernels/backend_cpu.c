@@ -158,6 +158,16 @@ static void emu_swiglu_backward(void *dh13, const void *dout, const void *h13, i
     swiglu_backward_cpu(dh13, dout, h13, N, F);
     round_to(dh13, (size_t)N * 2 * F);
 }
+/* precision=fp8's SwiGLU producers (kernels/fp8.h): the op, rounded to bf16 as it stores, then the emulated cast */
+static void emu_swiglu_forward_fp8(void *hs, const void *h13, int N, int F, const Fp8Matmul *q) {
+    emu_swiglu_forward(hs, h13, N, F);
+    fp8_cast_in_place_cpu(hs, (size_t)N * F, q->x_scale, FP8_E4M3, &q->amax[0]);
+}
+static void emu_swiglu_backward_fp8(const void *dout, const void *h13, int N, int F, const Fp8Matmul *q) {
+    float *dh13 = matmul_fp8_dout_copy_cpu(q->scratch);   /* (N,2F) */
+    emu_swiglu_backward(dh13, dout, h13, N, F);
+    fp8_cast_in_place_cpu(dh13, (size_t)N * 2 * F, q->dout_scale, FP8_E5M2, &q->amax[2]);
+}
 static void emu_cross_entropy_loss(float *losses, void *logits, const float *stats, int n_parts, const int *targets, int N, int V,
                                    int v0, int v_valid, float dloss, int ignore_index) {
     cross_entropy_loss_cpu(losses, logits, stats, n_parts, targets, N, V, v0, v_valid, dloss, ignore_index);
@@ -205,6 +215,8 @@ const Backend *backend_cpu_emulated(DType act) {
     cpu_emulated.attention_cached = emu_attention_cached;
     cpu_emulated.swiglu_forward = emu_swiglu_forward;
     cpu_emulated.swiglu_backward = emu_swiglu_backward;
+    cpu_emulated.swiglu_forward_fp8 = act == DTYPE_BF16 ? emu_swiglu_forward_fp8 : NULL;
+    cpu_emulated.swiglu_backward_fp8 = act == DTYPE_BF16 ? emu_swiglu_backward_fp8 : NULL;
     cpu_emulated.cross_entropy_loss = emu_cross_entropy_loss;
     cpu_emulated.adamw_update = emu_adamw_update;
     cpu_emulated.add = emu_add;

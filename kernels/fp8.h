@@ -52,6 +52,8 @@ typedef struct {
     float dout_scale;       /* the same for the output gradient, cast to E5M2 (backward only) */
     float *amax;            /* (3) backend memory: max |x|, max |weight|, max |dout| are folded in (max with what is there) */
     void *scratch;          /* matmul_fp8_scratch_bytes(...) of backend memory: the FP8 copies of the operands */
+    int x_cast;             /* x was cast by its producer (SwigluForwardFp8): inp holds its cast form, not act-dtype values */
+    int dout_cast;          /* dout was cast by its producer (SwigluBackwardFp8): its copies are in the scratch; dout is not read */
 } Fp8Matmul;
 
 /* forward:  out (N,OC) = q(x) @ q(weight)^T (+ add), in the act dtype
@@ -63,6 +65,8 @@ typedef void MatmulFp8Forward(void *out /* (N,OC) */, const void *inp /* (N,IC) 
 typedef void MatmulFp8Backward(void *dinp /* (N,IC) or NULL */, float *dweight /* (OC,IC) += */, const void *dout /* (N,OC) */,
                                const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */, int N, int IC, int OC,
                                const Fp8Matmul *q);
+/* x_cast / dout_cast: the operand's max was recorded, and its copies made, by its producer with the same q and
+ * every scale of q set (a producer never runs with a scale of 0: the model calls the plain op then). */
 MatmulFp8Forward matmul_fp8_forward_cpu, matmul_fp8_forward_cuda;
 MatmulFp8Backward matmul_fp8_backward_cpu, matmul_fp8_backward_cuda;
 
@@ -72,3 +76,21 @@ static inline size_t matmul_fp8_scratch_bytes(size_t e, int N, int IC, int OC) {
     size_t pad = 4 * 256;   /* each copy starts 256-aligned */
     return e * (2 * (size_t)N * OC + (size_t)N * IC + (size_t)OC * IC) + pad;
 }
+
+/* Producers that cast: SwiGLU writes its output straight into the FP8 copies the next matmul reads, so no pass
+ * reads the act-dtype tensor again to cast it (every value rounded to the act dtype first, as the plain op stores
+ * it, then cast: the copies are the ones the matmul would have made). Called only with all of q's scales set.
+ *  - forward: hs gets the *cast form* of swiglu(h13) (N,F) for the down matmul, q its Fp8Matmul: a buffer of the
+ *    act-dtype tensor's bytes holding, on the GPU, the E4M3 row-major copy (N,F) then the transposed copy (F,N) —
+ *    the forward reads the first, the backward's weight gradient the second; on the CPU (emulated) the values
+ *    fp8_round(v * s) / s in place. max |hs| goes to q->amax[0]. The down matmul then runs with q->x_cast.
+ *  - backward: dh13 (N,2F) = swiglu's backward of dout (N,F), cast to E5M2 straight into q's scratch, where the
+ *    gate|up matmul's backward (q, dout_cast) reads its copies; max |dh13| goes to q->amax[2]. */
+typedef void SwigluForwardFp8(void *hs /* cast form of (N,F) */, const void *h13 /* (N,2F) */, int N, int F, const Fp8Matmul *q);
+typedef void SwigluBackwardFp8(const void *dout /* (N,F) */, const void *h13 /* (N,2F) */, int N, int F, const Fp8Matmul *q);
+SwigluForwardFp8 swiglu_forward_fp8_cuda;
+SwigluBackwardFp8 swiglu_backward_fp8_cuda;
+/* The CPU's pieces of them (kernels/backend_cpu.c runs the op, rounds, then these): max |t| into *amax, then t (n)
+ * = fp8_round(t * scale, f) / scale in place; and where matmul_fp8_backward_cpu finds a producer's dout copy. */
+void fp8_cast_in_place_cpu(float *t, size_t n, float scale, Fp8Format f, float *amax);
+float *matmul_fp8_dout_copy_cpu(void *scratch);

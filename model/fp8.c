@@ -36,6 +36,10 @@ void model_fp8_args(const Model *m, int i, int which, Fp8Matmul *out) {
                                     .amax = s->amax + ((size_t)i * FP8_MATMULS + which) * FP8_ROLES, .scratch = s->scratch};
 }
 
+int model_fp8_producer_casts(const Model *m, const Fp8Matmul *q) {
+    return m->fp8.producers && q->x_scale > 0 && q->w_scale > 0 && q->dout_scale > 0;
+}
+
 int model_fp8_step_end(Model *m, int finite) {
     Fp8State *s = &m->fp8;
     size_t n = entries(m), per_layer = FP8_MATMULS * FP8_ROLES, local = (size_t)m->n_local_layers * per_layer;

@@ -118,6 +118,7 @@ static void linear_forward(Model *m, int i, int which, void *out, const void *x,
     if (i < 0 || !m->part.fp8) { m->be->matmul_forward(out, x, w, N, IC, OC, add); return; }
     Fp8Matmul q;
     model_fp8_args(m, i, which, &q);
+    q.x_cast = which == FP8_W2 && model_fp8_producer_casts(m, &q);   /* x is hs: swiglu_forward_of cast it */
     m->be->matmul_fp8_forward(out, x, w, N, IC, OC, add, &q);
 }
 static void linear_backward(Model *m, int i, int which, void *dx, float *dw, const void *dy, const void *x, const void *w, int N, int IC,
@@ -125,7 +126,27 @@ static void linear_backward(Model *m, int i, int which, void *dx, float *dw, con
     if (!m->part.fp8) { m->be->matmul_backward(dx, dw, dy, x, w, N, IC, OC); return; }
     Fp8Matmul q;
     model_fp8_args(m, i, which, &q);
+    q.x_cast = which == FP8_W2 && model_fp8_producer_casts(m, &q);
+    q.dout_cast = which == FP8_W13 && model_fp8_producer_casts(m, &q);   /* dy is dh13: swiglu_backward_of cast it */
     m->be->matmul_fp8_backward(dx, dw, dy, x, w, N, IC, OC, &q);
+}
+
+/* SwiGLU of local layer i, forward: hs (N,F) from h13 (N,2F), straight into the down matmul's FP8 copies where
+ * precision=fp8's producers cast (model_fp8_producer_casts); i < 0: generation, never. */
+static void swiglu_forward_of(Model *m, int i, void *hs, const void *h13, int N, int F) {
+    Fp8Matmul q;
+    if (i >= 0 && m->part.fp8) model_fp8_args(m, i, FP8_W2, &q);
+    if (i < 0 || !m->part.fp8 || !model_fp8_producer_casts(m, &q)) { m->be->swiglu_forward(hs, h13, N, F); return; }
+    m->be->swiglu_forward_fp8(hs, h13, N, F, &q);
+    m->fp8.producer_casts++;
+}
+/* ... and backward: dh13 (N,2F) over h13 from dhs (N,F), or straight into the gate|up matmul's FP8 copies (h13 kept) */
+static void swiglu_backward_of(Model *m, int i, void *h13, const void *dhs, int N, int F) {
+    Fp8Matmul q;
+    if (m->part.fp8) model_fp8_args(m, i, FP8_W13, &q);
+    if (!m->part.fp8 || !model_fp8_producer_casts(m, &q)) { m->be->swiglu_backward(h13, dhs, h13, N, F); return; }
+    m->be->swiglu_backward_fp8(dhs, h13, N, F, &q);
+    m->fp8.producer_casts++;
 }
 
 /* A row-parallel matmul (layer i's `which`) back into the residual stream: out (Ns,C) = res
@@ -179,7 +200,7 @@ static void block_forward(Model *m, ActSlot *S, int i, int j, int B, int T, int 
     be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns, C, c->norm_eps);
     x = tp_all_tokens(m, L->ln2, N);                                   /* f: gate|up are column-parallel */
     linear_forward(m, f8, FP8_W13, L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F, NULL);
-    be->swiglu_forward(L->hs, L->h13, N, F);
+    swiglu_forward_of(m, f8, L->hs, L->h13, N, F);                    /* hs: under fp8, maybe its FP8 copies */
     if (for_backward) return;   /* full recompute: the block's output res[j+1] is not needed again */
     row_parallel_residual(m, f8, FP8_W2, S->res[j + 1], L->hs, tensor_at(m, W, o->w2), N, F, L->res_mid);
 }
@@ -375,7 +396,7 @@ static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     /* not ln1: it shares ln2's buffer, and block_backward brings it back once the MLP is done with ln2 */
     be->attention_forward(L->att, L->lse, L->qkv, B, T, m->NH, m->NKV, m->HD);
     be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns, C, m->cfg.norm_eps);
-    be->swiglu_forward(L->hs, L->h13, N, m->F);
+    swiglu_forward_of(m, i, L->hs, L->h13, N, m->F);
 }
 
 /* Backward of one block: S->dres holds d(res[j+1]) and becomes d(res[j]).
@@ -395,7 +416,7 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     /* MLP: dres is d(res[j+1]) */
     dy = tp_all_tokens(m, dres, N);                                                                  /* g's backward */
     linear_backward(m, i, FP8_W2, s1, grad_at(m, u, o->w2), dy, L->hs, tensor_at(m, W, o->w2), N, F, C);                /* s1 = dhs (N,F) */
-    be->swiglu_backward(L->h13, s1, L->h13, N, F);                   /* dh13 (N,2F) over h13: its last use */
+    swiglu_backward_of(m, i, L->h13, s1, N, F);                      /* dh13 (N,2F) over h13 (its last use), or FP8 copies */
     x = tp_all_tokens(m, L->ln2, N);
     linear_backward(m, i, FP8_W13, s1, grad_at(m, u, o->w13), L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);         /* s1 = dln2, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);                                                                    /* f's backward */

@@ -177,6 +177,39 @@ static void test_training(void) {
     trainer_free(&t8);
 }
 
+/* SwiGLU's producers (kernels/fp8.h) cast its output and its gradient themselves; on the CPU they emulate the same
+ * copies, so a run with them equals one with LLM3D_FP8_FUSED=off (the matmuls cast) bit for bit, in every recompute
+ * mode (selective and full run the forward SwiGLU again in the backward) — and the producers ran. */
+static void test_producers(void) {
+    enum { STEPS = 6 };
+    const char *mode[] = {"none", "selective", "full"};
+    for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
+        double loss[2][STEPS];
+        long casts[2];
+        for (int off = 0; off < 2; off++) {
+            if (off) setenv("LLM3D_FP8_FUSED", "off", 1);
+            Config c;
+            small(&c, PRECISION_FP8, STEPS);
+            c.recompute = r;
+            Trainer t;
+            trainer_init(&t, &c);
+            unsetenv("LLM3D_FP8_FUSED");
+            for (int s = 0; s < STEPS; s++) loss[off][s] = trainer_step(&t).loss;
+            casts[off] = t.model.fp8.producer_casts;
+            trainer_free(&t);
+        }
+        int same = memcmp(loss[0], loss[1], sizeof loss[0]) == 0;
+        /* step 1 has no scales (plain SwiGLU); from step 2 a forward and a backward a layer, and the recompute's forward */
+        long want = (long)(STEPS - 1) * 2 * (2 + (r != RECOMPUTE_NONE));
+        printf("%s fp8 SwiGLU producers, recompute=%s: %ld calls (LLM3D_FP8_FUSED=off: %ld), losses %s\n", same && casts[0] == want ? "ok  " : "FAIL",
+               mode[r], casts[0], casts[1], same ? "equal bit for bit" : "differ");
+        CHECK(casts[0] == want && casts[1] == 0, "recompute=%s: the producers ran %ld times (want %ld), %ld with LLM3D_FP8_FUSED=off",
+              mode[r], casts[0], want, casts[1]);
+        CHECK(same, "recompute=%s: the producers' run differs from the casts' (step %d: %.9g vs %.9g)", mode[r], STEPS, loss[0][STEPS - 1],
+              loss[1][STEPS - 1]);
+    }
+}
+
 static void test_nan_step(void) {
     Config c;
     small(&c, PRECISION_FP8, 6);
@@ -262,6 +295,7 @@ int main(void) {
     shard_write(shard, tok, N, 40);
     free(tok);
     test_training();
+    test_producers();
     test_nan_step();
     test_damaged_history(0);
     test_damaged_history(1);

@@ -23,21 +23,22 @@ static void quantize(float *q, const float *x, size_t n, float scale, Fp8Format 
     for (size_t i = 0; i < n; i++) q[i] = fp8_round(x[i] * scale, f) / scale;
 }
 
-/* the scratch as three fp32 views, each 256-aligned: (a, b, c elements) */
+/* the scratch as fp32 views, each 256-aligned: the backward's dout copy first (where a producer writes it), then x's, w's */
 static float *view(void *scratch, size_t skip_elements) {
     return (float *)((char *)scratch + ((skip_elements * 4 + 255) & ~(size_t)255));
 }
 
 void matmul_fp8_forward_cpu(void *out, const void *inp, const void *w, int N, int IC, int OC, const void *add, const Fp8Matmul *q) {
     size_t nx = (size_t)N * IC, nw = (size_t)OC * IC;
-    record_amax(&q->amax[0], inp, nx);
+    if (!q->x_cast) record_amax(&q->amax[0], inp, nx);
     record_amax(&q->amax[1], w, nw);
     if (q->x_scale == 0 || q->w_scale == 0) {
         matmul_forward_cpu(out, inp, w, N, IC, OC, add);
         return;
     }
     float *x8 = view(q->scratch, 0), *w8 = view(x8, nx);   /* (N,IC), (OC,IC) */
-    quantize(x8, inp, nx, q->x_scale, FP8_E4M3);
+    if (q->x_cast) x8 = (float *)inp;                      /* its producer's copy */
+    else quantize(x8, inp, nx, q->x_scale, FP8_E4M3);
     quantize(w8, w, nw, q->w_scale, FP8_E4M3);
     matmul_forward_cpu(out, x8, w8, N, IC, OC, add);
 }
@@ -45,16 +46,27 @@ void matmul_fp8_forward_cpu(void *out, const void *inp, const void *w, int N, in
 void matmul_fp8_backward_cpu(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC,
                              const Fp8Matmul *q) {
     size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, ny = (size_t)N * OC;
-    record_amax(&q->amax[0], inp, nx);
+    if (!q->x_cast) record_amax(&q->amax[0], inp, nx);
     record_amax(&q->amax[1], w, nw);
-    record_amax(&q->amax[2], dout, ny);
+    if (!q->dout_cast) record_amax(&q->amax[2], dout, ny);
     if (q->x_scale == 0 || q->w_scale == 0 || q->dout_scale == 0) {
         matmul_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC);
         return;
     }
-    float *x8 = view(q->scratch, 0), *w8 = view(x8, nx), *dy8 = view(w8, nw);   /* (N,IC), (OC,IC), (N,OC) */
-    quantize(x8, inp, nx, q->x_scale, FP8_E4M3);
+    float *dy8 = view(q->scratch, 0), *x8 = view(dy8, ny), *w8 = view(x8, nx);   /* (N,OC), (N,IC), (OC,IC) */
+    if (!q->dout_cast) quantize(dy8, dout, ny, q->dout_scale, FP8_E5M2);
+    if (q->x_cast) x8 = (float *)inp;
+    else quantize(x8, inp, nx, q->x_scale, FP8_E4M3);
     quantize(w8, w, nw, q->w_scale, FP8_E4M3);
-    quantize(dy8, dout, ny, q->dout_scale, FP8_E5M2);
     matmul_backward_cpu(dinp, dw, dy8, x8, w8, N, IC, OC);
 }
+
+/* The producers' casts (kernels/fp8.h), emulated: t (n) act-dtype values, already rounded to it -> max |t| folded into
+ * *amax, then t = fp8_round(t * scale) / scale in place. The backend's SwiGLU producers run their op, then this. */
+void fp8_cast_in_place_cpu(float *t, size_t n, float scale, Fp8Format f, float *amax) {
+    record_amax(amax, t, n);
+    quantize(t, t, n, scale, f);
+}
+
+/* Where a producer writes the output gradient's copy for matmul_fp8_backward_cpu with dout_cast: the scratch's first view. */
+float *matmul_fp8_dout_copy_cpu(void *scratch) { return view(scratch, 0); }
