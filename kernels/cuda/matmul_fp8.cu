@@ -15,6 +15,7 @@
  * bf16 product and only records the maxima. The FP8 copies live in the caller's
  * scratch (Fp8Matmul.scratch), carved into 256-aligned views. */
 #include "common.cuh"
+#include "swiglu.cuh"
 #include <cuda_fp8.h>
 extern "C" {
 #include "../fp8.h"
@@ -28,55 +29,120 @@ extern "C" {
 #define CAST_THREADS 256
 #define TILE_STRIDE (CAST_ROWS + 4)   /* bytes a row of the transposed tile: 33 words, so a warp's stores fall in 2-way banks at most */
 
-/* v (8) = x[r][c..c+7] as floats, 0 past the edges; vec: K % 8 == 0 and x 16-byte aligned (one 16-byte load) */
-__device__ __forceinline__ void load8(float *v, const __nv_bfloat16 *x, int R, int K, int r, int c, bool vec) {
-    if (r < R && vec && c + 8 <= K) {
-        Vec<__nv_bfloat16, 8> p = vload<__nv_bfloat16, 8>(x + (size_t)r * K + c);
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = p.v[i];
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = r < R && c + i < K ? __bfloat162float(x[(size_t)r * K + c + i]) : 0.0f;
-    }
-}
+/* Where a cast's values come from: a source of H column blocks. The logical tensor is (R, K), K = H * Kh; src(v, r, c)
+ * puts in v[h] (8) the values of row r, columns h * Kh + c .. + 7, as floats, each rounded to bf16 as the op that
+ * would have stored the tensor rounds it; 0 past the edges. H = 2 lets one load feed two outputs (SwiGLU's backward
+ * computes dgate and dup from the same gate, up and dout). */
 
-/* x8 (R,K) = fp8(x * s) and/or xT8 (K,R) = its transpose; *amax = max(*amax, max |x|).
- * The maxima travel as the int bits of |x|: non-negative floats order as their bits, and a NaN's bits (sign cleared)
- * are above inf's, so a NaN is the max. s == 0 or no output: only the max. Outputs need K % 8 == 0 (x8), R % 4 == 0 (xT8). */
+/* a bf16 tensor x (R,K) itself; vec: K % 8 == 0 and x 16-byte aligned (one 16-byte load) */
+struct FromBf16 {
+    static constexpr int H = 1;
+    const __nv_bfloat16 *x;
+    int R, K;
+    bool vec;
+    __device__ __forceinline__ void operator()(float (*v)[8], int r, int c) const {
+        if (r < R && vec && c + 8 <= K) {
+            Vec<__nv_bfloat16, 8> p = vload<__nv_bfloat16, 8>(x + (size_t)r * K + c);
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[0][i] = p.v[i];
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[0][i] = r < R && c + i < K ? __bfloat162float(x[(size_t)r * K + c + i]) : 0.0f;
+        }
+    }
+};
+
+__device__ __forceinline__ float bf16_round(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+/* swiglu(h13) (N,F) from h13 (N,2F), as swiglu.cu stores it; F % 8 == 0 and h13 16-byte aligned (the producers check) */
+struct FromSwiglu {
+    static constexpr int H = 1;
+    const __nv_bfloat16 *h13;
+    int N, F;
+    __device__ __forceinline__ void operator()(float (*v)[8], int r, int c) const {
+        if (r >= N || c >= F) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[0][i] = 0.0f;
+            return;
+        }
+        const __nv_bfloat16 *row = h13 + (size_t)r * 2 * F;
+        Vec<__nv_bfloat16, 8> g = vload<__nv_bfloat16, 8>(row + c), u = vload<__nv_bfloat16, 8>(row + F + c);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[0][i] = bf16_round(swiglu_value(g.v[i], u.v[i]));
+    }
+};
+
+/* swiglu's backward dh13 (N,2F) of dout (N,F), as swiglu.cu stores it: block 0 dgate, block 1 dup (Kh = F) */
+struct FromSwigluBackward {
+    static constexpr int H = 2;
+    const __nv_bfloat16 *dout, *h13;
+    int N, F;
+    __device__ __forceinline__ void operator()(float (*v)[8], int r, int c) const {
+        if (r >= N || c >= F) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[0][i] = v[1][i] = 0.0f;
+            return;
+        }
+        const __nv_bfloat16 *row = h13 + (size_t)r * 2 * F;
+        Vec<__nv_bfloat16, 8> g = vload<__nv_bfloat16, 8>(row + c), u = vload<__nv_bfloat16, 8>(row + F + c),
+                              dy = vload<__nv_bfloat16, 8>(dout + (size_t)r * F + c);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float dg, du;
+            swiglu_grads(g.v[i], u.v[i], dy.v[i], &dg, &du);
+            v[0][i] = bf16_round(dg);
+            v[1][i] = bf16_round(du);
+        }
+    }
+};
+
+/* x8 (R,K) = fp8(x * s) and/or xT8 (K,R) = its transpose, x the values src gives (K = Src::H * Kh); *amax = max(*amax,
+ * max |x|). A block casts rows r0..r0+127 of columns k0..k0+63 of each of the H column blocks. The maxima travel as the
+ * int bits of |x|: non-negative floats order as their bits, and a NaN's bits (sign cleared) are above inf's, so a NaN
+ * is the max. s == 0 or no output: only the max. Outputs need Kh % 8 == 0 (x8), R % 4 == 0 (xT8). */
+template <typename Src>
 __global__ void __launch_bounds__(CAST_THREADS) cast_fp8_kernel(uint8_t *x8 /* (R,K) or NULL */, uint8_t *xT8 /* (K,R) or NULL */,
-                                                                float *amax /* (1) */, const __nv_bfloat16 *x /* (R,K) */,
-                                                                int R, int K, float s, __nv_fp8_interpretation_t f, bool vec) {
-    __shared__ __align__(16) uint8_t tile[CAST_COLS][TILE_STRIDE];   /* tile[k][r]: the FP8 tile, transposed */
+                                                                float *amax /* (1) */, Src src, int R, int Kh, float s,
+                                                                __nv_fp8_interpretation_t f) {
+    constexpr int H = Src::H;
+    __shared__ __align__(16) uint8_t tile[H][CAST_COLS][TILE_STRIDE];   /* tile[h][k][r]: block h's FP8 tile, transposed */
     __shared__ int warp_m[CAST_THREADS / 32];
-    int r0 = blockIdx.x * CAST_ROWS, k0 = blockIdx.y * CAST_COLS;
+    int r0 = blockIdx.x * CAST_ROWS, k0 = blockIdx.y * CAST_COLS, K = H * Kh;
     int c = 8 * (threadIdx.x % 8), rq = 4 * (threadIdx.x / 8);   /* this thread's columns c..c+7 and rows rq..rq+3 of the tile */
     bool cast = s != 0.0f && (x8 || xT8);
     int m = 0;
-    uint32_t col[8] = {0};   /* col[i]: the 4 FP8 bytes of rows rq..rq+3 at column c+i, for the transposed tile */
+    uint32_t col[H][8] = {};   /* col[h][i]: the 4 FP8 bytes of rows rq..rq+3 at column c+i of block h, for the transposed tile */
+    float v[4][H][8];   /* every load first: the FP8 stores below may alias the source (bytes), so none would pass them */
+#pragma unroll
+    for (int j = 0; j < 4; j++) src(v[j], r0 + rq + j, k0 + c);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        float v[8];
         int r = r0 + rq + j;
-        load8(v, x, R, K, r, k0 + c, vec);
 #pragma unroll
-        for (int i = 0; i < 8; i++) m = max(m, __float_as_int(fabsf(v[i])));
-        if (!cast) continue;
-        uint32_t word[2] = {0, 0};   /* the 8 FP8 bytes, column c first (x.x goes to the low byte) */
+        for (int h = 0; h < H; h++) {
 #pragma unroll
-        for (int i = 0; i < 8; i += 2) {
-            __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(v[i] * s, v[i + 1] * s), __NV_SATFINITE, f);
-            word[i / 4] |= (uint32_t)p << (8 * (i % 4));
+            for (int i = 0; i < 8; i++) m = max(m, __float_as_int(fabsf(v[j][h][i])));
+            if (!cast) continue;
+            uint32_t word[2] = {0, 0};   /* the 8 FP8 bytes, column c first (x.x goes to the low byte) */
+#pragma unroll
+            for (int i = 0; i < 8; i += 2) {
+                __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(v[j][h][i] * s, v[j][h][i + 1] * s), __NV_SATFINITE, f);
+                word[i / 4] |= (uint32_t)p << (8 * (i % 4));
+            }
+            if (x8 && r < R && k0 + c < Kh)
+                *reinterpret_cast<uint2 *>(x8 + (size_t)r * K + h * Kh + k0 + c) = make_uint2(word[0], word[1]);
+#pragma unroll
+            for (int i = 0; i < 8; i++) col[h][i] |= ((word[i / 4] >> (8 * (i % 4))) & 0xffu) << (8 * j);
         }
-        if (x8 && r < R && k0 + c < K) *reinterpret_cast<uint2 *>(x8 + (size_t)r * K + k0 + c) = make_uint2(word[0], word[1]);
-#pragma unroll
-        for (int i = 0; i < 8; i++) col[i] |= ((word[i / 4] >> (8 * (i % 4))) & 0xffu) << (8 * j);
     }
     /* the block's max, then one atomic, skipped when the record already holds as much (it only grows) */
     m = __reduce_max_sync(0xffffffffu, m);
     if (threadIdx.x % 32 == 0) warp_m[threadIdx.x / 32] = m;
     if (xT8 && cast) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) *reinterpret_cast<uint32_t *>(&tile[c + i][rq]) = col[i];
+        for (int h = 0; h < H; h++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) *reinterpret_cast<uint32_t *>(&tile[h][c + i][rq]) = col[h][i];
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -86,26 +152,36 @@ __global__ void __launch_bounds__(CAST_THREADS) cast_fp8_kernel(uint8_t *x8 /* (
         if (threadIdx.x == 0 && m > *(volatile int *)rec) atomicMax(rec, m);
     }
     if (!(xT8 && cast)) return;
-    /* the transposed tile out: a warp writes 128 contiguous bytes of one row k of xT8 */
+    /* the transposed tiles out: a warp writes 128 contiguous bytes of one row k of xT8 */
 #pragma unroll
-    for (int j = 0; j < CAST_ROWS * CAST_COLS / 4 / CAST_THREADS; j++) {
-        int w = threadIdx.x + j * CAST_THREADS, k = w / (CAST_ROWS / 4), r = 4 * (w % (CAST_ROWS / 4));
-        if (k0 + k < K && r0 + r < R)
-            *reinterpret_cast<uint32_t *>(xT8 + (size_t)(k0 + k) * R + r0 + r) = *reinterpret_cast<const uint32_t *>(&tile[k][r]);
-    }
+    for (int h = 0; h < H; h++)
+#pragma unroll
+        for (int j = 0; j < CAST_ROWS * CAST_COLS / 4 / CAST_THREADS; j++) {
+            int w = threadIdx.x + j * CAST_THREADS, k = w / (CAST_ROWS / 4), r = 4 * (w % (CAST_ROWS / 4));
+            if (k0 + k < Kh && r0 + r < R)
+                *reinterpret_cast<uint32_t *>(xT8 + (size_t)(h * Kh + k0 + k) * R + r0 + r) = *reinterpret_cast<const uint32_t *>(&tile[h][k][r]);
+        }
 }
 
-/* x8 (R,K) and/or xT8 (K,R) = fp8(x (R,K) * s) in format f, max |x| folded into *amax; s == 0 or both NULL: the max only */
-static void cast_fp8(uint8_t *x8, uint8_t *xT8, float *amax, const void *x, int R, int K, float s, __nv_fp8_interpretation_t f) {
+/* x8 (R,K) and/or xT8 (K,R) = fp8(x (R,K) * s) in format f, x what src gives, max |x| folded into *amax; s == 0 or both
+ * NULL: the max only */
+template <typename Src>
+static void cast_fp8_from(Src src, uint8_t *x8, uint8_t *xT8, float *amax, int R, int K, float s, __nv_fp8_interpretation_t f) {
     if ((size_t)R * K == 0) return;
     if (s == 0.0f) x8 = xT8 = NULL;
-    if ((x8 && K % 8) || (xT8 && R % 4) || ceil_div(K, CAST_COLS) > 65535)
-        die("internal: cast_fp8 of a (%d,%d) tensor: FP8 copies need K %% 8 == 0 (row-major), R %% 4 == 0 (transposed), "
-            "K <= %d", R, K, 65535 * CAST_COLS);
-    bool vec = K % 8 == 0 && (uintptr_t)x % 16 == 0;
-    dim3 grid(ceil_div(R, CAST_ROWS), ceil_div(K, CAST_COLS));
-    cast_fp8_kernel<<<grid, CAST_THREADS, 0, cuda_stream>>>(x8, xT8, amax, (const __nv_bfloat16 *)x, R, K, s, f, vec);
+    int Kh = K / Src::H;
+    if (K % Src::H || (x8 && Kh % 8) || (xT8 && R % 4) || ceil_div(Kh, CAST_COLS) > 65535)
+        die("internal: cast_fp8 of a (%d,%d) tensor in %d column blocks: FP8 copies need the blocks' width %% 8 == 0 (row-major), "
+            "R %% 4 == 0 (transposed), K <= %d", R, K, Src::H, 65535 * CAST_COLS);
+    dim3 grid(ceil_div(R, CAST_ROWS), ceil_div(Kh, CAST_COLS));
+    cast_fp8_kernel<<<grid, CAST_THREADS, 0, cuda_stream>>>(x8, xT8, amax, src, R, Kh, s, f);
     launchCheck();
+}
+
+/* the same of a bf16 tensor x (R,K) */
+static void cast_fp8(uint8_t *x8, uint8_t *xT8, float *amax, const void *x, int R, int K, float s, __nv_fp8_interpretation_t f) {
+    FromBf16 src = {(const __nv_bfloat16 *)x, R, K, K % 8 == 0 && (uintptr_t)x % 16 == 0};
+    cast_fp8_from(src, x8, xT8, amax, R, K, s, f);
 }
 
 /* ---- the launchers ---------------------------------------------------------------------------------- */
@@ -117,6 +193,10 @@ static void need_fp8_shape(const char *op, int N, int IC, int OC) {
     if (N % 16 || IC % 16 || OC % 16)
         die("internal: %s with N=%d IC=%d OC=%d: FP8 matmuls need N, IC and OC multiples of 16 (cuBLASLt's FP8 alignment)",
             op, N, IC, OC);
+}
+/* a producer casts only when every scale is set (kernels/fp8.h): a cast operand with a scale of 0 is a caller's bug */
+static void need_plain(const Fp8Matmul *q, const char *op) {
+    if (q->x_cast || q->dout_cast) die("internal: %s with a scale of 0 but an operand its producer cast", op);
 }
 /* the next view of the scratch: `bytes` from *p rounded up to 256, *p moved past them */
 static uint8_t *carve(char **p, size_t bytes) {
@@ -131,6 +211,7 @@ extern "C" void matmul_fp8_forward_cuda(void *out, const void *inp, const void *
     need_bf16("matmul_fp8_forward");
     float sx = q->x_scale, sw = q->w_scale;
     if (sx == 0 || sw == 0) {   /* no history yet: the plain product, the maxima recorded */
+        need_plain(q, "matmul_fp8_forward");
         cast_fp8(NULL, NULL, &q->amax[0], inp, N, IC, 0, __NV_E4M3);
         cast_fp8(NULL, NULL, &q->amax[1], weight, OC, IC, 0, __NV_E4M3);
         matmul_forward_cuda(out, inp, weight, N, IC, OC, add);
@@ -140,7 +221,8 @@ extern "C" void matmul_fp8_forward_cuda(void *out, const void *inp, const void *
     char *p = (char *)q->scratch;
     uint8_t *x8 = carve(&p, (size_t)N * IC);    /* (N,IC) E4M3 */
     uint8_t *w8 = carve(&p, (size_t)OC * IC);   /* (OC,IC) E4M3 */
-    cast_fp8(x8, NULL, &q->amax[0], inp, N, IC, sx, __NV_E4M3);
+    if (q->x_cast) x8 = (uint8_t *)inp;         /* its producer's row-major copy, the cast form's first half */
+    else cast_fp8(x8, NULL, &q->amax[0], inp, N, IC, sx, __NV_E4M3);
     cast_fp8(w8, NULL, &q->amax[1], weight, OC, IC, sw, __NV_E4M3);
     if (N == 0 || OC == 0) return;
     lt_matmul(out, w8, x8, add, OC, N, IC, IC, IC, OC, 1, 0, CUDA_R_8F_E4M3, CUDA_R_8F_E4M3, CUDA_R_16BF,
@@ -154,6 +236,7 @@ extern "C" void matmul_fp8_backward_cuda(void *dinp, float *dweight, const void 
     need_bf16("matmul_fp8_backward");
     float sx = q->x_scale, sw = q->w_scale, sdy = q->dout_scale;
     if (sx == 0 || sw == 0 || sdy == 0) {
+        need_plain(q, "matmul_fp8_backward");
         cast_fp8(NULL, NULL, &q->amax[0], inp, N, IC, 0, __NV_E4M3);
         cast_fp8(NULL, NULL, &q->amax[1], weight, OC, IC, 0, __NV_E4M3);
         cast_fp8(NULL, NULL, &q->amax[2], dout, N, OC, 0, __NV_E5M2);
@@ -166,13 +249,40 @@ extern "C" void matmul_fp8_backward_cuda(void *dinp, float *dweight, const void 
     uint8_t *dyT8 = carve(&p, (size_t)N * OC);   /* (OC,N) E5M2 */
     uint8_t *wT8 = carve(&p, (size_t)OC * IC);   /* (IC,OC) E4M3 */
     uint8_t *xT8 = carve(&p, (size_t)N * IC);    /* (IC,N) E4M3 */
-    cast_fp8(dinp ? dy8 : NULL, dyT8, &q->amax[2], dout, N, OC, sdy, __NV_E5M2);
+    if (!q->dout_cast) cast_fp8(dinp ? dy8 : NULL, dyT8, &q->amax[2], dout, N, OC, sdy, __NV_E5M2);   /* else: its producer's */
     cast_fp8(NULL, dinp ? wT8 : NULL, &q->amax[1], weight, OC, IC, sw, __NV_E4M3);   /* without dinp: the max only */
-    cast_fp8(NULL, xT8, &q->amax[0], inp, N, IC, sx, __NV_E4M3);
+    if (q->x_cast) xT8 = (uint8_t *)inp + (size_t)N * IC;                           /* the cast form's transposed half */
+    else cast_fp8(NULL, xT8, &q->amax[0], inp, N, IC, sx, __NV_E4M3);
     if (N == 0 || OC == 0 || IC == 0) return;
     if (dinp)
         lt_matmul(dinp, wT8, dy8, NULL, IC, N, OC, OC, OC, IC, 1, 0, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_16BF,
                   1.0f / (sdy * sw), 0.0f);
     lt_matmul(dweight, xT8, dyT8, NULL, IC, OC, N, N, N, IC, 1, 0, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_32F,
               1.0f / (sx * sdy), 1.0f);
+}
+
+/* ---- the producers that cast (kernels/fp8.h) ------------------------------------------------------------ */
+static void need_producer(const char *op, const void *h13, int N, int F, const Fp8Matmul *q) {
+    need_bf16(op);
+    if (q->x_scale == 0 || q->w_scale == 0 || q->dout_scale == 0)
+        die("internal: %s with a scale of 0: the model runs the plain SwiGLU until every scale is set", op);
+    if (N % 16 || F % 16 || (uintptr_t)h13 % 16)
+        die("internal: %s with N=%d F=%d: FP8 producers need N and F multiples of 16 and h13 16-byte aligned", op, N, F);
+}
+
+/* hs = the cast form of swiglu(h13) (N,F): E4M3 hs8 (N,F) then hsT8 (F,N), one pass over h13 */
+extern "C" void swiglu_forward_fp8_cuda(void *hs, const void *h13, int N, int F, const Fp8Matmul *q) {
+    need_producer("swiglu_forward_fp8", h13, N, F, q);
+    uint8_t *x8 = (uint8_t *)hs, *xT8 = x8 + (size_t)N * F;
+    cast_fp8_from(FromSwiglu{(const __nv_bfloat16 *)h13, N, F}, x8, xT8, &q->amax[0], N, F, q->x_scale, __NV_E4M3);
+}
+
+/* dh13 (N,2F) of dout (N,F), cast to E5M2 into the scratch views matmul_fp8_backward_cuda reads: dy8 (N,2F), dyT8 (2F,N) */
+extern "C" void swiglu_backward_fp8_cuda(const void *dout, const void *h13, int N, int F, const Fp8Matmul *q) {
+    need_producer("swiglu_backward_fp8", h13, N, F, q);
+    if ((uintptr_t)dout % 16) die("internal: swiglu_backward_fp8: dout not 16-byte aligned");
+    char *p = (char *)q->scratch;
+    uint8_t *dy8 = carve(&p, (size_t)N * 2 * F), *dyT8 = carve(&p, (size_t)N * 2 * F);   /* as matmul_fp8_backward_cuda carves */
+    cast_fp8_from(FromSwigluBackward{(const __nv_bfloat16 *)dout, (const __nv_bfloat16 *)h13, N, F}, dy8, dyT8, &q->amax[2], N,
+                  2 * F, q->dout_scale, __NV_E5M2);
 }

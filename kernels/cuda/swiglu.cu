@@ -4,33 +4,30 @@
  * The idea: pure bandwidth, one 16-byte pack of f per thread; the backward
  * reads h13 and dout once and writes both halves of dh13. */
 #include "common.cuh"
+#include "swiglu.cuh"
 extern "C" {
 #include "../swiglu.h"
 }
 
-/* out (N,F) = silu(h13[:, :F]) * h13[:, F:] */
+/* out (N,F) = silu(h13[:, :F]) * h13[:, F:], the arithmetic of swiglu.cuh */
 template <typename T, int P> __global__ void swiglu_forward_kernel(T *out, const T *h13, int N, int F) {
     size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
     if (idx >= (size_t)N * F) return;
     size_t n = idx / F, f = idx % F;
     Vec<T, P> g = vload<T, P>(h13 + n * 2 * F + f), u = vload<T, P>(h13 + n * 2 * F + F + f);
 #pragma unroll
-    for (int k = 0; k < P; k++) g.v[k] = g.v[k] / (1.0f + expf(-g.v[k])) * u.v[k];
+    for (int k = 0; k < P; k++) g.v[k] = swiglu_value(g.v[k], u.v[k]);
     vstore<T, P>(out + idx, g);
 }
 
-/* dh13 (N,2F): dgate = dout * u * sg * (1 + g (1 - sg)), dup = dout * g * sg */
+/* dh13 (N,2F) = (dgate, dup) of dout (N,F), the arithmetic of swiglu.cuh */
 template <typename T, int P> __global__ void swiglu_backward_kernel(T *dh13, const T *dout, const T *h13, int N, int F) {
     size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
     if (idx >= (size_t)N * F) return;
     size_t n = idx / F, f = idx % F, gi = n * 2 * F + f, ui = gi + F;
     Vec<T, P> g = vload<T, P>(h13 + gi), u = vload<T, P>(h13 + ui), dy = vload<T, P>(dout + idx), dg, du;
 #pragma unroll
-    for (int k = 0; k < P; k++) {
-        float sg = 1.0f / (1.0f + expf(-g.v[k]));
-        du.v[k] = dy.v[k] * g.v[k] * sg;
-        dg.v[k] = dy.v[k] * u.v[k] * sg * (1.0f + g.v[k] * (1.0f - sg));
-    }
+    for (int k = 0; k < P; k++) swiglu_grads(g.v[k], u.v[k], dy.v[k], &dg.v[k], &du.v[k]);
     vstore<T, P>(dh13 + gi, dg);
     vstore<T, P>(dh13 + ui, du);
 }

@@ -37,7 +37,7 @@ static void test_fp8_cast_exact(void) {
     for (int i = 0; i < K; i++) eye[i * K + i] = 1;
     float amax[3] = {0, 0, 0}, *gamax = up_f32(amax, 3), *gdw = gpu->alloc(P * K * 4, "t");
     void *gv = up_act(v, P * K), *geye = up_act(eye, K * K), *gzero = up_act(zero, P * K), *gout = gpu->alloc(P * K * 2, "t");
-    Fp8Matmul q = {1, 1, 1, gamax, gpu->alloc(matmul_fp8_scratch_bytes(1, P, K, K), "t")};
+    Fp8Matmul q = {1, 1, 1, gamax, gpu->alloc(matmul_fp8_scratch_bytes(1, P, K, K), "t"), 0, 0};
     for (int c = 0; c < 4; c++) {
         Fp8Format f = c == 0 || c == 3 ? FP8_E4M3 : FP8_E5M2;
         gpu->zero(gdw, P * K * 4);
@@ -71,7 +71,7 @@ static void test_matmul_fp8(int N, int IC, int OC) {
     float sx = pow2_scale(x, nx, FP8_E4M3_MAX), sw = pow2_scale(w, nw, FP8_E4M3_MAX), sdy = pow2_scale(dy, ny, FP8_E5M2_MAX);
     float camax[3] = {0.25f, 1.0f, 0.0f}, *gamax = up_f32(camax, 3);   /* x's max passes 0.25, w's stays under 1: both folds */
     void *cscratch = mallocCheck(matmul_fp8_scratch_bytes(4, N, IC, OC));
-    Fp8Matmul qc = {sx, sw, sdy, camax, cscratch}, qg = {sx, sw, sdy, gamax, gpu->alloc(matmul_fp8_scratch_bytes(1, N, IC, OC), "t")};
+    Fp8Matmul qc = {sx, sw, sdy, camax, cscratch, 0, 0}, qg = {sx, sw, sdy, gamax, gpu->alloc(matmul_fp8_scratch_bytes(1, N, IC, OC), "t"), 0, 0};
     float *out = mallocCheck(ny * 4), *dx = mallocCheck(nx * 4), *dw = copy_f(dw0, nw);
     float *h = mallocCheck((ny + nx + nw) * 4), *plain = mallocCheck((ny + nx + nw) * 4), *fp8 = mallocCheck((ny + nx) * 4);
     void *gx = up_act(x, nx), *gw = up_act(w, nw), *gdy = up_act(dy, ny), *gres = up_act(res, ny);
@@ -156,6 +156,113 @@ static void test_matmul_fp8(int N, int IC, int OC) {
     free(x); free(w); free(dy); free(res); free(dw0); free(cscratch); free(out); free(dx); free(dw); free(h); free(plain); free(fp8);
 }
 
+/* ---- the producers that cast (kernels/fp8.h): SwiGLU into the FP8 copies of the down matmul's x and the gate|up
+ * matmul's dout. Against the casts they replace, on the GPU, bit for bit: the copies themselves (form against the
+ * scratch views the unfused matmul cast into), the products (the same cuBLASLt calls on the same bytes) and the amax
+ * records; and against the CPU's emulated producers at the products' tolerance. ---- */
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+static void same_bytes(const char *what, const void *gpu_a, const void *gpu_b, size_t bytes, const char *shape) {
+    uint8_t *a = mallocCheck(bytes), *b = mallocCheck(bytes);
+    gpu->download(a, gpu_a, bytes); gpu->download(b, gpu_b, bytes);
+    size_t bad = 0;
+    for (size_t i = 0; i < bytes; i++) bad += a[i] != b[i];
+    printf("%s %-5s %-40s %-22s %zu of %zu bytes differ\n", bad ? "FAIL" : "ok  ", dtype_name(act), what, shape, bad, bytes);
+    CHECK(bad == 0, "%s %s: %zu bytes differ", what, shape, bad);
+    free(a); free(b);
+}
+static float *down_new(const void *d, size_t n, int f32) {
+    float *h = mallocCheck(n * 4);
+    if (f32) gpu->download(h, d, n * 4);
+    else down_act(h, d, n);
+    return h;
+}
+
+static size_t fp8_scratch(size_t e, int N, int F, int C) {   /* for both matmuls: down (F -> C) and gate|up (C -> 2F) */
+    size_t a = matmul_fp8_scratch_bytes(e, N, F, C), b = matmul_fp8_scratch_bytes(e, N, C, 2 * F);
+    return a > b ? a : b;
+}
+
+static void test_swiglu_fp8(int N, int F, int C) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d F=%d C=%d", N, F, C);
+    size_t nh = (size_t)N * F, nc = (size_t)N * C, nw = (size_t)C * F;
+    const Backend *emu = backend_cpu_emulated(DTYPE_BF16);
+    float *h13 = rand_act(2 * nh, 2), *dy = rand_act(nc, 1e-3f), *x = rand_act(nc, 1), *w2 = rand_act(nw, 0.05f), *w13 = rand_act(2 * nw, 0.05f);
+    /* the CPU's chain, with the producers: hs -> down forward and backward -> dh13 -> gate|up backward; every scale set,
+     * each from the plain op's values (the down matmul: IC = F, OC = C; gate|up: IC = C, OC = 2F) */
+    float *hs = mallocCheck(nh * 4), *dh13 = mallocCheck(2 * nh * 4), camax[6] = {0}, *cform = mallocCheck(nh * 4), *cout = mallocCheck(nc * 4);
+    float *cdx = mallocCheck(nh * 4), *cdln = mallocCheck(nc * 4), *cdw2 = calloc(nw, 4), *cdw13 = calloc(2 * nw, 4);
+    void *cscr = mallocCheck(fp8_scratch(4, N, F, C));
+    emu->swiglu_forward(hs, h13, N, F);
+    Fp8Matmul q2 = {pow2_scale(hs, nh, FP8_E4M3_MAX), pow2_scale(w2, nw, FP8_E4M3_MAX), pow2_scale(dy, nc, FP8_E5M2_MAX), camax, cscr, 0, 0};
+    Fp8Matmul q13 = {pow2_scale(x, nc, FP8_E4M3_MAX), pow2_scale(w13, 2 * nw, FP8_E4M3_MAX), 0, camax + 3, cscr, 0, 0};
+    emu->swiglu_forward_fp8(cform, h13, N, F, &q2);
+    q2.x_cast = 1;
+    emu->matmul_fp8_forward(cout, cform, w2, N, F, C, NULL, &q2);
+    emu->matmul_fp8_backward(cdx, cdw2, dy, cform, w2, N, F, C, &q2);
+    emu->swiglu_backward(dh13, cdx, h13, N, F);
+    q13.dout_scale = pow2_scale(dh13, 2 * nh, FP8_E5M2_MAX);
+    /* the GPU's: k = 0 the casts (plain SwiGLU, the matmuls cast), k = 1 the producers */
+    void *gh13 = up_act(h13, 2 * nh), *gdy = up_act(dy, nc), *gx = up_act(x, nc), *gw2 = up_act(w2, nw), *gw13 = up_act(w13, 2 * nw);
+    void *ghs = gpu->alloc(nh * 2, "t"), *gdh13 = gpu->alloc(2 * nh * 2, "t");
+    char *gx8 = gpu->alloc(2 * nh, "t");   /* the casts' x8 (N,F) and xT8 (F,N), saved */
+    void *gscr[2], *gout[2], *gdx[2], *gdln[2];
+    float *gdw2[2], *gdw13[2], *gamax[2], zero[6] = {0};
+    for (int k = 0; k < 2; k++) {
+        gscr[k] = gpu->alloc(fp8_scratch(1, N, F, C), "t");
+        gout[k] = gpu->alloc(nc * 2, "t"); gdx[k] = gpu->alloc(nh * 2, "t"); gdln[k] = gpu->alloc(nc * 2, "t");
+        gdw2[k] = gpu->alloc(nw * 4, "t"); gpu->zero(gdw2[k], nw * 4);
+        gdw13[k] = gpu->alloc(2 * nw * 4, "t"); gpu->zero(gdw13[k], 2 * nw * 4);
+        gamax[k] = up_f32(zero, 6);
+        Fp8Matmul a = q2, b = q13;
+        a.amax = gamax[k]; b.amax = gamax[k] + 3; a.scratch = b.scratch = gscr[k];
+        a.x_cast = b.dout_cast = k;
+        if (k == 0) gpu->swiglu_forward(ghs, gh13, N, F);
+        else gpu->swiglu_forward_fp8(ghs, gh13, N, F, &a);   /* ghs now holds the cast form */
+        gpu->matmul_fp8_forward(gout[k], ghs, gw2, N, F, C, NULL, &a);
+        if (k == 0) gpu->copy(gx8, gscr[0], nh);   /* the cast's x8: the scratch's first view */
+        gpu->matmul_fp8_backward(gdx[k], gdw2[k], gdy, ghs, gw2, N, F, C, &a);
+        if (k == 0) {   /* the cast's xT8: the down backward's fourth view, after dy8, dyT8 (N,C) and wT8 (F,C) */
+            gpu->copy(gx8 + nh, (char *)gscr[0] + 2 * align256(nc) + align256(nw), nh);
+            gpu->swiglu_backward(gdh13, gdx[0], gh13, N, F);
+            gpu->matmul_fp8_backward(gdln[0], gdw13[0], gdh13, gx, gw13, N, C, 2 * F, &b);   /* leaves its dy8, dyT8 in gscr[0] */
+        } else {
+            same_bytes("swiglu_forward_fp8 E4M3 (N,F) copy", ghs, gx8, nh, shape);
+            same_bytes("swiglu_forward_fp8 E4M3 (F,N) copy", (char *)ghs + nh, gx8 + nh, nh, shape);
+            gpu->swiglu_backward_fp8(gdx[1], gh13, N, F, &b);
+            same_bytes("swiglu_backward_fp8 E5M2 (N,2F) copy", gscr[1], gscr[0], 2 * nh, shape);
+            same_bytes("swiglu_backward_fp8 E5M2 (2F,N) copy", (char *)gscr[1] + align256(2 * nh), (char *)gscr[0] + align256(2 * nh), 2 * nh, shape);
+            gpu->matmul_fp8_backward(gdln[1], gdw13[1], NULL, gx, gw13, N, C, 2 * F, &b);
+        }
+    }
+    same_bytes("fp8 down out, producer vs cast", gout[1], gout[0], nc * 2, shape);
+    same_bytes("fp8 down dinp, producer vs cast", gdx[1], gdx[0], nh * 2, shape);
+    same_bytes("fp8 down dW, producer vs cast", gdw2[1], gdw2[0], nw * 4, shape);
+    same_bytes("fp8 gate|up dinp, producer vs cast", gdln[1], gdln[0], nc * 2, shape);
+    same_bytes("fp8 gate|up dW, producer vs cast", gdw13[1], gdw13[0], 2 * nw * 4, shape);
+    same_bytes("fp8 amax records, producer vs cast", gamax[1], gamax[0], 6 * 4, shape);
+    /* the CPU's gate|up backward from the GPU's dhs: an E5M2 rounding flips on a last-bit difference of dhs, and the
+     * weight gradient's sum over the tokens would carry it past the products' tolerance */
+    float *g = down_new(gdx[1], nh, 0);
+    emu->swiglu_backward_fp8(g, h13, N, F, &q13);
+    free(g);
+    q13.dout_cast = 1;
+    emu->matmul_fp8_backward(cdln, cdw13, NULL, x, w13, N, C, 2 * F, &q13);
+    compare("fp8 producers: down out vs cpu", g = down_new(gout[1], nc, 0), cout, nc, tol_act, shape); free(g);
+    compare("fp8 producers: down dinp vs cpu", g = down_new(gdx[1], nh, 0), cdx, nh, tol_act, shape); free(g);
+    compare("fp8 producers: down dW vs cpu", g = down_new(gdw2[1], nw, 1), cdw2, nw, 5e-4, shape); free(g);
+    compare("fp8 producers: gate|up dinp vs cpu", g = down_new(gdln[1], nc, 0), cdln, nc, tol_act, shape); free(g);
+    compare("fp8 producers: gate|up dW vs cpu", g = down_new(gdw13[1], 2 * nw, 1), cdw13, 2 * nw, 5e-4, shape); free(g);
+    check_amax("fp8 producers: down", gamax[1], camax, shape);
+    check_amax("fp8 producers: gate|up", gamax[1] + 3, camax + 3, shape);
+    for (int k = 0; k < 2; k++) {
+        gpu->free(gscr[k]); gpu->free(gout[k]); gpu->free(gdx[k]); gpu->free(gdln[k]); gpu->free(gdw2[k]); gpu->free(gdw13[k]); gpu->free(gamax[k]);
+    }
+    gpu->free(gh13); gpu->free(gdy); gpu->free(gx); gpu->free(gw2); gpu->free(gw13); gpu->free(ghs); gpu->free(gdh13); gpu->free(gx8);
+    free(h13); free(dy); free(x); free(w2); free(w13); free(hs); free(dh13); free(cform); free(cout); free(cdx); free(cdln);
+    free(cdw2); free(cdw13); free(cscr);
+}
+
 /* fp8_unsupported: NULL from compute capability 8.9 (else a refusal naming it), a refusal with LLM3D_FP8=off; 1 when FP8 runs */
 static int fp8_runs(void) {
     int dev = 0, major = 0, minor = 0;
@@ -190,6 +297,8 @@ int main(void) {
         test_matmul_fp8(512, 768, 2304);
         test_matmul_fp8(256, 2048, 768);
         test_matmul_fp8(16, 16, 16);
+        test_swiglu_fp8(256, 512, 128);
+        test_swiglu_fp8(80, 48, 32);   /* tiles cut at the edges */
     }
     return test_summary();
 }

@@ -175,19 +175,29 @@ static void test_fp8(void) {
     small_config(&cc, DEVICE_CPU, PRECISION_FP8);
     small_config(&cg, DEVICE_CUDA, PRECISION_FP8);
     small_config(&cb, DEVICE_CUDA, PRECISION_BF16);
-    Trainer tc, tg, tb;
+    Trainer tc, tg, tb, tu;
     trainer_init(&tc, &cc);
     trainer_init(&tg, &cg);
     trainer_init(&tb, &cb);
+    setenv("LLM3D_FP8_FUSED", "off", 1);   /* tu: SwiGLU's output and gradient cast by the matmuls, not by SwiGLU */
+    trainer_init(&tu, &cg);
+    unsetenv("LLM3D_FP8_FUSED");
     double worst = 0, first = 0, last = 0;
-    int apart = 0, same_first = 0;
+    int apart = 0, same_first = 0, unfused_apart = 0;
     for (int s = 0; s < cc.max_steps; s++) {
-        StepStats a = trainer_step(&tc), b = trainer_step(&tg), c = trainer_step(&tb);
+        StepStats a = trainer_step(&tc), b = trainer_step(&tg), c = trainer_step(&tb), u = trainer_step(&tu);
         worst = fmax(worst, isfinite(b.loss) ? fabs(a.loss - b.loss) / a.loss : INFINITY);
         if (!s) { first = b.loss; same_first = b.loss == c.loss; }
         else apart += b.loss != c.loss;
+        unfused_apart += b.loss != u.loss;
         last = b.loss;
     }
+    /* the producers write the very copies the casts wrote: the same run bit for bit, and they ran */
+    CHECK(unfused_apart == 0 && tg.model.fp8.producer_casts > 0 && tu.model.fp8.producer_casts == 0,
+          "fp8 with SwiGLU's producers vs LLM3D_FP8_FUSED=off on GPU: %d of %d losses differ; %ld producer calls (off: %ld)",
+          unfused_apart, cc.max_steps, tg.model.fp8.producer_casts, tu.model.fp8.producer_casts);
+    printf("fp8 GPU, SwiGLU producers (%ld calls) vs the matmuls' casts: %d of %d losses differ\n", tg.model.fp8.producer_casts,
+           unfused_apart, cc.max_steps);
     int want = model_fp8_tensors(&tg.model);
     CHECK(worst < 1e-2 && last < first, "20 steps fp8 on GPU vs its CPU emulation: worst loss rel diff %.3g, loss %.4f -> %.4f", worst,
           first, last);
@@ -207,7 +217,7 @@ static void test_fp8(void) {
           differ, want, far);
     printf("fp8 GPU vs CPU emulation over 20 steps: worst rel diff %.2e (%.3f -> %.3f); %d tensors in FP8\n", worst, first, last,
            model_fp8_scaled(&tg.model));
-    trainer_free(&tc); trainer_free(&tg); trainer_free(&tb);
+    trainer_free(&tc); trainer_free(&tg); trainer_free(&tb); trainer_free(&tu);
 }
 
 static void long_shape(Config *c) {
