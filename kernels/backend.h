@@ -58,7 +58,8 @@ typedef struct Backend {
     MatmulBackward *matmul_backward;
     MatmulFp8Forward *matmul_fp8_forward;    /* precision=fp8's block matmuls (kernels/fp8.h) */
     MatmulFp8Backward *matmul_fp8_backward;
-    SwigluForwardFp8 *swiglu_forward_fp8;    /* precision=fp8's producers that cast (kernels/fp8.h); NULL: none */
+    RmsnormForwardFp8 *rmsnorm_forward_fp8;  /* precision=fp8's producers that cast (kernels/fp8.h); NULL: none */
+    SwigluForwardFp8 *swiglu_forward_fp8;
     SwigluBackwardFp8 *swiglu_backward_fp8;
     size_t fp8_bytes;                        /* bytes an FP8 operand copy takes an element: 1 (cuda), 4 (cpu: emulated in fp32) */
     const char *(*fp8_unsupported)(void);    /* NULL where FP8 matmuls run, else why not, in words naming the device */

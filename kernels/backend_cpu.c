@@ -158,7 +158,11 @@ static void emu_swiglu_backward(void *dh13, const void *dout, const void *h13, i
     swiglu_backward_cpu(dh13, dout, h13, N, F);
     round_to(dh13, (size_t)N * 2 * F);
 }
-/* precision=fp8's SwiGLU producers (kernels/fp8.h): the op, rounded to bf16 as it stores, then the emulated cast */
+/* precision=fp8's producers (kernels/fp8.h): the op, rounded to bf16 as it stores, then the emulated cast */
+static void emu_rmsnorm_forward_fp8(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps, const Fp8Matmul *q) {
+    emu_rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+    fp8_cast_in_place_cpu(out, (size_t)N * C, q->x_scale, FP8_E4M3, &q->amax[0]);
+}
 static void emu_swiglu_forward_fp8(void *hs, const void *h13, int N, int F, const Fp8Matmul *q) {
     emu_swiglu_forward(hs, h13, N, F);
     fp8_cast_in_place_cpu(hs, (size_t)N * F, q->x_scale, FP8_E4M3, &q->amax[0]);
@@ -215,6 +219,7 @@ const Backend *backend_cpu_emulated(DType act) {
     cpu_emulated.attention_cached = emu_attention_cached;
     cpu_emulated.swiglu_forward = emu_swiglu_forward;
     cpu_emulated.swiglu_backward = emu_swiglu_backward;
+    cpu_emulated.rmsnorm_forward_fp8 = act == DTYPE_BF16 ? emu_rmsnorm_forward_fp8 : NULL;
     cpu_emulated.swiglu_forward_fp8 = act == DTYPE_BF16 ? emu_swiglu_forward_fp8 : NULL;
     cpu_emulated.swiglu_backward_fp8 = act == DTYPE_BF16 ? emu_swiglu_backward_fp8 : NULL;
     cpu_emulated.cross_entropy_loss = emu_cross_entropy_loss;

@@ -52,7 +52,7 @@ typedef struct {
     float dout_scale;       /* the same for the output gradient, cast to E5M2 (backward only) */
     float *amax;            /* (3) backend memory: max |x|, max |weight|, max |dout| are folded in (max with what is there) */
     void *scratch;          /* matmul_fp8_scratch_bytes(...) of backend memory: the FP8 copies of the operands */
-    int x_cast;             /* x was cast by its producer (SwigluForwardFp8): inp holds its cast form, not act-dtype values */
+    int x_cast;             /* x was cast by its producer (RmsnormForwardFp8, SwigluForwardFp8): inp holds its cast form, not act-dtype values */
     int dout_cast;          /* dout was cast by its producer (SwigluBackwardFp8): its copies are in the scratch; dout is not read */
 } Fp8Matmul;
 
@@ -77,17 +77,22 @@ static inline size_t matmul_fp8_scratch_bytes(size_t e, int N, int IC, int OC) {
     return e * (2 * (size_t)N * OC + (size_t)N * IC + (size_t)OC * IC) + pad;
 }
 
-/* Producers that cast: SwiGLU writes its output straight into the FP8 copies the next matmul reads, so no pass
- * reads the act-dtype tensor again to cast it (every value rounded to the act dtype first, as the plain op stores
- * it, then cast: the copies are the ones the matmul would have made). Called only with all of q's scales set.
+/* Producers that cast: RMSNorm and SwiGLU write their outputs straight into the FP8 copies the next matmul reads, so
+ * no pass reads the act-dtype tensor again to cast it (every value rounded to the act dtype first, as the plain op
+ * stores it, then cast: the copies are the ones the matmul would have made). Called only with all of q's scales set.
+ *  - RMSNorm forward: out gets the cast form of rmsnorm(inp) (N,C) for the q|k|v or gate|up matmul (x_cast), laid
+ *    out as SwiGLU's below; rstd (N) as rmsnorm_forward writes it. max |out| goes to q->amax[0].
  *  - forward: hs gets the *cast form* of swiglu(h13) (N,F) for the down matmul, q its Fp8Matmul: a buffer of the
  *    act-dtype tensor's bytes holding, on the GPU, the E4M3 row-major copy (N,F) then the transposed copy (F,N) —
  *    the forward reads the first, the backward's weight gradient the second; on the CPU (emulated) the values
  *    fp8_round(v * s) / s in place. max |hs| goes to q->amax[0]. The down matmul then runs with q->x_cast.
  *  - backward: dh13 (N,2F) = swiglu's backward of dout (N,F), cast to E5M2 straight into q's scratch, where the
  *    gate|up matmul's backward (q, dout_cast) reads its copies; max |dh13| goes to q->amax[2]. */
+typedef void RmsnormForwardFp8(void *out /* cast form of (N,C) */, float *rstd /* (N) */, const void *inp /* (N,C) */,
+                               const void *weight /* (C) */, int N, int C, float eps, const Fp8Matmul *q);
 typedef void SwigluForwardFp8(void *hs /* cast form of (N,F) */, const void *h13 /* (N,2F) */, int N, int F, const Fp8Matmul *q);
 typedef void SwigluBackwardFp8(const void *dout /* (N,F) */, const void *h13 /* (N,2F) */, int N, int F, const Fp8Matmul *q);
+RmsnormForwardFp8 rmsnorm_forward_fp8_cuda;
 SwigluForwardFp8 swiglu_forward_fp8_cuda;
 SwigluBackwardFp8 swiglu_backward_fp8_cuda;
 /* The CPU's pieces of them (kernels/backend_cpu.c runs the op, rounds, then these): max |t| into *amax, then t (n)

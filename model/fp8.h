@@ -44,7 +44,7 @@ typedef struct {
     float *scale;           /* (n_layers, FP8_MATMULS, FP8_ROLES) what this step casts with; 0: no history yet (bf16) */
     float *amax;            /* (n_local_layers, FP8_MATMULS, FP8_ROLES) backend memory: this step's record, folded by max */
     void *scratch;          /* backend memory: the FP8 operand copies of one matmul call (kernels/fp8.h) */
-    int producers;          /* SwiGLU casts its output and its gradient itself (kernels/fp8.h): the backend has the
+    int producers;          /* RMSNorm and SwiGLU cast their outputs, SwiGLU its gradient (kernels/fp8.h): the backend has the
                                producers and LLM3D_FP8_FUSED is not "off" (the switch measures and tests them against the casts) */
     long producer_casts;    /* calls of those producers so far (the tests assert the path ran) */
 } Fp8State;
@@ -57,9 +57,10 @@ void model_fp8_args(const struct Model *m, int i, int which, Fp8Matmul *args);
  * history when finite, the next step's scales computed, the record cleared.
  * Returns the number of tensors that saturated in the step. */
 int model_fp8_step_end(struct Model *m, int finite);
-/* Whether the matmul whose args are q takes SwiGLU's casts (kernels/fp8.h): the producers are on and every scale
- * of q is set (the first steps, without history, run the plain ops). The down matmul's x and the gate|up matmul's
- * dout are then FP8 copies their producer wrote, not act-dtype tensors. */
+/* Whether the matmul whose args are q takes its producers' casts (kernels/fp8.h): the producers are on and every
+ * scale of q is set (the first steps, without history, run the plain ops). The down matmul's x and the gate|up
+ * matmul's dout are then FP8 copies SwiGLU wrote, not act-dtype tensors; q|k|v's and gate|up's x the norm's
+ * (model/llama.c: not with sequence parallelism, whose norm output is gathered over tp before the matmul). */
 int model_fp8_producer_casts(const struct Model *m, const Fp8Matmul *q);
 /* The tensors that have scales: n_layers x FP8_MATMULS x FP8_ROLES, the whole model's. */
 int model_fp8_tensors(const struct Model *m);

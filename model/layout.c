@@ -272,7 +272,8 @@ static void plan_fp8(Model *m) {
     s->scale = callocCheck(n, sizeof(float));
     s->global_layer = callocCheck(m->n_local_layers ? m->n_local_layers : 1, sizeof(int));
     const char *fused = getenv("LLM3D_FP8_FUSED");
-    s->producers = m->be->swiglu_forward_fp8 && m->be->swiglu_backward_fp8 && !(fused && strcmp(fused, "off") == 0);
+    s->producers = m->be->rmsnorm_forward_fp8 && m->be->swiglu_forward_fp8 && m->be->swiglu_backward_fp8 &&
+                   !(fused && strcmp(fused, "off") == 0);
     for (int k = 0; k < m->part.n_chunks; k++)
         for (int j = 0; j < m->part.chunks[k].n_layers; j++) s->global_layer[m->chunk_first[k] + j] = m->part.chunks[k].first_layer + j;
 }

@@ -114,11 +114,18 @@ static void *tp_sum_tokens(Model *m, void *partial, int N) {
 /* A block matmul of local layer i (which: FP8_QKV .. FP8_W2) through the
  * backend: in FP8 with the layer's scales under precision=fp8 (model/fp8.h),
  * else in the act dtype. i < 0: never in FP8 (generation records no maxima). */
+/* Whether x of the matmul `which` (its args q) is a cast form its producer wrote: hs (swiglu_forward_of) for down; the
+ * norm's output (rmsnorm_forward_of) for q|k|v and gate|up, unless sequence parallelism gathers that output first. */
+static int x_cast_by_producer(const Model *m, int which, const Fp8Matmul *q) {
+    if (!model_fp8_producer_casts(m, q)) return 0;
+    return which == FP8_W2 || ((which == FP8_QKV || which == FP8_W13) && !m->sp);
+}
+
 static void linear_forward(Model *m, int i, int which, void *out, const void *x, const void *w, int N, int IC, int OC, const void *add) {
     if (i < 0 || !m->part.fp8) { m->be->matmul_forward(out, x, w, N, IC, OC, add); return; }
     Fp8Matmul q;
     model_fp8_args(m, i, which, &q);
-    q.x_cast = which == FP8_W2 && model_fp8_producer_casts(m, &q);   /* x is hs: swiglu_forward_of cast it */
+    q.x_cast = x_cast_by_producer(m, which, &q);
     m->be->matmul_fp8_forward(out, x, w, N, IC, OC, add, &q);
 }
 static void linear_backward(Model *m, int i, int which, void *dx, float *dw, const void *dy, const void *x, const void *w, int N, int IC,
@@ -126,11 +133,23 @@ static void linear_backward(Model *m, int i, int which, void *dx, float *dw, con
     if (!m->part.fp8) { m->be->matmul_backward(dx, dw, dy, x, w, N, IC, OC); return; }
     Fp8Matmul q;
     model_fp8_args(m, i, which, &q);
-    q.x_cast = which == FP8_W2 && model_fp8_producer_casts(m, &q);
+    q.x_cast = x_cast_by_producer(m, which, &q);
     q.dout_cast = which == FP8_W13 && model_fp8_producer_casts(m, &q);   /* dy is dh13: swiglu_backward_of cast it */
     m->be->matmul_fp8_backward(dx, dw, dy, x, w, N, IC, OC, &q);
 }
 
+/* RMSNorm of local layer i before its matmul `which` (FP8_QKV or FP8_W13), forward: out (Ns,C) and rstd (Ns) from inp
+ * (Ns,C), or out the matmul's cast form where its producer casts (x_cast_by_producer); i < 0: generation, never. */
+static void rmsnorm_forward_of(Model *m, int i, int which, void *out, float *rstd, const void *inp, const void *w, int Ns) {
+    Fp8Matmul q;
+    if (i >= 0 && m->part.fp8) model_fp8_args(m, i, which, &q);
+    if (i < 0 || !m->part.fp8 || !x_cast_by_producer(m, which, &q)) {
+        m->be->rmsnorm_forward(out, rstd, inp, w, Ns, m->C, m->cfg.norm_eps);
+        return;
+    }
+    m->be->rmsnorm_forward_fp8(out, rstd, inp, w, Ns, m->C, m->cfg.norm_eps, &q);
+    m->fp8.producer_casts++;
+}
 /* SwiGLU of local layer i, forward: hs (N,F) from h13 (N,2F), straight into the down matmul's FP8 copies where
  * precision=fp8's producers cast (model_fp8_producer_casts); i < 0: generation, never. */
 static void swiglu_forward_of(Model *m, int i, void *hs, const void *h13, int N, int F) {
@@ -189,15 +208,15 @@ static void block_forward(Model *m, ActSlot *S, int i, int j, int B, int T, int 
     void *x;
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
-    be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
-    x = tp_all_tokens(m, L->ln1, N);                                   /* f: q|k|v are column-parallel */
     int f8 = cached ? -1 : i;   /* the FP8 layer, or none */
+    rmsnorm_forward_of(m, f8, FP8_QKV, L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns);   /* under fp8, maybe its FP8 copies */
+    x = tp_all_tokens(m, L->ln1, N);                                   /* f: q|k|v are column-parallel */
     linear_forward(m, f8, FP8_QKV, L->qkv, x, tensor_at(m, W, o->wqkv), N, C, QKV, NULL);
     be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, pos0);
     if (cached) be->attention_cached(L->att, m->kcache[i], m->vcache[i], L->qkv, B, T, pos0, m->T, NH, NKV, HD);
     else be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
     row_parallel_residual(m, f8, FP8_O, L->res_mid, L->att, tensor_at(m, W, o->wo), N, NH * HD, S->res[j]);
-    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns, C, c->norm_eps);
+    rmsnorm_forward_of(m, f8, FP8_W13, L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns);
     x = tp_all_tokens(m, L->ln2, N);                                   /* f: gate|up are column-parallel */
     linear_forward(m, f8, FP8_W13, L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F, NULL);
     swiglu_forward_of(m, f8, L->hs, L->h13, N, F);                    /* hs: under fp8, maybe its FP8 copies */
@@ -387,7 +406,7 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
 /* Bring back what the backward of layer j of the slot reads and the recompute mode dropped. */
 static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     const Backend *be = m->be;
-    int N = B * T, Ns = stream_tokens(m, N), C = m->C;
+    int N = B * T, Ns = stream_tokens(m, N);
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
     if (m->recompute == RECOMPUTE_FULL) block_forward(m, S, i, j, B, T, 0, 0, 1);
@@ -395,7 +414,7 @@ static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     UnitWeights W = unit_weights(m, layer_unit(m, i));
     /* not ln1: it shares ln2's buffer, and block_backward brings it back once the MLP is done with ln2 */
     be->attention_forward(L->att, L->lse, L->qkv, B, T, m->NH, m->NKV, m->HD);
-    be->rmsnorm_forward(L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns, C, m->cfg.norm_eps);
+    rmsnorm_forward_of(m, i, FP8_W13, L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns);
     swiglu_forward_of(m, i, L->hs, L->h13, N, m->F);
 }
 
@@ -427,7 +446,7 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD, c->rope_theta,       /* s2 = dqkv (N,QKV), before RoPE */
                            L->h13, model_attention_work_bytes(m, B, T));                           /* lent: h13 is dead since w13's gradient */
     if (L->ln1 == L->ln2)   /* recompute on: ln1 shares the buffer ln2 held until w13's gradient (model/layout.c) */
-        be->rmsnorm_forward(L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns, C, c->norm_eps);
+        rmsnorm_forward_of(m, i, FP8_QKV, L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns);
     x = tp_all_tokens(m, L->ln1, N);
     linear_backward(m, i, FP8_QKV, s1, grad_at(m, u, o->wqkv), s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);              /* s1 = dln1, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);

@@ -177,9 +177,10 @@ static void test_training(void) {
     trainer_free(&t8);
 }
 
-/* SwiGLU's producers (kernels/fp8.h) cast its output and its gradient themselves; on the CPU they emulate the same
- * copies, so a run with them equals one with LLM3D_FP8_FUSED=off (the matmuls cast) bit for bit, in every recompute
- * mode (selective and full run the forward SwiGLU again in the backward) — and the producers ran. */
+/* The producers (kernels/fp8.h) — RMSNorm before q|k|v and gate|up, SwiGLU before down and its backward before
+ * gate|up's — cast the matmul operands themselves; on the CPU they emulate the same copies, so a run with them equals
+ * one with LLM3D_FP8_FUSED=off (the matmuls cast) bit for bit, in every recompute mode (selective and full run the
+ * norms and SwiGLU again in the backward) — and the producers ran, as many times as the schedule says. */
 static void test_producers(void) {
     enum { STEPS = 6 };
     const char *mode[] = {"none", "selective", "full"};
@@ -199,9 +200,12 @@ static void test_producers(void) {
             trainer_free(&t);
         }
         int same = memcmp(loss[0], loss[1], sizeof loss[0]) == 0;
-        /* step 1 has no scales (plain SwiGLU); from step 2 a forward and a backward a layer, and the recompute's forward */
-        long want = (long)(STEPS - 1) * 2 * (2 + (r != RECOMPUTE_NONE));
-        printf("%s fp8 SwiGLU producers, recompute=%s: %ld calls (LLM3D_FP8_FUSED=off: %ld), losses %s\n", same && casts[0] == want ? "ok  " : "FAIL",
+        /* step 1 has no scales (plain kernels); from step 2, a layer: the forward's ln1, ln2 and SwiGLU and the backward's
+         * SwiGLU; with recompute also ln1 again before q|k|v's backward, and what the recompute runs (selective: ln2 and
+         * SwiGLU; full: the whole forward's three) */
+        long per_layer = 4 + (r == RECOMPUTE_SELECTIVE ? 1 + 2 : r == RECOMPUTE_FULL ? 1 + 3 : 0);
+        long want = (long)(STEPS - 1) * 2 * per_layer;
+        printf("%s fp8 producers (RMSNorm, SwiGLU), recompute=%s: %ld calls (LLM3D_FP8_FUSED=off: %ld), losses %s\n", same && casts[0] == want ? "ok  " : "FAIL",
                mode[r], casts[0], casts[1], same ? "equal bit for bit" : "differ");
         CHECK(casts[0] == want && casts[1] == 0, "recompute=%s: the producers ran %ld times (want %ld), %ld with LLM3D_FP8_FUSED=off",
               mode[r], casts[0], want, casts[1]);

@@ -221,7 +221,7 @@ static const char *cuda_fp8_unsupported(void) {
     .rmsnorm_forward = rmsnorm_forward_cuda, .rmsnorm_backward = rmsnorm_backward_cuda, \
     .matmul_forward = matmul_forward_cuda, .matmul_backward = matmul_backward_cuda, \
     .matmul_fp8_forward = matmul_fp8_forward_cuda, .matmul_fp8_backward = matmul_fp8_backward_cuda, \
-    .swiglu_forward_fp8 = swiglu_forward_fp8_cuda, .swiglu_backward_fp8 = swiglu_backward_fp8_cuda, .fp8_bytes = 1, \
+    .rmsnorm_forward_fp8 = rmsnorm_forward_fp8_cuda, .swiglu_forward_fp8 = swiglu_forward_fp8_cuda, .swiglu_backward_fp8 = swiglu_backward_fp8_cuda, .fp8_bytes = 1, \
     .fp8_unsupported = cuda_fp8_unsupported, \
     .rope_forward = rope_forward_cuda, .rope_backward = rope_backward_cuda, \
     .attention_forward = attention_forward_cuda, .attention_backward = attention_backward_cuda, \

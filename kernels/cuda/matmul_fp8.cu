@@ -16,6 +16,7 @@
  * scratch (Fp8Matmul.scratch), carved into 256-aligned views. */
 #include "common.cuh"
 #include "swiglu.cuh"
+#include "rmsnorm.cuh"
 #include <cuda_fp8.h>
 extern "C" {
 #include "../fp8.h"
@@ -24,10 +25,13 @@ extern "C" {
 }
 
 /* ---- the cast --------------------------------------------------------------------------------------- */
-#define CAST_ROWS 128   /* a block casts a 128 x 64 tile of x: 256 threads, each 4 rows x 8 columns */
+/* A block casts a (32 J) x 64 tile of x: 256 threads, each J rows x 8 columns. J trades the loads one thread keeps in
+ * flight against the registers that limit how many blocks an SM holds (CAST_J: the fastest on the H200, bench_cuda_ops). */
 #define CAST_COLS 64
 #define CAST_THREADS 256
-#define TILE_STRIDE (CAST_ROWS + 4)   /* bytes a row of the transposed tile: 33 words, so a warp's stores fall in 2-way banks at most */
+#ifndef CAST_J
+#define CAST_J 4
+#endif
 
 /* Where a cast's values come from: a source of H column blocks. The logical tensor is (R, K), K = H * Kh; src(v, r, c)
  * puts in v[h] (8) the values of row r, columns h * Kh + c .. + 7, as floats, each rounded to bf16 as the op that
@@ -96,27 +100,46 @@ struct FromSwigluBackward {
     }
 };
 
+/* rmsnorm(x) (N,C) with its rstd (N) already computed, as rmsnorm.cu stores it; C % 8 == 0, x and w 16-byte aligned */
+struct FromRmsnorm {
+    static constexpr int H = 1;
+    const __nv_bfloat16 *x, *w;
+    const float *rstd;
+    int N, C;
+    __device__ __forceinline__ void operator()(float (*v)[8], int r, int c) const {
+        if (r >= N || c >= C) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[0][i] = 0.0f;
+            return;
+        }
+        Vec<__nv_bfloat16, 8> a = vload<__nv_bfloat16, 8>(x + (size_t)r * C + c), b = vload<__nv_bfloat16, 8>(w + c);
+        float rs = rstd[r];
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[0][i] = bf16_round(rmsnorm_value(a.v[i], rs, b.v[i]));
+    }
+};
+
 /* x8 (R,K) = fp8(x * s) and/or xT8 (K,R) = its transpose, x the values src gives (K = Src::H * Kh); *amax = max(*amax,
- * max |x|). A block casts rows r0..r0+127 of columns k0..k0+63 of each of the H column blocks. The maxima travel as the
- * int bits of |x|: non-negative floats order as their bits, and a NaN's bits (sign cleared) are above inf's, so a NaN
- * is the max. s == 0 or no output: only the max. Outputs need Kh % 8 == 0 (x8), R % 4 == 0 (xT8). */
-template <typename Src>
+ * max |x|). A block casts rows r0..r0+32J-1 of columns k0..k0+63 of each of the H column blocks. The maxima travel as
+ * the int bits of |x|: non-negative floats order as their bits, and a NaN's bits (sign cleared) are above inf's, so a
+ * NaN is the max. s == 0 or no output: only the max. Outputs need Kh % 8 == 0 (x8), R % 4 == 0 (xT8). */
+template <typename Src, int J>
 __global__ void __launch_bounds__(CAST_THREADS) cast_fp8_kernel(uint8_t *x8 /* (R,K) or NULL */, uint8_t *xT8 /* (K,R) or NULL */,
                                                                 float *amax /* (1) */, Src src, int R, int Kh, float s,
                                                                 __nv_fp8_interpretation_t f) {
-    constexpr int H = Src::H;
-    __shared__ __align__(16) uint8_t tile[H][CAST_COLS][TILE_STRIDE];   /* tile[h][k][r]: block h's FP8 tile, transposed */
+    constexpr int H = Src::H, ROWS = 32 * J, STRIDE = ROWS + 4;   /* STRIDE: bytes a row of the transposed tile (2-way banks at most) */
+    __shared__ __align__(16) uint8_t tile[H][CAST_COLS][STRIDE];   /* tile[h][k][r]: block h's FP8 tile, transposed */
     __shared__ int warp_m[CAST_THREADS / 32];
-    int r0 = blockIdx.x * CAST_ROWS, k0 = blockIdx.y * CAST_COLS, K = H * Kh;
-    int c = 8 * (threadIdx.x % 8), rq = 4 * (threadIdx.x / 8);   /* this thread's columns c..c+7 and rows rq..rq+3 of the tile */
+    int r0 = blockIdx.x * ROWS, k0 = blockIdx.y * CAST_COLS, K = H * Kh;
+    int c = 8 * (threadIdx.x % 8), rq = J * (threadIdx.x / 8);   /* this thread's columns c..c+7 and rows rq..rq+J-1 of the tile */
     bool cast = s != 0.0f && (x8 || xT8);
     int m = 0;
-    uint32_t col[H][8] = {};   /* col[h][i]: the 4 FP8 bytes of rows rq..rq+3 at column c+i of block h, for the transposed tile */
-    float v[4][H][8];   /* every load first: the FP8 stores below may alias the source (bytes), so none would pass them */
+    uint32_t col[H][8] = {};   /* col[h][i]: the J FP8 bytes of rows rq.. at column c+i of block h, for the transposed tile */
+    float v[J][H][8];   /* every load first: the FP8 stores below may alias the source (bytes), so none would pass them */
 #pragma unroll
-    for (int j = 0; j < 4; j++) src(v[j], r0 + rq + j, k0 + c);
+    for (int j = 0; j < J; j++) src(v[j], r0 + rq + j, k0 + c);
 #pragma unroll
-    for (int j = 0; j < 4; j++) {
+    for (int j = 0; j < J; j++) {
         int r = r0 + rq + j;
 #pragma unroll
         for (int h = 0; h < H; h++) {
@@ -142,7 +165,12 @@ __global__ void __launch_bounds__(CAST_THREADS) cast_fp8_kernel(uint8_t *x8 /* (
 #pragma unroll
         for (int h = 0; h < H; h++)
 #pragma unroll
-            for (int i = 0; i < 8; i++) *reinterpret_cast<uint32_t *>(&tile[h][c + i][rq]) = col[h][i];
+            for (int i = 0; i < 8; i++) {
+                uint8_t *t = &tile[h][c + i][rq];
+                if (J == 4) *reinterpret_cast<uint32_t *>(t) = col[h][i];
+                else if (J == 2) *reinterpret_cast<uint16_t *>(t) = (uint16_t)col[h][i];
+                else *t = (uint8_t)col[h][i];
+            }
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -152,12 +180,12 @@ __global__ void __launch_bounds__(CAST_THREADS) cast_fp8_kernel(uint8_t *x8 /* (
         if (threadIdx.x == 0 && m > *(volatile int *)rec) atomicMax(rec, m);
     }
     if (!(xT8 && cast)) return;
-    /* the transposed tiles out: a warp writes 128 contiguous bytes of one row k of xT8 */
+    /* the transposed tiles out: 4 bytes a thread, ROWS contiguous bytes of one row k of xT8 from ROWS / 4 threads */
 #pragma unroll
     for (int h = 0; h < H; h++)
 #pragma unroll
-        for (int j = 0; j < CAST_ROWS * CAST_COLS / 4 / CAST_THREADS; j++) {
-            int w = threadIdx.x + j * CAST_THREADS, k = w / (CAST_ROWS / 4), r = 4 * (w % (CAST_ROWS / 4));
+        for (int j = 0; j < ROWS * CAST_COLS / 4 / CAST_THREADS; j++) {
+            int w = threadIdx.x + j * CAST_THREADS, k = w / (ROWS / 4), r = 4 * (w % (ROWS / 4));
             if (k0 + k < Kh && r0 + r < R)
                 *reinterpret_cast<uint32_t *>(xT8 + (size_t)(h * Kh + k0 + k) * R + r0 + r) = *reinterpret_cast<const uint32_t *>(&tile[h][k][r]);
         }
@@ -165,7 +193,7 @@ __global__ void __launch_bounds__(CAST_THREADS) cast_fp8_kernel(uint8_t *x8 /* (
 
 /* x8 (R,K) and/or xT8 (K,R) = fp8(x (R,K) * s) in format f, x what src gives, max |x| folded into *amax; s == 0 or both
  * NULL: the max only */
-template <typename Src>
+template <typename Src, int J = CAST_J>
 static void cast_fp8_from(Src src, uint8_t *x8, uint8_t *xT8, float *amax, int R, int K, float s, __nv_fp8_interpretation_t f) {
     if ((size_t)R * K == 0) return;
     if (s == 0.0f) x8 = xT8 = NULL;
@@ -173,8 +201,8 @@ static void cast_fp8_from(Src src, uint8_t *x8, uint8_t *xT8, float *amax, int R
     if (K % Src::H || (x8 && Kh % 8) || (xT8 && R % 4) || ceil_div(Kh, CAST_COLS) > 65535)
         die("internal: cast_fp8 of a (%d,%d) tensor in %d column blocks: FP8 copies need the blocks' width %% 8 == 0 (row-major), "
             "R %% 4 == 0 (transposed), K <= %d", R, K, Src::H, 65535 * CAST_COLS);
-    dim3 grid(ceil_div(R, CAST_ROWS), ceil_div(Kh, CAST_COLS));
-    cast_fp8_kernel<<<grid, CAST_THREADS, 0, cuda_stream>>>(x8, xT8, amax, src, R, Kh, s, f);
+    dim3 grid(ceil_div(R, 32 * J), ceil_div(Kh, CAST_COLS));
+    cast_fp8_kernel<Src, J><<<grid, CAST_THREADS, 0, cuda_stream>>>(x8, xT8, amax, src, R, Kh, s, f);
     launchCheck();
 }
 
@@ -262,12 +290,26 @@ extern "C" void matmul_fp8_backward_cuda(void *dinp, float *dweight, const void 
 }
 
 /* ---- the producers that cast (kernels/fp8.h) ------------------------------------------------------------ */
-static void need_producer(const char *op, const void *h13, int N, int F, const Fp8Matmul *q) {
+static void need_producer(const char *op, const void *in, int N, int F, const Fp8Matmul *q) {
     need_bf16(op);
     if (q->x_scale == 0 || q->w_scale == 0 || q->dout_scale == 0)
-        die("internal: %s with a scale of 0: the model runs the plain SwiGLU until every scale is set", op);
-    if (N % 16 || F % 16 || (uintptr_t)h13 % 16)
-        die("internal: %s with N=%d F=%d: FP8 producers need N and F multiples of 16 and h13 16-byte aligned", op, N, F);
+        die("internal: %s with a scale of 0: the model runs the plain op until every scale is set", op);
+    if (N % 16 || F % 16 || (uintptr_t)in % 16)
+        die("internal: %s with N=%d width=%d: FP8 producers need N and the width multiples of 16 and the input 16-byte aligned",
+            op, N, F);
+}
+
+/* out = the cast form of rmsnorm(inp) (N,C): E4M3 x8 (N,C) then xT8 (C,N); rstd (N) as rmsnorm_forward_cuda writes it.
+ * Two passes: the rows' rstd (rmsnorm.cu's reduction, so the values match its bits), then the cast, which reads inp
+ * again (mostly from L2) and writes both copies. */
+extern "C" void rmsnorm_forward_fp8_cuda(void *out, float *rstd, const void *inp, const void *weight, int N, int C, float eps,
+                                         const Fp8Matmul *q) {
+    need_producer("rmsnorm_forward_fp8", inp, N, C, q);
+    if ((uintptr_t)weight % 16) die("internal: rmsnorm_forward_fp8: weight not 16-byte aligned");
+    rmsnorm_rstd_cuda(rstd, inp, N, C, eps);
+    uint8_t *x8 = (uint8_t *)out, *xT8 = x8 + (size_t)N * C;
+    cast_fp8_from(FromRmsnorm{(const __nv_bfloat16 *)inp, (const __nv_bfloat16 *)weight, rstd, N, C}, x8, xT8, &q->amax[0], N, C,
+                  q->x_scale, __NV_E4M3);
 }
 
 /* hs = the cast form of swiglu(h13) (N,F): E4M3 hs8 (N,F) then hsT8 (F,N), one pass over h13 */

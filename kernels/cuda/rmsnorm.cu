@@ -8,11 +8,13 @@
  * channels the partials come out of the same pass that writes dinp, so the
  * backward reads dout and x from memory once (times in docs/performance.md). */
 #include "common.cuh"
+#include "rmsnorm.cuh"
 extern "C" {
 #include "../rmsnorm.h"
+#include "../../common/util.h"
 }
 
-/* out (N,C) = inp (N,C) * rstd (N) * weight (C) */
+/* out (N,C) = inp (N,C) * rstd (N) * weight (C); out NULL: rstd only */
 template <typename T, int P> __global__ void rmsnorm_forward_kernel(T *out, float *rstd, const T *inp, const T *weight,
                                                                     int N, int C, float eps) {
     int n = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -26,10 +28,10 @@ template <typename T, int P> __global__ void rmsnorm_forward_kernel(T *out, floa
     }
     ss = warp_sum(ss);
     float r = 1.0f / sqrtf(ss / C + eps);
-    for (int c = lane * P; c < C; c += 32 * P) {   /* the second read hits L1/L2 */
+    for (int c = lane * P; out && c < C; c += 32 * P) {   /* the second read hits L1/L2 */
         Vec<T, P> v = vload<T, P>(x + c), w = vload<T, P>(weight + c);
 #pragma unroll
-        for (int k = 0; k < P; k++) v.v[k] = (v.v[k] * r) * w.v[k];
+        for (int k = 0; k < P; k++) v.v[k] = rmsnorm_value(v.v[k], r, w.v[k]);
         vstore<T, P>(out + (size_t)n * C + c, v);
     }
     if (lane == 0) rstd[n] = r;
@@ -45,6 +47,16 @@ extern "C" void rmsnorm_forward_cuda(void *out, float *rstd, const void *inp, co
         else
             rmsnorm_forward_kernel<T, 1><<<ceil_div(N, 8), 256, 0, cuda_stream>>>((T *)out, rstd, (const T *)inp,
                                                                                 (const T *)weight, N, C, eps);
+    });
+    launchCheck();
+}
+
+void rmsnorm_rstd_cuda(float *rstd, const void *inp, int N, int C, float eps) {
+    if (N == 0) return;
+    ACT_SWITCH(T, {
+        constexpr int P = Pack16<T>::n;
+        if (!packable(C, sizeof(T), inp, inp, inp)) die("internal: rmsnorm_rstd_cuda needs C %% %d == 0 and inp 16-byte aligned", P);
+        rmsnorm_forward_kernel<T, P><<<ceil_div(N, 8), 256, 0, cuda_stream>>>(NULL, rstd, (const T *)inp, NULL, N, C, eps);
     });
     launchCheck();
 }
