@@ -159,7 +159,7 @@ static void test_matmul_fp8(int N, int IC, int OC) {
 /* ---- the producers that cast (kernels/fp8.h): SwiGLU into the FP8 copies of the down matmul's x and the gate|up
  * matmul's dout. Against the casts they replace, on the GPU, bit for bit: the copies themselves (form against the
  * scratch views the unfused matmul cast into), the products (the same cuBLASLt calls on the same bytes) and the amax
- * records; and against the CPU's emulated producers at the products' tolerance. ---- */
+ * records; and against the CPU's emulated producers at the products' tolerance. RMSNorm's into q|k|v's x below. ---- */
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 static void same_bytes(const char *what, const void *gpu_a, const void *gpu_b, size_t bytes, const char *shape) {
     uint8_t *a = mallocCheck(bytes), *b = mallocCheck(bytes);
@@ -263,6 +263,65 @@ static void test_swiglu_fp8(int N, int F, int C) {
     free(cdw2); free(cdw13); free(cscr);
 }
 
+/* RMSNorm's producer into the q|k|v (or gate|up) matmul's x (IC = C, OC): against the plain norm and the matmul's own
+ * casts on the GPU, bit for bit (the copies, rstd, the products, the amax records); against the CPU's emulated
+ * producer at the products' tolerance (the norm's sum runs in another order on the CPU, so a bf16 value may differ in
+ * its last bit and move an E4M3 rounding). */
+static void test_rmsnorm_fp8(int N, int C, int OC) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d OC=%d", N, C, OC);
+    size_t nc = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    const float eps = 1e-5f;
+    const Backend *emu = backend_cpu_emulated(DTYPE_BF16);
+    float *x = rand_act(nc, 2), *g = rand_act(C, 1), *w = rand_act(nw, 0.05f), *dy = rand_act(ny, 1e-3f);
+    float *ln = mallocCheck(nc * 4), *cform = mallocCheck(nc * 4), *crstd = mallocCheck(N * 4), *cout = mallocCheck(ny * 4);
+    float *cdx = mallocCheck(nc * 4), *cdw = calloc(nw, 4), camax[3] = {0};
+    void *cscr = mallocCheck(matmul_fp8_scratch_bytes(4, N, C, OC));
+    emu->rmsnorm_forward(ln, crstd, x, g, N, C, eps);
+    Fp8Matmul qc = {pow2_scale(ln, nc, FP8_E4M3_MAX), pow2_scale(w, nw, FP8_E4M3_MAX), pow2_scale(dy, ny, FP8_E5M2_MAX), camax, cscr, 0, 0};
+    emu->rmsnorm_forward_fp8(cform, crstd, x, g, N, C, eps, &qc);
+    qc.x_cast = 1;
+    emu->matmul_fp8_forward(cout, cform, w, N, C, OC, NULL, &qc);
+    emu->matmul_fp8_backward(cdx, cdw, dy, cform, w, N, C, OC, &qc);
+    /* the GPU's: k = 0 the plain norm and the matmul's casts, k = 1 the producer */
+    void *gx = up_act(x, nc), *gg = up_act(g, C), *gw = up_act(w, nw), *gdy = up_act(dy, ny);
+    char *gx8 = gpu->alloc(2 * nc, "t");   /* the casts' x8 (N,C) and xT8 (C,N), saved */
+    void *gln[2], *gscr[2], *gout[2], *gdx[2];
+    float *grstd[2], *gdw[2], *gamax[2], zero[3] = {0};
+    for (int k = 0; k < 2; k++) {
+        gln[k] = gpu->alloc(nc * 2, "t"); gscr[k] = gpu->alloc(matmul_fp8_scratch_bytes(1, N, C, OC), "t");
+        gout[k] = gpu->alloc(ny * 2, "t"); gdx[k] = gpu->alloc(nc * 2, "t"); grstd[k] = gpu->alloc(N * 4, "t");
+        gdw[k] = gpu->alloc(nw * 4, "t"); gpu->zero(gdw[k], nw * 4);
+        gamax[k] = up_f32(zero, 3);
+        Fp8Matmul a = qc;
+        a.amax = gamax[k]; a.scratch = gscr[k]; a.x_cast = k;
+        if (k == 0) gpu->rmsnorm_forward(gln[0], grstd[0], gx, gg, N, C, eps);
+        else gpu->rmsnorm_forward_fp8(gln[1], grstd[1], gx, gg, N, C, eps, &a);   /* gln[1] now holds the cast form */
+        gpu->matmul_fp8_forward(gout[k], gln[k], gw, N, C, OC, NULL, &a);
+        if (k == 0) gpu->copy(gx8, gscr[0], nc);   /* the cast's x8: the scratch's first view */
+        gpu->matmul_fp8_backward(gdx[k], gdw[k], gdy, gln[k], gw, N, C, OC, &a);
+        if (k == 0) gpu->copy(gx8 + nc, (char *)gscr[0] + 2 * align256(ny) + align256(nw), nc);   /* xT8: after dy8, dyT8, wT8 */
+    }
+    same_bytes("rmsnorm_forward_fp8 E4M3 (N,C) copy", gln[1], gx8, nc, shape);
+    same_bytes("rmsnorm_forward_fp8 E4M3 (C,N) copy", (char *)gln[1] + nc, gx8 + nc, nc, shape);
+    same_bytes("rmsnorm_forward_fp8 rstd", grstd[1], grstd[0], N * 4, shape);
+    same_bytes("fp8 qkv out, producer vs cast", gout[1], gout[0], ny * 2, shape);
+    same_bytes("fp8 qkv dinp, producer vs cast", gdx[1], gdx[0], nc * 2, shape);
+    same_bytes("fp8 qkv dW, producer vs cast", gdw[1], gdw[0], nw * 4, shape);
+    same_bytes("fp8 qkv amax records, producer vs cast", gamax[1], gamax[0], 3 * 4, shape);
+    float *h;
+    compare("rmsnorm_forward_fp8 rstd vs cpu", h = down_new(grstd[1], N, 1), crstd, N, 1e-5, shape); free(h);
+    compare("fp8 rmsnorm producer: out vs cpu", h = down_new(gout[1], ny, 0), cout, ny, tol_act, shape); free(h);
+    compare("fp8 rmsnorm producer: dinp vs cpu", h = down_new(gdx[1], nc, 0), cdx, nc, tol_act, shape); free(h);
+    compare("fp8 rmsnorm producer: dW vs cpu", h = down_new(gdw[1], nw, 1), cdw, nw, 5e-4, shape); free(h);
+    compare("fp8 rmsnorm producer: amax vs cpu", h = down_new(gamax[1], 3, 1), camax, 3, 1e-2, shape); free(h);
+    for (int k = 0; k < 2; k++) {
+        gpu->free(gln[k]); gpu->free(gscr[k]); gpu->free(gout[k]); gpu->free(gdx[k]); gpu->free(grstd[k]); gpu->free(gdw[k]); gpu->free(gamax[k]);
+    }
+    gpu->free(gx); gpu->free(gg); gpu->free(gw); gpu->free(gdy); gpu->free(gx8);
+    free(x); free(g); free(w); free(dy); free(ln); free(cform); free(crstd); free(cout); free(cdx); free(cdw); free(cscr);
+}
+
 /* fp8_unsupported: NULL from compute capability 8.9 (else a refusal naming it), a refusal with LLM3D_FP8=off; 1 when FP8 runs */
 static int fp8_runs(void) {
     int dev = 0, major = 0, minor = 0;
@@ -299,6 +358,8 @@ int main(void) {
         test_matmul_fp8(16, 16, 16);
         test_swiglu_fp8(256, 512, 128);
         test_swiglu_fp8(80, 48, 32);   /* tiles cut at the edges */
+        test_rmsnorm_fp8(256, 768, 2304);
+        test_rmsnorm_fp8(80, 48, 32);
     }
     return test_summary();
 }
