@@ -138,17 +138,22 @@ int main(int argc, char **argv) {
     BENCH("matmul_fwd down (tp>1: + add)", mm * F * C, 0, 0, g->matmul_forward(y, hf, w2, N, F, C, NULL));
     BENCH("matmul_fwd down + residual", mm * F * C, 0, L, g->matmul_forward(y, hf, w2, N, F, C, x));
     BENCH("matmul_bwd down", 2 * mm * F * C, 0, L, g->matmul_backward(dhf, dw, dx, hf, w2, N, F, C));
-    if (act == DTYPE_BF16 && !g->fp8_unsupported()) {   /* precision=fp8's block matmuls and SwiGLU's producers (not in the sum) */
+    if (act == DTYPE_BF16 && !g->fp8_unsupported()) {   /* precision=fp8's block matmuls and its producers (not in the sum) */
         printf("-- precision=fp8 (x%d each; not in the step below)\n", L);
         float *amax = g->alloc(3 * 4, "amax");
         void *scr = g->alloc(matmul_fp8_scratch_bytes(1, N, C, 2 * F), "fp8 scratch"), *form = g->alloc((size_t)N * F * es, "hs cast form");
+        void *nform = g->alloc((size_t)N * C * es, "norm cast form");
         Fp8Matmul q = {1.0f / 64, 1.0f, 1.0f / 64, amax, scr, 0, 0}, qx = q, qd = q;
         qx.x_cast = 1; qd.dout_cast = 1;
+        BENCH("rmsnorm_forward_fp8", 0, 2.0 * N * C * es + 2.0 * N * C, 0, g->rmsnorm_forward_fp8(nform, rstd, x, lnw, N, C, 1e-5f, &q));
         BENCH("fp8 matmul_fwd qkv", mm * C * QKV, 0, 0, g->matmul_fp8_forward(qkv, x, wqkv, N, C, QKV, NULL, &q));
+        BENCH("fp8 matmul_fwd qkv, x cast", mm * C * QKV, 0, 0, g->matmul_fp8_forward(qkv, nform, wqkv, N, C, QKV, NULL, &qx));
         BENCH("fp8 matmul_bwd qkv", 2 * mm * C * QKV, 0, 0, g->matmul_fp8_backward(dx, dw, dqkv, x, wqkv, N, C, QKV, &q));
+        BENCH("fp8 matmul_bwd qkv, x cast", 2 * mm * C * QKV, 0, 0, g->matmul_fp8_backward(dx, dw, dqkv, nform, wqkv, N, C, QKV, &qx));
         BENCH("fp8 matmul_fwd o + residual", mm * C * C, 0, 0, g->matmul_fp8_forward(y, att, wo, N, C, C, x, &q));
         BENCH("fp8 matmul_bwd o", 2 * mm * C * C, 0, 0, g->matmul_fp8_backward(datt, dw, dx, att, wo, N, C, C, &q));
         BENCH("fp8 matmul_fwd gate|up", mm * C * 2 * F, 0, 0, g->matmul_fp8_forward(h13, x, w13, N, C, 2 * F, NULL, &q));
+        BENCH("fp8 matmul_fwd gate|up, x cast", mm * C * 2 * F, 0, 0, g->matmul_fp8_forward(h13, nform, w13, N, C, 2 * F, NULL, &qx));
         BENCH("fp8 matmul_bwd gate|up", 2 * mm * C * 2 * F, 0, 0, g->matmul_fp8_backward(dx, dw, dh13, x, w13, N, C, 2 * F, &q));
         BENCH("fp8 matmul_bwd gate|up, dout cast", 2 * mm * C * 2 * F, 0, 0, g->matmul_fp8_backward(dx, dw, dh13, x, w13, N, C, 2 * F, &qd));
         BENCH("fp8 matmul_fwd down + residual", mm * F * C, 0, 0, g->matmul_fp8_forward(y, hf, w2, N, F, C, x, &q));
@@ -157,7 +162,7 @@ int main(int argc, char **argv) {
         BENCH("fp8 matmul_bwd down, x cast", 2 * mm * F * C, 0, 0, g->matmul_fp8_backward(dhf, dw, dx, form, w2, N, F, C, &qx));
         BENCH("swiglu_forward_fp8", 0, 3.0 * N * F * es / 2 + 2.0 * N * F, 0, g->swiglu_forward_fp8(form, h13, N, F, &q));
         BENCH("swiglu_backward_fp8", 0, 3.0 * N * F * es + 4.0 * N * F, 0, g->swiglu_backward_fp8(dhf, h13, N, F, &q));
-        g->free(amax); g->free(scr); g->free(form);
+        g->free(amax); g->free(scr); g->free(form); g->free(nform);
     }
     printf("-- once per step\n");
     BENCH("embedding_forward", 0, 2.0 * N * C * es, 1, g->embedding_forward(x, ids, wte, N, C, 0, V));
