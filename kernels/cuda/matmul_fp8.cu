@@ -26,11 +26,13 @@ extern "C" {
 
 /* ---- the cast --------------------------------------------------------------------------------------- */
 /* A block casts a (32 J) x 64 tile of x: 256 threads, each J rows x 8 columns. J trades the loads one thread keeps in
- * flight against the registers that limit how many blocks an SM holds (CAST_J: the fastest on the H200, bench_cuda_ops). */
+ * flight against the registers that limit how many blocks an SM holds. CAST_J 1 is the fastest on the H200 (2026-12-05,
+ * N = 16384, F = 2048: the SwiGLU backward producer 0.103 ms at J = 1, 0.108 at 2, 0.146 at 4 — 45, ~60, 98 registers;
+ * the forward 0.104 / 0.105 / 0.113; plain casts within 10% either way). */
 #define CAST_COLS 64
 #define CAST_THREADS 256
 #ifndef CAST_J
-#define CAST_J 4
+#define CAST_J 1
 #endif
 
 /* Where a cast's values come from: a source of H column blocks. The logical tensor is (R, K), K = H * Kh; src(v, r, c)
