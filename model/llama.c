@@ -111,9 +111,6 @@ static void *tp_sum_tokens(Model *m, void *partial, int N) {
     return m->gathered;
 }
 
-/* A block matmul of local layer i (which: FP8_QKV .. FP8_W2) through the
- * backend: in FP8 with the layer's scales under precision=fp8 (model/fp8.h),
- * else in the act dtype. i < 0: never in FP8 (generation records no maxima). */
 /* Whether x of the matmul `which` (its args q) is a cast form its producer wrote: hs (swiglu_forward_of) for down; the
  * norm's output (rmsnorm_forward_of) for q|k|v and gate|up, unless sequence parallelism gathers that output first. */
 static int x_cast_by_producer(const Model *m, int which, const Fp8Matmul *q) {
@@ -121,6 +118,9 @@ static int x_cast_by_producer(const Model *m, int which, const Fp8Matmul *q) {
     return which == FP8_W2 || ((which == FP8_QKV || which == FP8_W13) && !m->sp);
 }
 
+/* A block matmul of local layer i (which: FP8_QKV .. FP8_W2) through the
+ * backend: in FP8 with the layer's scales under precision=fp8 (model/fp8.h),
+ * else in the act dtype. i < 0: never in FP8 (generation records no maxima). */
 static void linear_forward(Model *m, int i, int which, void *out, const void *x, const void *w, int N, int IC, int OC, const void *add) {
     if (i < 0 || !m->part.fp8) { m->be->matmul_forward(out, x, w, N, IC, OC, add); return; }
     Fp8Matmul q;
