@@ -131,6 +131,12 @@ static void build_layout(Model *m) {
  *    of embed, head_forward or model_logits' / model_decode's head, and none
  *    of those runs a block: they lie over the recompute buffers. lnf is one
  *    buffer for every slot for the same reason.
+ *  - precision=fp8's scratch (the FP8 copies of one block matmul's operands)
+ *    is written and read only inside one call on one block (a matmul, or a
+ *    producer and the matmul after it in the same block_backward), so it lies
+ *    after the recompute buffers, which such a call also uses, and under the
+ *    head buffers: at l124m's widths the logits' chunk covers it, and fp8
+ *    takes no more activation memory than bf16 (the amax record aside).
  *  - ln1 and ln2 (recompute on): the forward reads ln1 only in the qkv matmul,
  *    before ln2 is written; the backward reads ln2 (w13's gradient) before it
  *    needs ln1, which block_backward then brings back into the same buffer.
@@ -169,6 +175,15 @@ static size_t layout_activations(Model *m, char *base) {
         sh->res_mid = TAKE(Ns * m->C * a);
         sh->h13 = TAKE(N * 2 * m->F * a);
     }
+    if (m->part.fp8) {   /* the FP8 copies of the widest block matmul's operands: after the recompute buffers, under the head's */
+        size_t widest = 0;
+        const int ic[FP8_MATMULS] = {m->C, m->NH * m->HD, m->C, m->F}, oc[FP8_MATMULS] = {m->QKV, m->C, 2 * m->F, m->C};
+        for (int k = 0; k < FP8_MATMULS; k++) {
+            size_t b = matmul_fp8_scratch_bytes(m->be->fp8_bytes, (int)N, ic[k], oc[k]);
+            if (b > widest) widest = b;
+        }
+        m->fp8.scratch = TAKE(widest);
+    }
     size_t region_end = at;
     at = region;
     void *lnf = head ? TAKE(Ns * m->C * a) : NULL;
@@ -205,16 +220,7 @@ static size_t layout_activations(Model *m, char *base) {
     m->tmp = m->scratch1;
     m->scratch2 = (sel || full) && m->QKV <= m->F ? sh->hs : TAKE(N * m->QKV * a);
     m->gathered = m->sp ? TAKE(N * m->C * a) : NULL;
-    if (m->part.fp8) {   /* the record, and the FP8 copies of the widest block matmul's operands */
-        size_t widest = 0;
-        const int ic[FP8_MATMULS] = {m->C, m->NH * m->HD, m->C, m->F}, oc[FP8_MATMULS] = {m->QKV, m->C, 2 * m->F, m->C};
-        for (int k = 0; k < FP8_MATMULS; k++) {
-            size_t b = matmul_fp8_scratch_bytes(m->be->fp8_bytes, (int)N, ic[k], oc[k]);
-            if (b > widest) widest = b;
-        }
-        m->fp8.amax = TAKE((size_t)m->n_local_layers * FP8_MATMULS * FP8_ROLES * 4);
-        m->fp8.scratch = TAKE(widest);
-    }
+    if (m->part.fp8) m->fp8.amax = TAKE((size_t)m->n_local_layers * FP8_MATMULS * FP8_ROLES * 4);   /* the record: lives a step */
 #undef TAKE
     return at;
 }

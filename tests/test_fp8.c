@@ -10,6 +10,8 @@
  *     yet stay close), every block tensor gets a scale, a NaN step is skipped
  *     and adds no history, and scales pushed past the data's range are
  *     counted as saturated tensors without an inf anywhere.
+ *   - the memory plan on cuda: fp8's FP8 scratch lies under the head's
+ *     buffers, so l124m's fp8 takes what bf16 takes, the amax record aside;
  *   - a checkpoint whose FP8 history holds a NaN or has the wrong shape is
  *     refused at resume, naming the file and the entry; on cuda, FP8 sizes
  *     that are not multiples of 16 are refused at start-up, naming the key.
@@ -18,6 +20,7 @@
 #include "../common/util.h"
 #include "../train/trainer.h"
 #include "../checkpoint/format.h"
+#include "../train/memory.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,6 +275,61 @@ static void test_damaged_history(int shape) {
     if (system(a2) != 0) printf("note: could not remove %s\n", run);
 }
 
+/* The plan on cuda (nothing allocated): the FP8 copies of one matmul's operands live only inside one block call, so
+ * they lie under the head's buffers (the logits' chunk) after the recompute buffers (model/layout.c). Without
+ * recompute, where the head's buffers are the larger (l124m), fp8's activations are bf16's plus the amax record; never
+ * more than bf16's plus the scratch and the record; the scratch overlaps the logits, never a recompute buffer. */
+static void test_plan(void) {
+    const char *presets[2] = {"l124m", "l350m"};
+    const char *mode[3] = {"none", "selective", "full"};
+    char err[256];
+    Comm comm;
+    comm_init_one(&comm);
+    for (int k = 0; k < 2; k++)
+        for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
+            Config c;
+            config_defaults(&c);
+            config_set(&c, "preset", presets[k], err, sizeof err);
+            c.device = DEVICE_CUDA;
+            ModelConfig mc;
+            model_config_from(&mc, &c, 32000);
+            MemoryPlan p[2];
+            size_t scratch = 0;
+            int under_head = 0, clear_of_recompute = 1;
+            for (int f = 0; f < 2; f++) {
+                c.precision = f ? PRECISION_FP8 : PRECISION_BF16;
+                Backend gpu = memory_plan_backend(&c);
+                p[f] = memory_plan(&c, &mc, &gpu, &comm, NULL, r, OPTIMIZER_ADAMW, COMPUTE_WEIGHTS_KEEP, 16);
+                if (!f) continue;
+                Model m;   /* the same plan's layout, to see where the scratch lies */
+                ModelPart q = model_part_whole(&mc);
+                q.fp8 = 1;
+                model_plan(&m, &mc, &gpu, &comm, &q, 16, c.seq_len, r);
+                size_t N = 16 * (size_t)c.seq_len;
+                scratch = matmul_fp8_scratch_bytes(1, (int)N, m.C, 2 * m.F);   /* gate|up's: the widest here */
+                /* model_plan carves views from base NULL: the pointers are offsets */
+                size_t s0 = (size_t)m.fp8.scratch, l0 = (size_t)m.logits, l1 = l0 + (size_t)m.head_chunk * m.V * 2;
+                under_head = s0 < l1 && l0 < s0 + scratch;
+                const LayerActs *sh = &m.shared;
+                const void *rec[] = {sh->ln1, sh->att, sh->hs, sh->qkv, sh->res_mid, sh->h13};
+                for (size_t i = 0; i < sizeof rec / sizeof rec[0]; i++)
+                    if (rec[i]) clear_of_recompute &= (size_t)rec[i] < s0;   /* every recompute buffer starts before it */
+                model_plan_free(&m);
+            }
+            long extra = (long)(p[1].activations - p[0].activations);
+            long record = ((long)c.n_layers * FP8_MATMULS * FP8_ROLES * 4 + 255) / 256 * 256;
+            printf("%s plan on cuda, recompute=%s: activations bf16 %.1f MiB, fp8 %+ld bytes (its FP8 scratch %.1f MiB)\n", presets[k], mode[r],
+                   p[0].activations / 1048576.0, extra, scratch / 1048576.0);
+            CHECK(under_head && clear_of_recompute, "%s recompute=%s: the FP8 scratch lies under the logits, after the recompute buffers",
+                  presets[k], mode[r]);
+            CHECK(extra >= record && extra <= record + ((long)scratch + 255) / 256 * 256,
+                  "%s recompute=%s: fp8 adds %ld bytes of activations, at most its scratch's %zu and the record's %ld", presets[k], mode[r],
+                  extra, scratch, record);
+            if (k == 0 && r == RECOMPUTE_NONE)
+                CHECK(extra == record, "l124m: fp8's activations are bf16's plus the amax record's %ld bytes (%+ld)", record, extra);
+        }
+}
+
 /* On cuda, FP8 matrices whose sizes are not multiples of 16 are refused before anything runs, naming the size */
 static void test_sizes_refused(void) {
     char out[1 << 14];
@@ -292,6 +350,7 @@ int main(void) {
     test_round(FP8_E5M2, "E5M2");
     test_scale_rule();
     test_matmul();
+    test_plan();
     snprintf(shard, sizeof shard, "/tmp/llm3d_test_fp8_%d.bin", (int)getpid());
     enum { N = 20000 };
     uint32_t *tok = mallocCheck(N * 4);
