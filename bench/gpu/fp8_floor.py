@@ -12,19 +12,11 @@
 # operands K-contiguous, as kernels/cuda/matmul_fp8.cu calls them: dgrad takes
 # weight^T, wgrad x^T and dout^T, so those are transposed once, outside the timing.
 import json, torch
+from cuda_time import median_ms   # bench/gpu/cuda_time.py
 
 CFGS = {"l124m": dict(d=768, L=12, nh=12, nkv=4, ffn=2048), "l350m": dict(d=1024, L=24, nh=16, nkv=4, ffn=2816)}
 N = 16 * 1024
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
-
-def median_ms(fn, reps=15):
-    for _ in range(3): fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-        s.record(); fn(); e.record(); torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[reps // 2]
 
 def fp8_mm(a, b_t, out_dtype):   # a (M,K) row-major, b_t (N,K) row-major: a @ b_t.t()
     one = torch.ones((), device="cuda")

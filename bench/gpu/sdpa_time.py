@@ -12,17 +12,9 @@
 # 4*B*NH*T*T*HD/2, backward 2.5x that). One JSON line per T.
 import json, sys, torch, torch.nn.functional as F
 from torch.nn.attention import sdpa_kernel, SDPBackend
+from cuda_time import median_ms   # bench/gpu/cuda_time.py
 
 NH, NKV, HD = 12, 4, 64
-
-def median_ms(fn, reps=15):
-    for _ in range(3): fn()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
-        s.record(); fn(); e.record(); torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return sorted(times)[reps // 2]
 
 for T in [int(a) for a in sys.argv[1:]] or [1024, 2048, 4096, 8192, 16384, 32768]:
     B = 1 if T >= 16384 else 16384 // T
