@@ -135,8 +135,9 @@ static void build_layout(Model *m) {
  *    is written and read only inside one call on one block (a matmul, or a
  *    producer and the matmul after it in the same block_backward), so it lies
  *    after the recompute buffers, which such a call also uses, and under the
- *    head buffers: at l124m's widths the logits' chunk covers it, and fp8
- *    takes no more activation memory than bf16 (the amax record aside).
+ *    head buffers: without recompute at l124m's widths the logits' chunk
+ *    covers it, and fp8 takes bf16's activation memory plus the amax record;
+ *    with recompute the recompute buffers already reach past the head's.
  *  - ln1 and ln2 (recompute on): the forward reads ln1 only in the qkv matmul,
  *    before ln2 is written; the backward reads ln2 (w13's gradient) before it
  *    needs ln1, which block_backward then brings back into the same buffer.

@@ -11,7 +11,8 @@
  *     and adds no history, and scales pushed past the data's range are
  *     counted as saturated tensors without an inf anywhere.
  *   - the memory plan on cuda: fp8's FP8 scratch lies under the head's
- *     buffers, so l124m's fp8 takes what bf16 takes, the amax record aside;
+ *     buffers, so l124m's fp8 without recompute takes what bf16 takes, the
+ *     amax record aside;
  *   - a checkpoint whose FP8 history holds a NaN or has the wrong shape is
  *     refused at resume, naming the file and the entry; on cuda, FP8 sizes
  *     that are not multiples of 16 are refused at start-up, naming the key.
