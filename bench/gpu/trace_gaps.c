@@ -11,7 +11,9 @@
  * or copy ran (the union of their intervals), and the idle rest — launch gaps,
  * host synchronisation, anything the GPU waited for. The report covers the
  * last LLM3D_TRACE_LAST steps (default 10: the timed ones of bench_train) and
- * names the largest gaps by the kernels on either side. Nothing in llm3d
+ * names the largest gaps by the kernels on either side, then where the busy
+ * time goes: each kernel name's GPU time a step (LLM3D_TRACE_TOP rows,
+ * default 30), timed inside the real step rather than alone. Nothing in llm3d
  * changes; the records cost the program a little time, so read the spans
  * beside an untraced run.
  *
@@ -75,6 +77,34 @@ static int by_value(const void *a, const void *b) {
 static const char *short_name(const char *n) { return n ? n : "(copy/fill)"; }
 
 typedef struct { double us; size_t after; } Gap;   /* idle time before spans[after + 1] */
+typedef struct { const char *name; double us; int count; } Busy;   /* one kernel name's time over the reported steps */
+static int by_busy(const void *a, const void *b) {
+    double x = ((const Busy *)a)->us, y = ((const Busy *)b)->us;
+    return x > y ? -1 : x < y;
+}
+
+/* The GPU time of each kernel name in spans (a, b], largest first, per step. */
+static void report_busy(size_t a, size_t b, int steps) {
+    int top = getenv("LLM3D_TRACE_TOP") ? atoi(getenv("LLM3D_TRACE_TOP")) : 30, n = 0;
+    Busy *busy = calloc(b - a, sizeof(Busy));
+    double total = 0;
+    for (size_t i = a + 1; i <= b; i++) {
+        const char *name = short_name(spans[i].name);
+        int k = 0;
+        while (k < n && strcmp(busy[k].name, name)) k++;
+        if (k == n) busy[n++].name = name;
+        busy[k].us += (spans[i].end - spans[i].start) / 1e3;
+        busy[k].count++;
+        total += (spans[i].end - spans[i].start) / 1e3;
+    }
+    qsort(busy, n, sizeof(Busy), by_busy);
+    printf("trace_gaps: busy %.3f ms a step in %d kernel names; the largest:\n", total / steps / 1e3, n);
+    for (int k = 0; k < n && k < top; k++)
+        printf("trace_gaps: busy %8.3f ms %5.1f%% %5.0f/step %8.1f us each  %.90s\n", busy[k].us / steps / 1e3,
+               100 * busy[k].us / total, (double)busy[k].count / steps, busy[k].us / busy[k].count, busy[k].name);
+    free(busy);
+}
+   /* idle time before spans[after + 1] */
 
 static void report(void) {
     cuptiActivityFlushAll(1);
@@ -131,6 +161,7 @@ static void report(void) {
     for (int k = 0; k < 8 && top[k].us > 0; k++)
         printf("trace_gaps: gap %.1f us after %.60s, before %.60s\n", top[k].us, short_name(spans[top[k].after].name),
                short_name(spans[top[k].after + 1].name));
+    report_busy(marks[first], marks[n_marks - 1], steps);
     fflush(stdout);
 }
 
