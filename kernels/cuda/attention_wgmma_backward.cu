@@ -24,7 +24,9 @@ __device__ __forceinline__ void rope_back_rows(float d[32], const int pos[2], co
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int i = nt * 8 + 2 * t + e, a = 4 * nt + 2 * r + e, b = a + 16;
-                float angle = (float)pos[r] * fr.f[i], c = cosf(angle), s = -sinf(angle);
+                float angle = (float)pos[r] * fr.f[i], c, s;
+                sincosf(angle, &s, &c);   /* one range reduction for both: the bits of cosf and sinf, ~10% of the dq kernel */
+                s = -s;
                 float x1 = d[a], x2 = d[b];
                 d[a] = x1 * c - x2 * s;
                 d[b] = x2 * c + x1 * s;
@@ -61,8 +63,9 @@ template <typename T> __device__ __forceinline__ void store_dq(T *dqkv, float dq
 
 /* a score tile's ds = p * (dp - D) * scale, p = 2^(s*scale*log2 e - L), L = lse * log2 e: masked where the query is
  * before the key or past T; packs p (when pp, the dk/dv kernel's P^T @ dout) and ds as A operands. COLS: the dk/dv
- * kernel's transposed tile (rows keys r0.., columns queries c0..; L and D per column, indexed in shared memory);
- * else the dq kernel's (rows queries r0.., columns keys c0..; L and D of this thread's two rows) */
+ * kernel's transposed tile (rows keys r0.., columns queries c0..; lse (base e, scaled here: no pass and barrier over
+ * the staged values) and D per column, indexed in shared memory); else the dq kernel's (rows queries r0.., columns
+ * keys c0..; L and D of this thread's two rows) */
 template <typename T, bool COLS> __device__ __forceinline__ void probs_and_grads(float s[32], float dp[32], uint32_t (*pp)[4],
                                                                                  uint32_t ds[4][4], const float *L, const float *D,
                                                                                  int r0, int c0, int T_, float sl2, float scale, bool mask) {
@@ -71,7 +74,7 @@ template <typename T, bool COLS> __device__ __forceinline__ void probs_and_grads
     for (int i = 0; i < 32; i++) {
         int rl = w * 16 + g + (i % 4 / 2) * 8, cl = i / 4 * 8 + 2 * t + (i & 1);   /* row, column within the tile */
         int q = COLS ? c0 + cl : r0 + rl, k = COLS ? r0 + rl : c0 + cl;
-        float Li = COLS ? L[cl] : L[i % 4 / 2], Di = COLS ? D[cl] : D[i % 4 / 2];
+        float Li = COLS ? L[cl] * LOG2E : L[i % 4 / 2], Di = COLS ? D[cl] : D[i % 4 / 2];
         float p = ex2(fmaf(s[i], sl2, -Li));
         if (mask && (k > q || q >= T_)) p = 0.0f;
         s[i] = p;
@@ -219,107 +222,111 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_reco
 #endif
 }
 
-/* dk, dv parts of dqkv: block = 64 keys of one (b, kv head); every head of the group, query tiles from the diagonal,
- * streamed as one sequence of (head, query tile) items; grid (B*NKV, key tiles), the first (longest) key tile first.
- * Each item's dS tile goes to the workspace dS for the dq kernel through shared memory and one bulk copy (stored
- * straight from the registers, 4 bytes a thread across 8 rows, the kernel took 193 us a slice under Nsight Compute
- * against 164 us this way, 2026-12-03).
+/* dk, dv parts of dqkv: a block takes 64 keys of one (b, kv head), key tile kt, and when `paired` then the 64 keys of
+ * tile nkt-1-kt: the causal mask gives tile kt nkt-kt query tiles and its partner kt+1, so every block does the same
+ * nkt+1, and a grid of more blocks than the SMs hold at once ends without a tail (one tile a block, longest first,
+ * left a sixth of the SMs idle at the end: Nsight Compute, H100, 2026-12-05); a smaller grid keeps one tile a block,
+ * which spreads it over more SMs. For each key tile: every head of the group, query tiles from the diagonal, streamed
+ * as one sequence of (head, query tile) items; grid (B*NKV, paired ? (nkt+1)/2 : nkt). Each item's dS tile goes to the workspace dS for
+ * the dq kernel through shared memory and one bulk copy (stored straight from the registers, 4 bytes a thread across
+ * 8 rows, the kernel took 193 us a slice under Nsight Compute against 164 us this way, 2026-12-03).
  * Shared: k, v, then q, dout of stages 0..2 (with each item's lse and Dsum), then two dS buffers. */
 template <typename T, bool STORE> __global__ void __launch_bounds__(128) wg_backward_dkv_kernel(T *dqkv, uint8_t *dS, const T *dout, const T *qkv,
                                                                                     const float *lse, const float *Dsum, int T_, int NH,
-                                                                                    int NKV, int ntri, float scale, const RopeFreq fr) {
+                                                                                    int NKV, int ntri, float scale, const RopeFreq fr,
+                                                                                    int paired) {
 #if WG_ON
     WG_TILES;
-    __shared__ float LD[WG_STAGES][2][WG_BN];   /* [stage][lse * log2 e, Dsum][query] */
+    __shared__ float LD[WG_STAGES][2][WG_BN];   /* [stage][lse, Dsum][query] */
     uint32_t sK = tiles_base(smraw), sV = sK + WG_TILE, sQD = sV + WG_TILE;   /* stage st: q at sQD + 2*st*WG_TILE, dout after */
     uint8_t *stg = smraw + (2 + 2 * WG_STAGES) * WG_TILE;   /* item i's dS tile waits in stg + i%2 * WG_TILE for its bulk copy */
-    int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV;
-    int k0 = blockIdx.y * WG_BN;
+    int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV, nkt = (T_ + WG_BN - 1) / WG_BN;
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD, OS = (size_t)NH * WG_HD;
     const T *base = qkv + (size_t)b * T_ * QKV;
     float sl2 = scale * LOG2E;
-    int nq = (T_ - k0 + WG_BN - 1) / WG_BN, items = G * nq;   /* query tiles q0 = k0, k0+64, ... of each head */
-    /* item i: head kvh*G + i/nq, queries q0 = k0 + (i%nq)*64 .. +63, with their lse and Dsum */
-    auto load_item = [&](int i) {
-        if (i < items) {
-            int h = kvh * G + i / nq, q0 = k0 + i % nq * WG_BN, st = i % WG_STAGES;
-            uint32_t sq = sQD + st * 2 * WG_TILE;
-            load_tile_sw<T>(sq, base + h * WG_HD, q0, WG_BN, T_, QKV);
-            load_tile_sw<T>(sq + WG_TILE, dout + (size_t)b * T_ * OS + h * WG_HD, q0, WG_BN, T_, OS);
-            int which = threadIdx.x / WG_BN, c = threadIdx.x % WG_BN;   /* 128 threads: lse and Dsum of 64 queries */
-            const float *src = (which ? Dsum : lse) + ((size_t)b * NH + h) * T_;
-            cp_async4(&LD[st][which][c], src + (q0 + c < T_ ? q0 + c : 0), q0 + c < T_);
+    for (int pass = 0; pass < 2; pass++) {
+        int kt = pass ? nkt - 1 - blockIdx.y : blockIdx.y, k0 = kt * WG_BN;
+        if (pass) {
+            if (!paired || kt == (int)blockIdx.y) break;   /* odd nkt: the middle tile has no partner */
+            __syncthreads();   /* the first tile's products and bulk copies are done in every thread: its buffers are free */
         }
-        cp_commit();
-    };
-    load_tile_sw<T>(sK, base + (NH + kvh) * WG_HD, k0, WG_BN, T_, QKV);
-    load_tile_sw<T>(sV, base + (NH + NKV + kvh) * WG_HD, k0, WG_BN, T_, QKV);
-    load_item(0);
-    load_item(1);
-    cp_wait<1>();
-    __syncthreads();
-    for (int c = threadIdx.x; c < WG_BN; c += blockDim.x) LD[0][0][c] *= LOG2E;   /* lse in base 2 */
-    fence_to_async();
-    __syncthreads();
-    float s[32], dp[32], dk[32] = {}, dv[32] = {};   /* s, dp transposed: rows are keys, columns queries */
-    uint32_t pa[4][4], da[4][4], pn[4][4], dn[4][4];
-    scores_and_dp<T>(s, dp, sK, sQD, sV, sQD + WG_TILE);   /* s = k q^T, dp = v dout^T: item 0 */
-    probs_and_grads<T, true>(s, dp, pa, da, LD[0][0], LD[0][1], k0, k0, T_, sl2, scale, true);
-    if (STORE) stage_ds_tile(stg, da);
-    for (int i = 0; i < items; i++) {
-        bool more = i + 1 < items;
-        int st = i % WG_STAGES, st1 = (i + 1) % WG_STAGES;
-        if (STORE && threadIdx.x == 0) bulk_wait_read();   /* item i-1's copy (issued an iteration ago) has read its buffer ... */
-        __syncthreads();                          /* ... which item i+1's dS takes below; item i's is staged in every thread */
-        if (STORE && threadIdx.x == 0)
-            bulk_store(dS + ds_slot(b, kvh * G + i / nq, NH, blockIdx.y + i % nq, blockIdx.y, ntri) * WG_TILE, smem_addr(stg + i % 2 * WG_TILE),
-                       WG_TILE);
-        load_item(i + 2);
+        int nq = nkt - kt, items = G * nq;   /* query tiles q0 = k0, k0+64, ... of each head */
+        /* item i: head kvh*G + i/nq, queries q0 = k0 + (i%nq)*64 .. +63, with their lse and Dsum */
+        auto load_item = [&](int i) {
+            if (i < items) {
+                int h = kvh * G + i / nq, q0 = k0 + i % nq * WG_BN, st = i % WG_STAGES;
+                uint32_t sq = sQD + st * 2 * WG_TILE;
+                load_tile_sw<T>(sq, base + h * WG_HD, q0, WG_BN, T_, QKV);
+                load_tile_sw<T>(sq + WG_TILE, dout + (size_t)b * T_ * OS + h * WG_HD, q0, WG_BN, T_, OS);
+                int which = threadIdx.x / WG_BN, c = threadIdx.x % WG_BN;   /* 128 threads: lse and Dsum of 64 queries */
+                const float *src = (which ? Dsum : lse) + ((size_t)b * NH + h) * T_;
+                cp_async4(&LD[st][which][c], src + (q0 + c < T_ ? q0 + c : 0), q0 + c < T_);
+            }
+            cp_commit();
+        };
+        load_tile_sw<T>(sK, base + (NH + kvh) * WG_HD, k0, WG_BN, T_, QKV);
+        load_tile_sw<T>(sV, base + (NH + NKV + kvh) * WG_HD, k0, WG_BN, T_, QKV);
+        load_item(0);
+        load_item(1);
         cp_wait<1>();
-        __syncthreads();
-        if (more)
-            for (int c = threadIdx.x; c < WG_BN; c += blockDim.x) LD[st1][0][c] *= LOG2E;
         fence_to_async();
         __syncthreads();
-        uint32_t sQ = sQD + st * 2 * WG_TILE, sQ1 = more ? sQD + st1 * 2 * WG_TILE : sQ;   /* last: item i again, unused */
-        wg_fence();
-        wg_rows_times_rows<T>(s, sK, sQ1);
-        wg_rows_times_rows<T>(dp, sV, sQ1 + WG_TILE);
-        wg_commit();
-        wg_regs_times_tile<T>(dv, pa, sQ + WG_TILE);   /* dv += P^T @ dout */
-        wg_regs_times_tile<T>(dk, da, sQ);             /* dk += dS^T @ q, both running while item i+1's are computed */
-        wg_commit();
-        wg_wait<1>();
-        wg_keep(s);
-        wg_keep(dp);
-        if (more) {
-            int q0 = k0 + (i + 1) % nq * WG_BN;
-            probs_and_grads<T, true>(s, dp, pn, dn, LD[st1][0], LD[st1][1], k0, q0, T_, sl2, scale, q0 == k0 || q0 + WG_BN > T_);
-            if (STORE) stage_ds_tile(stg + (i + 1) % 2 * WG_TILE, dn);   /* for the dq kernel */
+        float s[32], dp[32], dk[32] = {}, dv[32] = {};   /* s, dp transposed: rows are keys, columns queries */
+        uint32_t pa[4][4], da[4][4], pn[4][4], dn[4][4];
+        scores_and_dp<T>(s, dp, sK, sQD, sV, sQD + WG_TILE);   /* s = k q^T, dp = v dout^T: item 0 */
+        probs_and_grads<T, true>(s, dp, pa, da, LD[0][0], LD[0][1], k0, k0, T_, sl2, scale, true);
+        if (STORE) stage_ds_tile(stg, da);
+        for (int i = 0; i < items; i++) {
+            bool more = i + 1 < items;
+            int st = i % WG_STAGES, st1 = (i + 1) % WG_STAGES;
+            if (STORE && threadIdx.x == 0) bulk_wait_read();   /* item i-1's copy (issued an iteration ago) has read its buffer ... */
+            __syncthreads();                          /* ... which item i+1's dS takes below; item i's is staged in every thread */
+            if (STORE && threadIdx.x == 0)
+                bulk_store(dS + ds_slot(b, kvh * G + i / nq, NH, kt + i % nq, kt, ntri) * WG_TILE, smem_addr(stg + i % 2 * WG_TILE), WG_TILE);
+            load_item(i + 2);
+            cp_wait<1>();   /* item i+1 has landed ... */
+            fence_to_async();
+            __syncthreads();   /* ... in every thread */
+            uint32_t sQ = sQD + st * 2 * WG_TILE, sQ1 = more ? sQD + st1 * 2 * WG_TILE : sQ;   /* last: item i again, unused */
+            wg_fence();
+            wg_rows_times_rows<T>(s, sK, sQ1);
+            wg_rows_times_rows<T>(dp, sV, sQ1 + WG_TILE);
+            wg_commit();
+            wg_regs_times_tile<T>(dv, pa, sQ + WG_TILE);   /* dv += P^T @ dout */
+            wg_regs_times_tile<T>(dk, da, sQ);             /* dk += dS^T @ q, both running while item i+1's are computed */
+            wg_commit();
+            wg_wait<1>();
+            wg_keep(s);
+            wg_keep(dp);
+            if (more) {
+                int q0 = k0 + (i + 1) % nq * WG_BN;
+                probs_and_grads<T, true>(s, dp, pn, dn, LD[st1][0], LD[st1][1], k0, q0, T_, sl2, scale, q0 == k0 || q0 + WG_BN > T_);
+                if (STORE) stage_ds_tile(stg + (i + 1) % 2 * WG_TILE, dn);   /* for the dq kernel */
+            }
+            wg_wait<0>();
+            wg_keep(dv);
+            wg_keep(dk);
+            wg_keep(pa);
+            wg_keep(da);
+            if (more) {
+#pragma unroll
+                for (int e = 0; e < 16; e++) pa[e / 4][e % 4] = pn[e / 4][e % 4], da[e / 4][e % 4] = dn[e / 4][e % 4];
+            }
         }
-        wg_wait<0>();
-        wg_keep(dv);
-        wg_keep(dk);
-        wg_keep(pa);
-        wg_keep(da);
-        if (more) {
+        if (STORE && threadIdx.x == 0) bulk_wait();   /* the last dS tile is in global memory, and no copy reads shared memory any more */
+        int pos[2] = {k0 + w * 16 + g, k0 + w * 16 + g + 8};
+        if (fr.on) rope_back_rows(dk, pos, fr);
 #pragma unroll
-            for (int e = 0; e < 16; e++) pa[e / 4][e % 4] = pn[e / 4][e % 4], da[e / 4][e % 4] = dn[e / 4][e % 4];
-        }
-    }
-    if (STORE && threadIdx.x == 0) bulk_wait();   /* the last dS tile is in global memory, and no copy reads shared memory any more */
-    int pos[2] = {k0 + w * 16 + g, k0 + w * 16 + g + 8};
-    if (fr.on) rope_back_rows(dk, pos, fr);
+        for (int r = 0; r < 2; r++) {
+            int key = k0 + w * 16 + g + 8 * r;
+            if (key >= T_) continue;
+            T *yk = dqkv + ((size_t)b * T_ + key) * QKV + (NH + kvh) * WG_HD, *yv = yk + (size_t)NKV * WG_HD;
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int key = k0 + w * 16 + g + 8 * r;
-        if (key >= T_) continue;
-        T *yk = dqkv + ((size_t)b * T_ + key) * QKV + (NH + kvh) * WG_HD, *yv = yk + (size_t)NKV * WG_HD;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            *reinterpret_cast<uint32_t *>(yk + nt * 8 + 2 * t) = pack2<T>(dk[4 * nt + 2 * r], dk[4 * nt + 2 * r + 1]);
-            *reinterpret_cast<uint32_t *>(yv + nt * 8 + 2 * t) = pack2<T>(dv[4 * nt + 2 * r], dv[4 * nt + 2 * r + 1]);
+            for (int nt = 0; nt < 8; nt++) {
+                *reinterpret_cast<uint32_t *>(yk + nt * 8 + 2 * t) = pack2<T>(dk[4 * nt + 2 * r], dk[4 * nt + 2 * r + 1]);
+                *reinterpret_cast<uint32_t *>(yv + nt * 8 + 2 * t) = pack2<T>(dv[4 * nt + 2 * r], dv[4 * nt + 2 * r + 1]);
+            }
         }
     }
 #endif
@@ -331,18 +338,28 @@ template <typename T, bool STORE> __global__ void __launch_bounds__(128) wg_back
  * or with LLM3D_ATTENTION=recompute, the dq kernel computes S, P and dP again from q, k, v, dout and lse (two more
  * products a tile) and nothing quadratic is kept: the stored tiles' traffic, T^2, costs more than the products.
  * Stored dS tiles take at most cuda_attention_ds_cap bytes at once (ATTENTION_DS_CAP; the op test lowers it to check
- * that slices give the same bits): a larger batch runs both kernels on slices of it. Two slices keep the dk/dv
- * kernel's first wave full at l124m and l350m (B = 16: eight sequences x 4 kv heads of key tile 0, the longest
- * blocks, start together); three would leave SMs idle behind those blocks. They lie in the caller's lent scratch
+ * that slices give the same bits): a larger batch runs both kernels on slices of it. At l124m and l350m (B = 16)
+ * a slice is eight sequences: 8 x 4 kv heads x 8 pairs of key tiles = 256 equal dk/dv blocks, one wave on a
+ * 132-SM H100 or H200 (the whole batch at once, 512, would be 1.9 waves). They lie in the caller's lent scratch
  * when it holds them (the model's h13: l124m and l350m at B = 16), else in our own. */
 extern "C" {
 size_t cuda_attention_ds_cap = ATTENTION_DS_CAP;
+int cuda_attention_pairing = -1;
+long cuda_attention_paired_launches = 0;
 }
 
 /* 1 when the backward stores dS tiles for T: T is at most ATTENTION_DS_MAX_T, one sequence's fit in
  * cuda_attention_ds_cap and LLM3D_ATTENTION=recompute is not set */
 extern "C" int attention_wgmma_backward_stores(int T_, int NH) {
     return !cuda_attention_recompute && attention_ds_bytes(1, T_, NH, WG_HD, cuda_attention_ds_cap) > 0;
+}
+
+/* 1: the dk/dv kernel pairs key tiles kt and nkt-1-kt in one block, when one tile a block would be more blocks than the
+ * SMs hold at once (two a SM: registers and shared memory), or cuda_attention_pairing says so */
+static int pair_key_tiles(int groups, int nkt) {
+    int on = cuda_attention_pairing >= 0 ? cuda_attention_pairing : nkt > 1 && (long)groups * nkt > 2L * (cuda_num_sms > 0 ? cuda_num_sms : 1);
+    cuda_attention_paired_launches += on;
+    return on;
 }
 
 template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dsum, int B, int T_, int NH,
@@ -354,8 +371,9 @@ template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv,
     size_t smem_kv = (size_t)(2 + 2 * WG_STAGES) * WG_TILE;   /* k, v, 3 x (q, dout); the dq kernels' q, dout, 3 x (k, v) too */
     if (!attention_wgmma_backward_stores(T_, NH)) {   /* linear in T: the dq kernel computes dS again */
         auto *dkv = wg_backward_dkv_kernel<T, false>;
-        WG_LAUNCH(dkv, dim3(B * NKV, nt), smem_kv, dqkv, nullptr, dout, qkv, lse, Dsum, T_, NH, NKV, ntri,
-                  scale, fr);
+        int paired = pair_key_tiles(B * NKV, nt);
+        WG_LAUNCH(dkv, dim3(B * NKV, paired ? (nt + 1) / 2 : nt), smem_kv, dqkv, nullptr, dout, qkv, lse, Dsum, T_, NH, NKV, ntri,
+                  scale, fr, paired);
         WG_LAUNCH(wg_backward_dq_recompute_kernel<T>, dim3(B * NH, nt), smem_kv, dqkv, dout, qkv, lse, Dsum, T_, NH, NKV, scale, fr);
         return;
     }
@@ -366,8 +384,9 @@ template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv,
         int n = B - b0 < seqs ? B - b0 : seqs;
         size_t x = (size_t)b0 * T_ * QKV, y = (size_t)b0 * T_ * NH * WG_HD, l = (size_t)b0 * NH * T_;
         auto *dkv = wg_backward_dkv_kernel<T, true>;
-        WG_LAUNCH(dkv, dim3(n * NKV, nt), smem_kv + 2 * WG_TILE /* 2 dS */, dqkv + x, dS, dout + y, qkv + x,
-                  lse + l, Dsum + l, T_, NH, NKV, ntri, scale, fr);
+        int paired = pair_key_tiles(n * NKV, nt);
+        WG_LAUNCH(dkv, dim3(n * NKV, paired ? (nt + 1) / 2 : nt), smem_kv + 2 * WG_TILE /* 2 dS */, dqkv + x, dS, dout + y, qkv + x,
+                  lse + l, Dsum + l, T_, NH, NKV, ntri, scale, fr, paired);
         WG_LAUNCH(wg_backward_dq_kernel<T>, dim3(n * NH, nt), (size_t)2 * WG_STAGES * WG_TILE, dqkv + x, qkv + x, dS, T_, NH, NKV, ntri, fr);
     }
 }

@@ -187,17 +187,29 @@ static void test_attention(const char *path, AttF *fwd, AttB *bwd, int B, int T,
         compare("attention_bwd wgmma recompute", h, dqkv, nq, tol, shape);
     }
     {   /* deterministic: a second backward gives the same bits (no atomics on any path); wgmma's runs one sequence a
-         * slice of its dS tiles the second time, in its own scratch (nothing lent), which must not change a bit either */
+         * slice of its dS tiles the second time, in its own scratch (nothing lent), and its dk/dv kernel both with key
+         * tiles paired in a block and one a block (a test shape's grid is too small to pair them by itself), which must
+         * not change a bit either */
         size_t bytes = nq * dtype_size(act);
         void *again = gpu->alloc(bytes, "t");
         char *a = mallocCheck(bytes), *b = mallocCheck(bytes);
         poison(again, bytes);
+        int hopper = !strcmp(path, "wgmma") && act != DTYPE_FP32 && HD == 64 && T > 64;   /* two key tiles or more */
+        long paired = cuda_attention_paired_launches;
         if (wgmma) {
+            cuda_attention_pairing = 0;
             bwd(gdqkv, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, work, all);   /* the default cap's result again */
             cuda_attention_ds_cap = one_seq;
         }
+        if (hopper) cuda_attention_pairing = 1;
         bwd(again, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, NULL, 0);
         cuda_attention_ds_cap = cap;
+        cuda_attention_pairing = -1;
+        if (hopper) {
+            int ran = cuda_attention_paired_launches > paired;
+            printf("%s %-5s attention_bwd wgmma ran its dk/dv kernel with key tiles paired %s\n", ran ? "ok  " : "FAIL", dtype_name(act), shape);
+            CHECK(ran, "%s attention_bwd wgmma %s: the paired dk/dv launch never ran", dtype_name(act), shape);
+        }
         gpu->download(a, gdqkv, bytes);
         gpu->download(b, again, bytes);
         int same = memcmp(a, b, bytes) == 0;
