@@ -7,7 +7,7 @@
  * computed on the host with the very expression of the CPU file (glibc powf;
  * the device powf may differ by a few ulp, which at pos ~ 1000 moves the
  * angle by ~1e-4) and passed by value in the launch; angle = pos * inv_freq
- * and cosf/sinf (no fast-math) run on the device. The backward is the same
+ * and sincosf (no fast-math: cosf's and sinf's bits) run on the device. The backward is the same
  * rotation by -angle. */
 #include "common.cuh"
 #include <math.h>
@@ -35,9 +35,9 @@ template <typename T, int P> __global__ void rope_kernel(T *qkv, int BT, int T_,
     float c[P], s[P];
 #pragma unroll
     for (int k = 0; k < P; k++) {
-        float angle = (float)(pos0 + t) * inv.f[i0 + k];
-        c[k] = cosf(angle);
-        s[k] = sign * sinf(angle);
+        float angle = (float)(pos0 + t) * inv.f[i0 + k], sn;
+        sincosf(angle, &sn, &c[k]);   /* one range reduction for both, the bits of cosf and sinf */
+        s[k] = sign * sn;
     }
     T *row = qkv + bt * (size_t)(NH + 2 * NKV) * HD;
     int h1 = min((int)(blockIdx.y + 1) * ROPE_HEADS, NH + NKV);
