@@ -227,9 +227,9 @@ template <typename T> __global__ void __launch_bounds__(128) wg_backward_dq_reco
  * nkt+1, and a grid of more blocks than the SMs hold at once ends without a tail (one tile a block, longest first,
  * left a sixth of the SMs idle at the end: Nsight Compute, H100, 2026-12-05); a smaller grid keeps one tile a block,
  * which spreads it over more SMs. For each key tile: every head of the group, query tiles from the diagonal, streamed
- * as one sequence of (head, query tile) items; grid (B*NKV, paired ? (nkt+1)/2 : nkt). Each item's dS tile goes to the workspace dS for
- * the dq kernel through shared memory and one bulk copy (stored straight from the registers, 4 bytes a thread across
- * 8 rows, the kernel took 193 us a slice under Nsight Compute against 164 us this way, 2026-12-03).
+ * as one sequence of (head, query tile) items; grid (B*NKV, dkv_grid_y(paired, nkt)). Each item's dS tile goes to the
+ * workspace dS for the dq kernel through shared memory and one bulk copy (stored straight from the registers, 4 bytes
+ * a thread across 8 rows, the kernel took 193 us a slice under Nsight Compute against 164 us this way, 2026-12-03).
  * Shared: k, v, then q, dout of stages 0..2 (with each item's lse and Dsum), then two dS buffers. */
 template <typename T, bool STORE> __global__ void __launch_bounds__(128) wg_backward_dkv_kernel(T *dqkv, uint8_t *dS, const T *dout, const T *qkv,
                                                                                     const float *lse, const float *Dsum, int T_, int NH,
@@ -357,10 +357,13 @@ extern "C" int attention_wgmma_backward_stores(int T_, int NH) {
 /* 1: the dk/dv kernel pairs key tiles kt and nkt-1-kt in one block, when one tile a block would be more blocks than the
  * SMs hold at once (two a SM: registers and shared memory), or cuda_attention_pairing says so */
 static int pair_key_tiles(int groups, int nkt) {
-    int on = cuda_attention_pairing >= 0 ? cuda_attention_pairing : nkt > 1 && (long)groups * nkt > 2L * (cuda_num_sms > 0 ? cuda_num_sms : 1);
+    int wave = 2 * (cuda_num_sms > 0 ? cuda_num_sms : 1);
+    int on = cuda_attention_pairing >= 0 ? cuda_attention_pairing : nkt > 1 && (long)groups * nkt > wave;
     cuda_attention_paired_launches += on;
     return on;
 }
+/* the dk/dv grid's y: pairs of key tiles (the middle one alone when nkt is odd), or key tiles */
+static int dkv_grid_y(int paired, int nkt) { return paired ? (nkt + 1) / 2 : nkt; }
 
 template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv, const float *lse, const float *Dsum, int B, int T_, int NH,
                                            int NKV, float scale, const RopeFreq &fr, void *work, size_t work_bytes) {
@@ -372,7 +375,7 @@ template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv,
     if (!attention_wgmma_backward_stores(T_, NH)) {   /* linear in T: the dq kernel computes dS again */
         auto *dkv = wg_backward_dkv_kernel<T, false>;
         int paired = pair_key_tiles(B * NKV, nt);
-        WG_LAUNCH(dkv, dim3(B * NKV, paired ? (nt + 1) / 2 : nt), smem_kv, dqkv, nullptr, dout, qkv, lse, Dsum, T_, NH, NKV, ntri,
+        WG_LAUNCH(dkv, dim3(B * NKV, dkv_grid_y(paired, nt)), smem_kv, dqkv, nullptr, dout, qkv, lse, Dsum, T_, NH, NKV, ntri,
                   scale, fr, paired);
         WG_LAUNCH(wg_backward_dq_recompute_kernel<T>, dim3(B * NH, nt), smem_kv, dqkv, dout, qkv, lse, Dsum, T_, NH, NKV, scale, fr);
         return;
@@ -385,7 +388,7 @@ template <typename T> static void backward(T *dqkv, const T *dout, const T *qkv,
         size_t x = (size_t)b0 * T_ * QKV, y = (size_t)b0 * T_ * NH * WG_HD, l = (size_t)b0 * NH * T_;
         auto *dkv = wg_backward_dkv_kernel<T, true>;
         int paired = pair_key_tiles(n * NKV, nt);
-        WG_LAUNCH(dkv, dim3(n * NKV, paired ? (nt + 1) / 2 : nt), smem_kv + 2 * WG_TILE /* 2 dS */, dqkv + x, dS, dout + y, qkv + x,
+        WG_LAUNCH(dkv, dim3(n * NKV, dkv_grid_y(paired, nt)), smem_kv + 2 * WG_TILE /* 2 dS */, dqkv + x, dS, dout + y, qkv + x,
                   lse + l, Dsum + l, T_, NH, NKV, ntri, scale, fr, paired);
         WG_LAUNCH(wg_backward_dq_kernel<T>, dim3(n * NH, nt), (size_t)2 * WG_STAGES * WG_TILE, dqkv + x, qkv + x, dS, T_, NH, NKV, ntri, fr);
     }

@@ -7,8 +7,8 @@
  * computed on the host with the very expression of the CPU file (glibc powf;
  * the device powf may differ by a few ulp, which at pos ~ 1000 moves the
  * angle by ~1e-4) and passed by value in the launch; angle = pos * inv_freq
- * and sincosf (no fast-math: cosf's and sinf's bits) run on the device. The backward is the same
- * rotation by -angle. */
+ * and sincosf (no fast-math: the bits of cosf and sinf) run on the device.
+ * The backward is the same rotation by -angle. */
 #include "common.cuh"
 #include <math.h>
 extern "C" {
