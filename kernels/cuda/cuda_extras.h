@@ -16,6 +16,8 @@ extern int cuda_attention_recompute; /* 1: the wgmma backward computes dS again 
 int attention_wgmma_backward_stores(int T, int NH); /* 1: the wgmma backward stores dS tiles at this T (else computes them again) */
 extern size_t cuda_attention_ds_cap; /* bytes of dS tiles the wgmma backward stores at once (kernels/attention.h) */
 extern int cuda_attention_pairing;   /* the wgmma dk/dv kernel pairs key tiles kt, nkt-1-kt a block: -1 when the grid passes a wave, 0 never, 1 always */
+extern int cuda_cross_entropy_staged;   /* the one-part loss-and-gradient kernel reads its row from a copy in shared memory: 1 (default), 0 never */
+extern long cuda_cross_entropy_staged_launches; /* launches that did (the op test's proof the path ran) */
 extern long cuda_attention_paired_launches; /* dk/dv launches that paired them (the op test's proof the path ran) */
 int attention_wgmma_available(void); /* 1 when this binary has sm_90a code and the GPU runs it */
 #ifdef __cplusplus

@@ -310,6 +310,31 @@ static void test_cross_entropy(int N, int V, int parts) {
             compare("cross_entropy_loss, no stats: loss", h, loss, N, 1e-5, shape);
             down_act(h, gz2, nb);
             compare("cross_entropy_loss, no stats: dlogits", h, zc, nb, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
+            /* the row staged in shared memory (the default where it fits and packs) and read from global memory
+             * twice must give the same bits; where it fits, the staged launch must have run */
+            long staged = cuda_cross_entropy_staged_launches;
+            size_t bytes = nb * dtype_size(act);
+            char *a = mallocCheck(bytes + N * 4), *b = mallocCheck(bytes + N * 4);
+            gpu->free(gz2);
+            gz2 = up_act(z, nb);
+            gpu->cross_entropy_loss(gl, gz2, NULL, 1, gy, N, Vb, 0, V, dloss, -100);
+            gpu->download(a, gz2, bytes);
+            gpu->download(a + bytes, gl, N * 4);
+            int fits = V * dtype_size(act) <= 72 * 1024 && V % (16 / dtype_size(act)) == 0, ran = cuda_cross_entropy_staged_launches > staged;
+            CHECK(ran == fits, "cross_entropy_loss %s %s: the staged kernel %s", dtype_name(act), shape, fits ? "never ran" : "ran on a row it does not fit");
+            cuda_cross_entropy_staged = 0;
+            gpu->free(gz2);
+            gz2 = up_act(z, nb);
+            gpu->cross_entropy_loss(gl, gz2, NULL, 1, gy, N, Vb, 0, V, dloss, -100);
+            cuda_cross_entropy_staged = 1;
+            gpu->download(b, gz2, bytes);
+            gpu->download(b + bytes, gl, N * 4);
+            int same = memcmp(a, b, bytes + N * 4) == 0;
+            printf("%s %-5s cross_entropy_loss staged (%s) and unstaged: %s %s\n", same ? "ok  " : "FAIL", dtype_name(act),
+                   ran ? "ran" : "row too long or unpacked", same ? "same bits" : "bits differ", shape);
+            CHECK(same, "cross_entropy_loss %s %s: staged and unstaged rows give different bits", dtype_name(act), shape);
+            free(a);
+            free(b);
             gpu->free(gz2);
             gz2 = up_act(z, nb);
             poison(gl, N * 4);
