@@ -11,12 +11,12 @@
  * into shared memory (cp.async, every load in flight at once) and reads both
  * passes there, so the logits come from DRAM once, not twice: at l124m's V,
  * 8 rows an SM are 69 MB in flight, more than L2 keeps for the reread (H100,
- * 2026-12-06: 140 us a chunk of 2048 rows, 110 staged, the same bits). A row is
- * 256 threads, so 8 rows share an SM (3 staged) and one's reductions overlap
- * the others' loads; the kernel is bound by instruction issue (Nsight Compute: 84% of the
- * SM's issue slots with 1024 threads a row and expf), so the exponentials are
- * __expf: ex2.approx of the multi-function unit, a few ulp (measured times in
- * docs/performance.md). No probability tensor exists. */
+ * 2026-12-06: 140 us a chunk of 2048 rows, 110 staged, the same bits). A
+ * row is 256 threads, so 8 rows share an SM (3 staged) and one's reductions
+ * overlap the others' loads; the kernel is bound by instruction issue (Nsight
+ * Compute: 84% of the SM's issue slots with 1024 threads a row and expf), so
+ * the exponentials are __expf: ex2.approx of the multi-function unit, a few
+ * ulp (measured times in docs/performance.md). No probability tensor exists. */
 #include "common.cuh"
 #include "tensor_core.cuh"
 #include "cuda_extras.h"
@@ -28,9 +28,6 @@ extern "C" {
 int cuda_cross_entropy_staged = 1;
 long cuda_cross_entropy_staged_launches = 0;
 }
-
-/* the longest row the loss kernel stages in shared memory: three blocks an SM (V = 36,864 in bf16) */
-#define CE_STAGED_MAX (72 * 1024)
 
 #ifndef CE_THREADS
 #define CE_THREADS 256   /* threads per row (a block): 8 blocks an SM overlap one row's reductions with others' loads */
@@ -136,19 +133,17 @@ extern "C" void cross_entropy_loss_cuda(float *losses, void *logits, const float
     if (N == 0) return;
     ACT_SWITCH(T, {
         constexpr int P = Pack16<T>::n;
-        size_t row = (size_t)V * sizeof(T);
-        if (cuda_cross_entropy_staged && !stats && dloss != 0 && row <= CE_STAGED_MAX && packable(V, sizeof(T), logits)) {
+        bool packs = packable(V, sizeof(T), logits);
+        size_t row = (size_t)V * sizeof(T), smem = 0;   /* smem: the staged row's bytes, or none */
+        auto *k = packs ? cross_entropy_loss_kernel<T, P, false> : cross_entropy_loss_kernel<T, 1, false>;
+        if (cuda_cross_entropy_staged && !stats && dloss != 0 && row <= CUDA_CROSS_ENTROPY_STAGED_MAX && packs) {
             static size_t raised = 0;
-            auto *k = cross_entropy_loss_kernel<T, P, true>;
+            k = cross_entropy_loss_kernel<T, P, true>;
+            smem = row;
             if (raised < row) { cudaCheck(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)row)); raised = row; }
-            k<<<N, CE_THREADS, row, cuda_stream>>>(losses, (T *)logits, stats, n_parts, targets, N, V, v0, v_valid, dloss, ignore_index);
             cuda_cross_entropy_staged_launches++;
-        } else if (packable(V, sizeof(T), logits))
-            cross_entropy_loss_kernel<T, P, false><<<N, CE_THREADS, 0, cuda_stream>>>(losses, (T *)logits, stats, n_parts, targets, N, V,
-                                                                                   v0, v_valid, dloss, ignore_index);
-        else
-            cross_entropy_loss_kernel<T, 1, false><<<N, CE_THREADS, 0, cuda_stream>>>(losses, (T *)logits, stats, n_parts, targets, N, V,
-                                                                                   v0, v_valid, dloss, ignore_index);
+        }
+        k<<<N, CE_THREADS, smem, cuda_stream>>>(losses, (T *)logits, stats, n_parts, targets, N, V, v0, v_valid, dloss, ignore_index);
     });
     launchCheck();
 }

@@ -320,7 +320,7 @@ static void test_cross_entropy(int N, int V, int parts) {
             gpu->cross_entropy_loss(gl, gz2, NULL, 1, gy, N, Vb, 0, V, dloss, -100);
             gpu->download(a, gz2, bytes);
             gpu->download(a + bytes, gl, N * 4);
-            int fits = V * dtype_size(act) <= 72 * 1024 && V % (16 / dtype_size(act)) == 0, ran = cuda_cross_entropy_staged_launches > staged;
+            int fits = V * dtype_size(act) <= CUDA_CROSS_ENTROPY_STAGED_MAX && V % (16 / dtype_size(act)) == 0, ran = cuda_cross_entropy_staged_launches > staged;
             CHECK(ran == fits, "cross_entropy_loss %s %s: the staged kernel %s", dtype_name(act), shape, fits ? "never ran" : "ran on a row it does not fit");
             cuda_cross_entropy_staged = 0;
             gpu->free(gz2);
