@@ -107,16 +107,18 @@ static void emu_rmsnorm_forward(void *out, float *rstd, const void *inp, const v
     rmsnorm_forward_cpu(out, rstd, inp, w, N, C, eps);
     round_to(out, (size_t)N * C);
 }
-static void emu_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, const float *rstd, int N, int C) {
-    rmsnorm_backward_cpu(dinp, dw, dout, inp, w, rstd, N, C);
+static void emu_rmsnorm_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, const float *rstd, int N, int C,
+                                 int accumulate) {
+    rmsnorm_backward_cpu(dinp, dw, dout, inp, w, rstd, N, C, accumulate);
     round_to(dinp, (size_t)N * C);
 }
 static void emu_matmul_forward(void *out, const void *inp, const void *w, int N, int IC, int OC, const void *add) {
     matmul_forward_cpu(out, inp, w, N, IC, OC, add);
     round_to(out, (size_t)N * OC);
 }
-static void emu_matmul_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC) {
-    matmul_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC);
+static void emu_matmul_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC,
+                                int accumulate) {
+    matmul_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC, accumulate);
     if (dinp) round_to(dinp, (size_t)N * IC);
 }
 static void emu_matmul_fp8_forward(void *out, const void *inp, const void *w, int N, int IC, int OC, const void *add, const Fp8Matmul *q) {
@@ -124,8 +126,8 @@ static void emu_matmul_fp8_forward(void *out, const void *inp, const void *w, in
     round_to(out, (size_t)N * OC);
 }
 static void emu_matmul_fp8_backward(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC,
-                                    const Fp8Matmul *q) {
-    matmul_fp8_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC, q);
+                                    int accumulate, const Fp8Matmul *q) {
+    matmul_fp8_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC, accumulate, q);
     if (dinp) round_to(dinp, (size_t)N * IC);
 }
 static void emu_rope_forward(void *qkv, int B, int T, int NH, int NKV, int HD, float theta, int pos0) {

@@ -57,13 +57,14 @@ typedef struct {
 } Fp8Matmul;
 
 /* forward:  out (N,OC) = q(x) @ q(weight)^T (+ add), in the act dtype
- * backward: dinp (N,IC) = q(dout) @ q(weight) (skipped when NULL); dweight (OC,IC) += q(dout)^T @ q(x), fp32
+ * backward: dinp (N,IC) = q(dout) @ q(weight) (skipped when NULL); dweight (OC,IC) = q(dout)^T @ q(x), fp32, or += it
+ *           when accumulate (kernels/matmul.h)
  * where q(t) = fp8_round(t * scale, format) / scale, the scale of t's role. The amaxes of the operands the call
  * reads are recorded whether or not it casts them (x and weight in the forward, all three in the backward). */
 typedef void MatmulFp8Forward(void *out /* (N,OC) */, const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */,
                               int N, int IC, int OC, const void *add /* (N,OC) or NULL */, const Fp8Matmul *q);
-typedef void MatmulFp8Backward(void *dinp /* (N,IC) or NULL */, float *dweight /* (OC,IC) += */, const void *dout /* (N,OC) */,
-                               const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */, int N, int IC, int OC,
+typedef void MatmulFp8Backward(void *dinp /* (N,IC) or NULL */, float *dweight /* (OC,IC) = or += */, const void *dout /* (N,OC) */,
+                               const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */, int N, int IC, int OC, int accumulate,
                                const Fp8Matmul *q);
 /* x_cast / dout_cast: the operand's max was recorded, and its copies made, by its producer with the same q and
  * every scale of q set (a producer never runs with a scale of 0: the model calls the plain op then). */

@@ -3,11 +3,13 @@
  *   forward:  out = inp @ weight^T  (+ add, when add is not NULL: a residual
  *             stream added to the fp32 product before it is rounded; add is not out)
  *   backward: dinp = dout @ weight (overwritten; skipped when dinp is NULL)
- *             dweight += dout^T @ inp (fp32, accumulated across micro-batches) */
+ *             dweight (fp32) = dout^T @ inp, or += it when accumulate: the
+ *             first write of a step overwrites (no pass zeroing the gradients
+ *             first), later micro-batches add */
 #pragma once
 typedef void MatmulForward(void *out /* (N,OC) */, const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */,
                            int N, int IC, int OC, const void *add /* (N,OC) or NULL */);
-typedef void MatmulBackward(void *dinp /* (N,IC) or NULL */, float *dweight /* (OC,IC) += */, const void *dout /* (N,OC) */,
-                            const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */, int N, int IC, int OC);
+typedef void MatmulBackward(void *dinp /* (N,IC) or NULL */, float *dweight /* (OC,IC) = or += */, const void *dout /* (N,OC) */,
+                            const void *inp /* (N,IC) */, const void *weight /* (OC,IC) */, int N, int IC, int OC, int accumulate);
 MatmulForward matmul_forward_cpu, matmul_forward_cuda;
 MatmulBackward matmul_backward_cpu, matmul_backward_cuda;

@@ -353,6 +353,9 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
     }
     m->layer_weights_unit = -1;
     m->grads = m->part.grads_elsewhere ? NULL : be->alloc(P * sizeof(float), "gradients");
+    if (m->grads) m->grad_fresh = callocCheck((size_t)m->n_local_layers * GRAD_PER_LAYER + 2, 1);
+    const char *poison = getenv("LLM3D_POISON_GRADS");
+    m->poison_grads = poison && !strcmp(poison, "1");
     m->act_memory = be->alloc(m->act_bytes, "activations");
     layout_activations(m, m->act_memory);
 }
@@ -371,6 +374,7 @@ void model_free(Model *m) {
     if (m->weight_buffer) be->free(m->weight_buffer);
     if (m->params) be->free(m->params);
     if (m->grads) be->free(m->grads);
+    free(m->grad_fresh);
     be->free(m->act_memory);
     for (int i = 0; m->kcache && i < m->n_local_layers; i++) { be->free(m->kcache[i]); be->free(m->vcache[i]); }
     free(m->kcache); free(m->vcache); free(m->host_logits); free(m->host_row);
@@ -454,8 +458,21 @@ void model_get_grads(const Model *m, float *host) {
     if (!m->grads) die("internal: this rank's gradients live in its ZeRO-2/3 shard, not in the model");
     m->be->download(host, m->grads, m->n_params * sizeof(float));
 }
+/* Only the embedding's gradient is zeroed: its backward adds each token's row into it. Every other gradient is
+ * written whole by its first backward of the step (grad_fresh), so no pass over n_params zeroes it first. The test
+ * knob LLM3D_POISON_GRADS=1 fills those with NaN instead, so a gradient the step forgets to write shows in the norm. */
 void model_zero_grads(Model *m) {
-    if (m->grads) m->be->zero(m->grads, m->n_params * sizeof(float));   /* zero=2/3: the schedule opens each unit's place itself */
+    if (!m->grads) return;   /* zero=2/3: the schedule opens each unit's place itself */
+    memset(m->grad_fresh, 1, (size_t)m->n_local_layers * GRAD_PER_LAYER + 2);
+    size_t emb = m->part.has_embedding ? (size_t)m->V * m->C : 0;   /* at offset 0, vocabulary padding included */
+    if (emb) m->be->zero(m->grads, emb * sizeof(float));
+    if (m->poison_grads && m->n_params > emb) {
+        size_t n = m->n_params - emb;
+        float *nan = mallocCheck(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) nan[i] = NAN;
+        m->be->upload(m->grads + emb, nan, n * sizeof(float));
+        free(nan);
+    }
 }
 
 int model_config_check(const ModelConfig *c, char *err, size_t err_size) {

@@ -60,6 +60,15 @@ static UnitWeights unit_weights(Model *m, int u) {
 
 static const void *tensor_at(const Model *m, UnitWeights w, size_t offset) { return w.base + (offset - w.first) * act_size(m); }
 
+/* Whether the backward adds into gradient k (grad_fresh's index) or, its first write of the step, overwrites it. */
+static int accumulate_into(Model *m, int k) {
+    if (!m->grad_fresh || !m->grad_fresh[k]) return 1;
+    m->grad_fresh[k] = 0;
+    return 0;
+}
+static int layer_grad(int i, int kind) { return i * GRAD_PER_LAYER + kind; }
+static int head_grad(const Model *m, int k /* 0: the final norm, 1: the LM head */) { return m->n_local_layers * GRAD_PER_LAYER + k; }
+
 /* The fp32 gradient of the tensor at element offset of unit u: in the model's buffer, or (zero=2/3) in the unit's place. */
 static float *grad_at(const Model *m, int u, size_t offset) {
     return m->grads_at ? m->grads_at[u] + (offset - m->units[u].offset) : m->grads + offset;
@@ -130,12 +139,14 @@ static void linear_forward(Model *m, int i, int which, void *out, const void *x,
 }
 static void linear_backward(Model *m, int i, int which, void *dx, float *dw, const void *dy, const void *x, const void *w, int N, int IC,
                             int OC) {
-    if (!m->part.fp8) { m->be->matmul_backward(dx, dw, dy, x, w, N, IC, OC); return; }
+    static const int kind[FP8_MATMULS] = {[FP8_QKV] = GRAD_QKV, [FP8_O] = GRAD_O, [FP8_W13] = GRAD_W13, [FP8_W2] = GRAD_W2};
+    int acc = accumulate_into(m, layer_grad(i, kind[which]));
+    if (!m->part.fp8) { m->be->matmul_backward(dx, dw, dy, x, w, N, IC, OC, acc); return; }
     Fp8Matmul q;
     model_fp8_args(m, i, which, &q);
     q.x_cast = x_cast_by_producer(m, which, &q);
     q.dout_cast = which == FP8_W13 && model_fp8_producer_casts(m, &q);   /* dy is dh13: swiglu_backward_of cast it */
-    m->be->matmul_fp8_backward(dx, dw, dy, x, w, N, IC, OC, &q);
+    m->be->matmul_fp8_backward(dx, dw, dy, x, w, N, IC, OC, acc, &q);
 }
 
 /* RMSNorm of local layer i before its matmul `which` (FP8_QKV or FP8_W13), forward: out (Ns,C) and rstd (Ns) from inp
@@ -303,12 +314,18 @@ static void head_forward(Model *m, int s, const int *targets, float dloss) {
             stats = m->ce_stats;
         }
         be->cross_entropy_loss(S->losses + c0, m->logits, stats, tp, S->targets + c0, n, V, m->v0, m->v_valid, dloss, IGNORE_INDEX);
-        if (dloss != 0) be->matmul_backward(act_at(m, m->scratch1, (size_t)c0 * C), grad_at(m, head_unit(m), m->off_lm_head), m->logits, xc, Wh, n, C, V);
+        if (dloss != 0)
+            be->matmul_backward(act_at(m, m->scratch1, (size_t)c0 * C), grad_at(m, head_unit(m), m->off_lm_head), m->logits, xc, Wh, n, C,
+                                V, accumulate_into(m, head_grad(m, 1)));
     }
     if (dloss != 0) {   /* scratch1 holds this rank's share of dlnf: summed, it starts the residual stream's gradient */
         void *dx = tp_sum_tokens(m, m->scratch1, N);
         be->zero(S->dres, (size_t)Ns * C * act_size(m));
-        be->rmsnorm_backward(S->dres, grad_at(m, head_unit(m), m->off_final_norm), dx, S->res[nl], norm, S->lnf_rstd, Ns, C);
+        be->rmsnorm_backward(S->dres, grad_at(m, head_unit(m), m->off_final_norm), dx, S->res[nl], norm, S->lnf_rstd, Ns, C,
+                             accumulate_into(m, head_grad(m, 0)));
+    } else {   /* no backward of the head (evaluation, or a step without a valid target): its gradients are zero, not unwritten */
+        if (!accumulate_into(m, head_grad(m, 1))) be->zero(grad_at(m, head_unit(m), m->off_lm_head), (size_t)V * C * sizeof(float));
+        if (!accumulate_into(m, head_grad(m, 0))) be->zero(grad_at(m, head_unit(m), m->off_final_norm), (size_t)C * sizeof(float));
     }
     queue_losses(m, S->losses, N);
 }
@@ -439,7 +456,8 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     x = tp_all_tokens(m, L->ln2, N);
     linear_backward(m, i, FP8_W13, s1, grad_at(m, u, o->w13), L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);         /* s1 = dln2, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);                                                                    /* f's backward */
-    be->rmsnorm_backward(dres, grad_at(m, u, o->ffn_norm), dx, L->res_mid, tensor_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C);
+    be->rmsnorm_backward(dres, grad_at(m, u, o->ffn_norm), dx, L->res_mid, tensor_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C,
+                         accumulate_into(m, layer_grad(i, GRAD_FFN_NORM)));
     /* attention: dres is now d(res_mid) */
     dy = tp_all_tokens(m, dres, N);
     linear_backward(m, i, FP8_O, s1, grad_at(m, u, o->wo), dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);         /* s1 = datt (N,NH*HD) */
@@ -450,7 +468,8 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
     x = tp_all_tokens(m, L->ln1, N);
     linear_backward(m, i, FP8_QKV, s1, grad_at(m, u, o->wqkv), s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);              /* s1 = dln1, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);
-    be->rmsnorm_backward(dres, grad_at(m, u, o->attn_norm), dx, S->res[j], tensor_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C);
+    be->rmsnorm_backward(dres, grad_at(m, u, o->attn_norm), dx, S->res[j], tensor_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C,
+                         accumulate_into(m, layer_grad(i, GRAD_ATTN_NORM)));
 }
 
 void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {

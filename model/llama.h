@@ -139,6 +139,11 @@ typedef struct Model {
     /* zero=2/3 (parallel/ddp.h sets these): the tensor at element o of unit u lies at grads_at[u] + (o - units[u].offset)
      * (fp32) and, zero=3, at weights_at[u] + (o - units[u].offset) elements of the act dtype */
     float **grads_at;                   /* (n_units) */
+    /* A step's first write of a gradient overwrites it rather than adding to zeros: model_zero_grads zeroes only the
+     * embedding's (its backward scatters), and grad_fresh[k] says gradient k has not been written since (model/llama.c:
+     * per layer its two norms and four matmuls, then the final norm and the head); NULL with grads_elsewhere */
+    unsigned char *grad_fresh;          /* (n_local_layers * GRAD_PER_LAYER + 2) */
+    int poison_grads;                   /* test-only (LLM3D_POISON_GRADS=1): model_zero_grads fills what it leaves with NaN */
     void **weights_at;                  /* (n_units) */
     /* part.weights_per_layer: the places units are cast into, act dtype (model_unit_place) */
     void *layer_weights;                /* (layer_weights_bytes) every layer's place */
@@ -209,7 +214,9 @@ void model_get_grads(const Model *m, float *host);
 /* The fp32 master weights were written outside the model (an optimizer
  * step): a per-layer cast held from before is stale. model_set_params says so itself. */
 void model_master_changed(Model *m);
+/* Starts a step's gradients: the first write of each overwrites it (grad_fresh), later ones add. */
 void model_zero_grads(Model *m);
+enum { GRAD_ATTN_NORM, GRAD_QKV, GRAD_O, GRAD_FFN_NORM, GRAD_W13, GRAD_W2, GRAD_PER_LAYER };   /* a layer's grad_fresh entries */
 const ParamTensor *model_find_tensor(const Model *m, const char *name);
 /* part.weights_per_layer: where unit u's weights are cast to. The tensor at
  * element o of the parameter buffer lies at the result + (o - units[u].offset)

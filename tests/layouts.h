@@ -138,6 +138,7 @@ static inline void check_same(const char *ref, const char *name, double tol, dou
 
 static inline void layout_tol(const char *ref, const char *name, int ranks, const char *args, double tol, double tensor_tol) {
     if (train(name, ranks, args) != 0) { CHECK(0, "%s (%d ranks) failed to run", args, ranks); return; }
+    CHECK(strstr(out, "LLM3D_POISON_GRADS=1") != NULL, "%s: the run never said its unwritten gradients were poisoned", args);
     char what[256];
     snprintf(what, sizeof what, "%s", args);
     check_same(ref, name, tol, tensor_tol, what);
@@ -288,6 +289,9 @@ static inline void layouts_begin(void) {
     /* the ranks of a run share the host's cores (comm/launch.c) instead of each taking
      * OMP_NUM_THREADS of them: 4 ranks x 2 spinning threads on 2 cores run ~10x slower */
     unsetenv("OMP_NUM_THREADS");
+    /* every run checks that its backward writes each gradient whole: model_zero_grads leaves them to the step's first
+     * write and, with this test knob, fills them with NaN, which a forgotten one carries into the norm (and the run stops) */
+    setenv("LLM3D_POISON_GRADS", "1", 1);
     make_data();
 }
 

@@ -115,7 +115,7 @@ static void test_matmul(void) {
     float xq = fp8_round(4000 * 0.25f, FP8_E4M3) / 0.25f;
     CHECK(xq == FP8_E4M3_MAX / 0.25f, "4000 x 0.25 saturates at 448 (back: %g)", xq);
     memset(dw, 0, sizeof dw); memset(rdw, 0, sizeof rdw);
-    matmul_fp8_backward_cpu(dx, dw, dy, x, w, N, IC, OC, &q);
+    matmul_fp8_backward_cpu(dx, dw, dy, x, w, N, IC, OC, 1, &q);
     double wdx = worst_vs_rounded(dx, rdx, N, IC, OC, dy, OC, 1, q.dout_scale, FP8_E5M2, w, 1, IC, q.w_scale, FP8_E4M3, 1e-7);
     double wdw = worst_vs_rounded(dw, rdw, OC, IC, N, dy, 1, OC, q.dout_scale, FP8_E5M2, x, 1, IC, q.x_scale, FP8_E4M3, 1e-7);
     CHECK(wdx < 1e-4 && wdw < 1e-4, "FP8 backward: dinp (E5M2 x E4M3) worst rel %.2g, dweight %.2g", wdx, wdw);

@@ -86,6 +86,30 @@ int main(void) {
     free(full);
     optimizer_free(&opt, m.be);
     model_free(&m);
+
+    /* A step's first write of each gradient overwrites it: model_zero_grads zeroes only the embedding's. With the rest
+     * filled with NaN first (the test knob LLM3D_POISON_GRADS=1), the backward must write every element, and give
+     * the gradients of the first backward above (which the fixture checked against PyTorch), equal as numbers. */
+    setenv("LLM3D_POISON_GRADS", "1", 1);
+    Model mp;
+    fixture_model(&f, &mp, backend_cpu(), &comm, RECOMPUTE_NONE);
+    unsetenv("LLM3D_POISON_GRADS");
+    model_zero_grads(&mp);
+    float *pg = mallocCheck(mp.n_params * 4);
+    model_get_grads(&mp, pg);
+    size_t poisoned = 0, emb = (size_t)mp.V * mp.C, unequal = 0;
+    for (size_t i = 0; i < mp.n_params; i++) poisoned += isnan(pg[i]);
+    CHECK(mp.poison_grads && poisoned == mp.n_params - emb, "model_zero_grads poisoned %zu of the %zu gradients past the embedding's",
+          poisoned, mp.n_params - emb);
+    model_forward(&mp, f.ids, f.targets, B, T, 1.0f / valid);
+    model_backward(&mp);
+    model_get_grads(&mp, pg);
+    for (size_t i = 0; i < mp.n_params; i++) unequal += !(pg[i] == grads[i]);
+    CHECK(unequal == 0, "first writes: %zu of %zu gradients differ from the first backward's above (or stayed NaN)", unequal, mp.n_params);
+    printf("first writes: %zu of %zu gradients poisoned before the backward, all written, equal to the first backward's above\n", poisoned,
+           mp.n_params);
+    model_free(&mp);
+    free(pg);
     free(grads);
     fixture_free(&f);
     return test_summary();

@@ -95,7 +95,7 @@ static void test_matmul(void) {
     float *dinp = randn((size_t)c.N * c.IC, 1), *dw0 = randn((size_t)c.OC * c.IC, 1);
     float *dw = mallocCheck(sizeof(float) * c.OC * c.IC);
     memcpy(dw, dw0, sizeof(float) * c.OC * c.IC);
-    be->matmul_backward(dinp, dw, c.gw, c.inp, c.w, c.N, c.IC, c.OC);
+    be->matmul_backward(dinp, dw, c.gw, c.inp, c.w, c.N, c.IC, c.OC, 1);
     for (size_t i = 0; i < (size_t)c.OC * c.IC; i++) dw[i] -= dw0[i];   /* dweight accumulates */
     e = fd_check(matmul_obj, &c, c.inp, dinp, (size_t)c.N * c.IC, 1e-2f);
     CHECK(e < FD_TOL, "matmul dinp vs finite differences: %.3g", e);
@@ -103,7 +103,7 @@ static void test_matmul(void) {
     CHECK(e < FD_TOL, "matmul dweight vs finite differences: %.3g", e);
     float *dw2 = mallocCheck(sizeof(float) * c.OC * c.IC);   /* dinp NULL: the weight gradient alone, accumulated */
     memcpy(dw2, dw, sizeof(float) * c.OC * c.IC);
-    be->matmul_backward(NULL, dw2, c.gw, c.inp, c.w, c.N, c.IC, c.OC);
+    be->matmul_backward(NULL, dw2, c.gw, c.inp, c.w, c.N, c.IC, c.OC, 1);
     double worst = 0;
     for (size_t i = 0; i < (size_t)c.OC * c.IC; i++) worst = fmax(worst, fabs(dw2[i] - 2 * dw[i]) / (fabs(dw[i]) + 1e-3));
     CHECK(worst < 1e-4, "matmul backward with dinp NULL adds dweight once more: %.3g", worst);
@@ -134,7 +134,7 @@ static void test_rmsnorm(void) {
     CHECK(e < 1e-5, "rmsnorm forward %dx%d rel err %.3g", c.N, c.C, e);
     float *d0 = randn(NC, 1), *dinp = mallocCheck(NC * 4), *dw = calloc(c.C, 4);
     memcpy(dinp, d0, NC * 4);
-    be->rmsnorm_backward(dinp, dw, c.gw, c.inp, c.w, c.rstd, c.N, c.C);
+    be->rmsnorm_backward(dinp, dw, c.gw, c.inp, c.w, c.rstd, c.N, c.C, 1);
     for (size_t i = 0; i < NC; i++) dinp[i] -= d0[i];                    /* dinp accumulates */
     e = fd_check(norm_obj, &c, c.inp, dinp, NC, 1e-2f);
     CHECK(e < FD_TOL, "rmsnorm dinp vs finite differences: %.3g", e);

@@ -264,6 +264,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
         fprintf(stderr, "warning: comm_ablate=1: every device collective and pipeline message is skipped, so the results are WRONG;\n"
                         "         it only measures the step without communication, and no checkpoint is written\n");
     parse_fault(tr);
+    if (tr->model.poison_grads && tr->comm.rank == 0)   /* the layout tests assert that their runs said this */
+        fprintf(stderr, "warning: LLM3D_POISON_GRADS=1 (a test setting): the gradients a step leaves unwritten are NaN\n");
     if (c->profile_out[0] && tr->comm.world_size > 1)
         die("profile_out writes a one-GPU profile for `build/train plan`, and this run has %d ranks\n"
             "  hint: profile with dp=tp=pp=1 on one GPU", tr->comm.world_size);

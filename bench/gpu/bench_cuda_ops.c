@@ -101,9 +101,9 @@ int main(int argc, char **argv) {
     double mm = 2.0 * N;   /* flops per (IC*OC) of a forward matmul */
     printf("-- per layer (x%d)\n", L);
     BENCH("rmsnorm_forward", 0, 3.0 * N * C * es, 2 * L, g->rmsnorm_forward(y, rstd, x, lnw, N, C, 1e-5f));
-    BENCH("rmsnorm_backward", 0, 4.0 * N * C * es, 2 * L, g->rmsnorm_backward(dx, dw, y, x, lnw, rstd, N, C));
+    BENCH("rmsnorm_backward", 0, 4.0 * N * C * es, 2 * L, g->rmsnorm_backward(dx, dw, y, x, lnw, rstd, N, C, 1));
     BENCH("matmul_fwd qkv", mm * C * QKV, 0, L, g->matmul_forward(qkv, x, wqkv, N, C, QKV, NULL));
-    BENCH("matmul_bwd qkv", 2 * mm * C * QKV, 0, L, g->matmul_backward(dx, dw, dqkv, x, wqkv, N, C, QKV));
+    BENCH("matmul_bwd qkv", 2 * mm * C * QKV, 0, L, g->matmul_backward(dx, dw, dqkv, x, wqkv, N, C, QKV, 1));
     BENCH("rope_forward", 0, 2.0 * N * (NH + NKV) * HD * es, L, g->rope_forward(qkv, B, T, NH, NKV, HD, 10000.0f, 0));
     /* the wgmma backward rotates dq, dk itself (in the attention_backward row): no rope_backward kernel then */
     BENCH("rope_backward", 0, 2.0 * N * (NH + NKV) * HD * es, cuda_attention_wgmma ? 0 : L,
@@ -129,15 +129,15 @@ int main(int argc, char **argv) {
     }
     BENCH("matmul_fwd o (tp>1: + add)", mm * C * C, 0, 0, g->matmul_forward(y, att, wo, N, C, C, NULL));
     BENCH("matmul_fwd o + residual", mm * C * C, 0, L, g->matmul_forward(y, att, wo, N, C, C, x));
-    BENCH("matmul_bwd o", 2 * mm * C * C, 0, L, g->matmul_backward(datt, dw, dx, att, wo, N, C, C));
+    BENCH("matmul_bwd o", 2 * mm * C * C, 0, L, g->matmul_backward(datt, dw, dx, att, wo, N, C, C, 1));
     BENCH("add (residual, tp>1 only)", 0, 3.0 * N * C * es, 0, g->add(y, x, y, (size_t)N * C));
     BENCH("matmul_fwd gate|up", mm * C * 2 * F, 0, L, g->matmul_forward(h13, x, w13, N, C, 2 * F, NULL));
-    BENCH("matmul_bwd gate|up", 2 * mm * C * 2 * F, 0, L, g->matmul_backward(dx, dw, dh13, x, w13, N, C, 2 * F));
+    BENCH("matmul_bwd gate|up", 2 * mm * C * 2 * F, 0, L, g->matmul_backward(dx, dw, dh13, x, w13, N, C, 2 * F, 1));
     BENCH("swiglu_forward", 0, 3.0 * N * F * es, L, g->swiglu_forward(hf, h13, N, F));
     BENCH("swiglu_backward", 0, 5.0 * N * F * es, L, g->swiglu_backward(dh13, dhf, h13, N, F));
     BENCH("matmul_fwd down (tp>1: + add)", mm * F * C, 0, 0, g->matmul_forward(y, hf, w2, N, F, C, NULL));
     BENCH("matmul_fwd down + residual", mm * F * C, 0, L, g->matmul_forward(y, hf, w2, N, F, C, x));
-    BENCH("matmul_bwd down", 2 * mm * F * C, 0, L, g->matmul_backward(dhf, dw, dx, hf, w2, N, F, C));
+    BENCH("matmul_bwd down", 2 * mm * F * C, 0, L, g->matmul_backward(dhf, dw, dx, hf, w2, N, F, C, 1));
     if (act == DTYPE_BF16 && !g->fp8_unsupported()) {   /* precision=fp8's block matmuls and its producers (not in the sum) */
         printf("-- precision=fp8 (x%d each; not in the step below)\n", L);
         float *amax = g->alloc(3 * 4, "amax");
@@ -148,18 +148,18 @@ int main(int argc, char **argv) {
         BENCH("rmsnorm_forward_fp8", 0, 2.0 * N * C * es + 2.0 * N * C, 0, g->rmsnorm_forward_fp8(nform, rstd, x, lnw, N, C, 1e-5f, &q));
         BENCH("fp8 matmul_fwd qkv", mm * C * QKV, 0, 0, g->matmul_fp8_forward(qkv, x, wqkv, N, C, QKV, NULL, &q));
         BENCH("fp8 matmul_fwd qkv, x cast", mm * C * QKV, 0, 0, g->matmul_fp8_forward(qkv, nform, wqkv, N, C, QKV, NULL, &qx));
-        BENCH("fp8 matmul_bwd qkv", 2 * mm * C * QKV, 0, 0, g->matmul_fp8_backward(dx, dw, dqkv, x, wqkv, N, C, QKV, &q));
-        BENCH("fp8 matmul_bwd qkv, x cast", 2 * mm * C * QKV, 0, 0, g->matmul_fp8_backward(dx, dw, dqkv, nform, wqkv, N, C, QKV, &qx));
+        BENCH("fp8 matmul_bwd qkv", 2 * mm * C * QKV, 0, 0, g->matmul_fp8_backward(dx, dw, dqkv, x, wqkv, N, C, QKV, 1, &q));
+        BENCH("fp8 matmul_bwd qkv, x cast", 2 * mm * C * QKV, 0, 0, g->matmul_fp8_backward(dx, dw, dqkv, nform, wqkv, N, C, QKV, 1, &qx));
         BENCH("fp8 matmul_fwd o + residual", mm * C * C, 0, 0, g->matmul_fp8_forward(y, att, wo, N, C, C, x, &q));
-        BENCH("fp8 matmul_bwd o", 2 * mm * C * C, 0, 0, g->matmul_fp8_backward(datt, dw, dx, att, wo, N, C, C, &q));
+        BENCH("fp8 matmul_bwd o", 2 * mm * C * C, 0, 0, g->matmul_fp8_backward(datt, dw, dx, att, wo, N, C, C, 1, &q));
         BENCH("fp8 matmul_fwd gate|up", mm * C * 2 * F, 0, 0, g->matmul_fp8_forward(h13, x, w13, N, C, 2 * F, NULL, &q));
         BENCH("fp8 matmul_fwd gate|up, x cast", mm * C * 2 * F, 0, 0, g->matmul_fp8_forward(h13, nform, w13, N, C, 2 * F, NULL, &qx));
-        BENCH("fp8 matmul_bwd gate|up", 2 * mm * C * 2 * F, 0, 0, g->matmul_fp8_backward(dx, dw, dh13, x, w13, N, C, 2 * F, &q));
-        BENCH("fp8 matmul_bwd gate|up, dout cast", 2 * mm * C * 2 * F, 0, 0, g->matmul_fp8_backward(dx, dw, dh13, x, w13, N, C, 2 * F, &qd));
+        BENCH("fp8 matmul_bwd gate|up", 2 * mm * C * 2 * F, 0, 0, g->matmul_fp8_backward(dx, dw, dh13, x, w13, N, C, 2 * F, 1, &q));
+        BENCH("fp8 matmul_bwd gate|up, dout cast", 2 * mm * C * 2 * F, 0, 0, g->matmul_fp8_backward(dx, dw, dh13, x, w13, N, C, 2 * F, 1, &qd));
         BENCH("fp8 matmul_fwd down + residual", mm * F * C, 0, 0, g->matmul_fp8_forward(y, hf, w2, N, F, C, x, &q));
         BENCH("fp8 matmul_fwd down, x cast", mm * F * C, 0, 0, g->matmul_fp8_forward(y, form, w2, N, F, C, x, &qx));
-        BENCH("fp8 matmul_bwd down", 2 * mm * F * C, 0, 0, g->matmul_fp8_backward(dhf, dw, dx, hf, w2, N, F, C, &q));
-        BENCH("fp8 matmul_bwd down, x cast", 2 * mm * F * C, 0, 0, g->matmul_fp8_backward(dhf, dw, dx, form, w2, N, F, C, &qx));
+        BENCH("fp8 matmul_bwd down", 2 * mm * F * C, 0, 0, g->matmul_fp8_backward(dhf, dw, dx, hf, w2, N, F, C, 1, &q));
+        BENCH("fp8 matmul_bwd down, x cast", 2 * mm * F * C, 0, 0, g->matmul_fp8_backward(dhf, dw, dx, form, w2, N, F, C, 1, &qx));
         BENCH("swiglu_forward_fp8", 0, 3.0 * N * F * es / 2 + 2.0 * N * F, 0, g->swiglu_forward_fp8(form, h13, N, F, &q));
         BENCH("swiglu_backward_fp8", 0, 3.0 * N * F * es + 4.0 * N * F, 0, g->swiglu_backward_fp8(dhf, h13, N, F, &q));
         g->free(amax); g->free(scr); g->free(form); g->free(nform);
@@ -171,7 +171,7 @@ int main(int argc, char **argv) {
     BENCH("cross_entropy_stats (tp>1)", 0, 1.0 * N * V * es, 0, g->cross_entropy_stats(ce_stats, logits, ids, N, V, 0, V));
     BENCH("cross_entropy_loss (tp>1)", 0, 2.0 * N * V * es, 0, g->cross_entropy_loss(losses, logits, ce_stats, 1, ids, N, V, 0, V, 1.0f / N, -100));
     BENCH("cross_entropy (tp=1)", 0, 3.0 * N * V * es, 1, g->cross_entropy_loss(losses, logits, NULL, 1, ids, N, V, 0, V, 1.0f / N, -100));
-    BENCH("matmul_bwd lm head", 2 * mm * C * V, 0, 1, g->matmul_backward(x, dw, logits, x, wte, N, C, V));
+    BENCH("matmul_bwd lm head", 2 * mm * C * V, 0, 1, g->matmul_backward(x, dw, logits, x, wte, N, C, V, 1));
     g->free(logits); g->free(h13); g->free(dh13);
     size_t P = (size_t)2 * V * C + (size_t)L * ((size_t)QKV * C + C * C + 2 * F * C + F * C + 2 * C) + C;
     float *p = rand_dev(P, 1, 0.02f, "params"), *gr = rand_dev(P, 1, 0.001f, "grads");

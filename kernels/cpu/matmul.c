@@ -4,6 +4,7 @@
 #include "../matmul.h"
 #include "parallel.h"
 #include <stddef.h>
+#include <string.h>
 #ifdef LLM3D_BLAS
 #include <cblas.h>
 #endif
@@ -29,13 +30,14 @@ void matmul_forward_cpu(void *out_, const void *inp_, const void *w_, int N, int
 #endif
 }
 
-void matmul_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *inp_, const void *w_, int N, int IC, int OC) {
+void matmul_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *inp_, const void *w_, int N, int IC, int OC,
+                         int accumulate) {
     float *dinp = dinp_;
     const float *dout = dout_, *inp = inp_, *w = w_;
 #ifdef LLM3D_BLAS
     int threads = cpu_blas_threads_begin((size_t)N * IC * OC);
     if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, accumulate ? 1.0f : 0.0f, dw, IC);
     cpu_blas_threads_end(threads);
 #else
     if (dinp) {
@@ -48,10 +50,12 @@ void matmul_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *
             }
     }
 #pragma omp parallel for if (cpu_parallel((size_t)N * IC * OC / 64))
-    for (int o = 0; o < OC; o++)
+    for (int o = 0; o < OC; o++) {
+        if (!accumulate) memset(dw + (size_t)o * IC, 0, (size_t)IC * sizeof(float));
         for (int n = 0; n < N; n++) {
             float d = dout[(size_t)n * OC + o];
             for (int i = 0; i < IC; i++) dw[(size_t)o * IC + i] += d * inp[(size_t)n * IC + i];
         }
+    }
 #endif
 }

@@ -44,13 +44,13 @@ void matmul_fp8_forward_cpu(void *out, const void *inp, const void *w, int N, in
 }
 
 void matmul_fp8_backward_cpu(void *dinp, float *dw, const void *dout, const void *inp, const void *w, int N, int IC, int OC,
-                             const Fp8Matmul *q) {
+                             int accumulate, const Fp8Matmul *q) {
     size_t nx = (size_t)N * IC, nw = (size_t)OC * IC, ny = (size_t)N * OC;
     if (!q->x_cast) record_amax(&q->amax[0], inp, nx);
     record_amax(&q->amax[1], w, nw);
     if (!q->dout_cast) record_amax(&q->amax[2], dout, ny);
     if (q->x_scale == 0 || q->w_scale == 0 || q->dout_scale == 0) {
-        matmul_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC);
+        matmul_backward_cpu(dinp, dw, dout, inp, w, N, IC, OC, accumulate);
         return;
     }
     float *dy8 = view(q->scratch, 0), *x8 = view(dy8, ny), *w8 = view(x8, nx);   /* (N,OC), (N,IC), (OC,IC) */
@@ -58,7 +58,7 @@ void matmul_fp8_backward_cpu(void *dinp, float *dw, const void *dout, const void
     if (q->x_cast) x8 = (float *)inp;
     else quantize(x8, inp, nx, q->x_scale, FP8_E4M3);
     quantize(w8, w, nw, q->w_scale, FP8_E4M3);
-    matmul_backward_cpu(dinp, dw, dy8, x8, w8, N, IC, OC);
+    matmul_backward_cpu(dinp, dw, dy8, x8, w8, N, IC, OC, accumulate);
 }
 
 /* The producers' casts (kernels/fp8.h), emulated: t (n) act-dtype values, already rounded to it -> max |t| folded into

@@ -21,7 +21,7 @@ void rmsnorm_forward_cpu(void *out_, float *rstd, const void *inp_, const void *
 }
 
 void rmsnorm_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *inp_, const void *w_, const float *rstd,
-                          int N, int C) {
+                          int N, int C, int accumulate) {
     float *dinp = dinp_;
     const float *dout = dout_, *inp = inp_, *w = w_;
 #pragma omp parallel for if (cpu_parallel((size_t)N * C))
@@ -39,6 +39,6 @@ void rmsnorm_backward_cpu(void *dinp_, float *dw, const void *dout_, const void 
     for (int c = 0; c < C; c++) {
         double s = 0;
         for (int n = 0; n < N; n++) s += (double)dout[(size_t)n * C + c] * inp[(size_t)n * C + c] * rstd[n];
-        dw[c] += (float)s;
+        dw[c] = (accumulate ? dw[c] : 0.0f) + (float)s;
     }
 }

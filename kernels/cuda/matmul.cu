@@ -3,15 +3,17 @@
  * The idea: row-major (N,IC) @ (OC,IC)^T is, read column-major, the product
  * W^T-op times X, so every product here is one cublasLtMatmul with no copies.
  * Inputs are in the act dtype with fp32 accumulation; out and dinp are written
- * in the act dtype, while dweight is fp32 (C = D) with beta = 1, so weight
- * gradients accumulate across micro-batches in fp32. The forward can add a
- * residual stream in the epilogue (C = the stream, D = out, beta = 1): no
- * separate add kernel reading and writing the stream again. fp32 mode runs exact fp32
- * GEMMs unless LLM3D_TF32=1 asks for TF32 tensor cores (about 10 mantissa bits:
- * ~1e-3 relative error instead of ~1e-6). The algorithm cuBLASLt's heuristic
- * picks for each shape is cached, and the one workspace is shared by all.
- * lt_matmul, the one call to cuBLASLt, also serves matmul_fp8.cu: A and B may
- * be of different types (E4M3 x E5M2) and alpha undoes FP8 scales. */
+ * in the act dtype, while dweight is fp32 (C = D): beta = 1 adds a micro-batch's
+ * gradient to the earlier ones in fp32, beta = 0 is a step's first write
+ * (nothing zeroes the gradients first, and the old values are never read).
+ * The forward can add a residual stream in the epilogue (C = the stream,
+ * D = out, beta = 1): no separate add kernel reading and writing the stream
+ * again. fp32 mode runs exact fp32 GEMMs unless LLM3D_TF32=1 asks for TF32
+ * tensor cores (about 10 mantissa bits: ~1e-3 relative error instead of
+ * ~1e-6). The algorithm cuBLASLt's heuristic picks for each shape is cached,
+ * and the one workspace is shared by all. lt_matmul, the one call to
+ * cuBLASLt, also serves matmul_fp8.cu: A and B may be of different types
+ * (E4M3 x E5M2) and alpha undoes FP8 scales. */
 #include "common.cuh"
 #include <string.h>
 extern "C" {
@@ -125,11 +127,12 @@ extern "C" void matmul_forward_cuda(void *out, const void *inp, const void *weig
 }
 
 /* dinp (N,IC) = dout (N,OC) @ weight (OC,IC);  column-major: dinp^T (IC,N) = W_c (IC,OC) @ dout^T (OC,N)
- * dweight (OC,IC) += dout^T @ inp;  column-major: dW^T (IC,OC) += inp^T (IC,N) @ dout (N,OC) */
+ * dweight (OC,IC) (+)= dout^T @ inp;  column-major: dW^T (IC,OC) (+)= inp^T (IC,N) @ dout (N,OC), beta = accumulate
+ * (0: cuBLASLt never reads the old dweight) */
 extern "C" void matmul_backward_cuda(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
-                                     int N, int IC, int OC) {
+                                     int N, int IC, int OC, int accumulate) {
     if (N == 0 || OC == 0 || IC == 0) return;
     cudaDataType_t t = act_cuda_type();
     if (dinp) lt_matmul(dinp, weight, dout, NULL, IC, N, OC, IC, OC, IC, 0, 0, t, t, t, 1.0f, 0.0f);
-    lt_matmul(dweight, inp, dout, NULL, IC, OC, N, IC, OC, IC, 0, 1, t, t, CUDA_R_32F, 1.0f, 1.0f);
+    lt_matmul(dweight, inp, dout, NULL, IC, OC, N, IC, OC, IC, 0, 1, t, t, CUDA_R_32F, 1.0f, accumulate ? 1.0f : 0.0f);
 }

@@ -260,9 +260,10 @@ extern "C" void matmul_fp8_forward_cuda(void *out, const void *inp, const void *
 }
 
 /* dinp (N,IC) = q(dout) @ q(weight);    column-major: dinp^T (IC,N) = Wt8^T-op (IC,OC) @ dout8 (OC,N), E4M3 x E5M2
- * dweight (OC,IC) += q(dout)^T @ q(inp); column-major: dW^T (IC,OC) += xT8^T-op (IC,N) @ doutT8 (N,OC), fp32 C = D */
+ * dweight (OC,IC) (+)= q(dout)^T @ q(inp); column-major: dW^T (IC,OC) (+)= xT8^T-op (IC,N) @ doutT8 (N,OC), fp32 C = D
+ * (beta = accumulate) */
 extern "C" void matmul_fp8_backward_cuda(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
-                                         int N, int IC, int OC, const Fp8Matmul *q) {
+                                         int N, int IC, int OC, int accumulate, const Fp8Matmul *q) {
     need_bf16("matmul_fp8_backward");
     float sx = q->x_scale, sw = q->w_scale, sdy = q->dout_scale;
     if (sx == 0 || sw == 0 || sdy == 0) {
@@ -270,7 +271,7 @@ extern "C" void matmul_fp8_backward_cuda(void *dinp, float *dweight, const void 
         cast_fp8(NULL, NULL, &q->amax[0], inp, N, IC, 0, __NV_E4M3);
         cast_fp8(NULL, NULL, &q->amax[1], weight, OC, IC, 0, __NV_E4M3);
         cast_fp8(NULL, NULL, &q->amax[2], dout, N, OC, 0, __NV_E5M2);
-        matmul_backward_cuda(dinp, dweight, dout, inp, weight, N, IC, OC);
+        matmul_backward_cuda(dinp, dweight, dout, inp, weight, N, IC, OC, accumulate);
         return;
     }
     need_fp8_shape("matmul_fp8_backward", N, IC, OC);
@@ -288,7 +289,7 @@ extern "C" void matmul_fp8_backward_cuda(void *dinp, float *dweight, const void 
         lt_matmul(dinp, wT8, dy8, NULL, IC, N, OC, OC, OC, IC, 1, 0, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_16BF,
                   1.0f / (sdy * sw), 0.0f);
     lt_matmul(dweight, xT8, dyT8, NULL, IC, OC, N, N, N, IC, 1, 0, CUDA_R_8F_E4M3, CUDA_R_8F_E5M2, CUDA_R_32F,
-              1.0f / (sx * sdy), 1.0f);
+              1.0f / (sx * sdy), accumulate ? 1.0f : 0.0f);
 }
 
 /* ---- the producers that cast (kernels/fp8.h) ------------------------------------------------------------ */

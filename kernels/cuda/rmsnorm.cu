@@ -207,9 +207,9 @@ template <typename T> __global__ void rmsnorm_backward_dw_partial(float *partial
         partial[(size_t)blockIdx.y * C + c] = t;
     }
 }
-/* dweight (C) += sum over chunks of partial (chunks,C); block (32 channels x 32 chunk lanes): lane y sums
+/* dweight (C) (+)= sum over chunks of partial (chunks,C); block (32 channels x 32 chunk lanes): lane y sums
  * chunks y, y+32, ..., then lane 0 adds the 32 sums in order (fixed: the same bits every run) */
-__global__ void rmsnorm_backward_dw_final(float *dweight, const float *partial, int chunks, int C) {
+__global__ void rmsnorm_backward_dw_final(float *dweight, const float *partial, int chunks, int C, int accumulate) {
     __shared__ float s[32][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     float t = 0;
@@ -220,12 +220,12 @@ __global__ void rmsnorm_backward_dw_final(float *dweight, const float *partial, 
     if (threadIdx.y == 0 && c < C) {
         float u = 0;
         for (int k = 0; k < 32; k++) u += s[k][threadIdx.x];
-        dweight[c] += u;
+        dweight[c] = (accumulate ? dweight[c] : 0.0f) + u;
     }
 }
 
 extern "C" void rmsnorm_backward_cuda(void *dinp, float *dweight, const void *dout, const void *inp, const void *weight,
-                                      const float *rstd, int N, int C) {
+                                      const float *rstd, int N, int C, int accumulate) {
     if (N == 0) return;
     static void *buf = 0;
     static size_t cap = 0;
@@ -257,6 +257,6 @@ extern "C" void rmsnorm_backward_cuda(void *dinp, float *dweight, const void *do
         }
     });
     launchCheck();
-    rmsnorm_backward_dw_final<<<ceil_div(C, 32), dim3(32, 32), 0, cuda_stream>>>(dweight, (const float *)buf, chunks, C);
+    rmsnorm_backward_dw_final<<<ceil_div(C, 32), dim3(32, 32), 0, cuda_stream>>>(dweight, (const float *)buf, chunks, C, accumulate);
     launchCheck();
 }

@@ -42,9 +42,9 @@ static void test_fp8_cast_exact(void) {
         Fp8Format f = c == 0 || c == 3 ? FP8_E4M3 : FP8_E5M2;
         gpu->zero(gdw, P * K * 4);
         if (c == 0) gpu->matmul_fp8_forward(gout, gv, geye, P, K, K, NULL, &q);          /* out (P,K) = q(v) I */
-        if (c == 1) gpu->matmul_fp8_backward(gout, gdw, gv, gzero, geye, P, K, K, &q);   /* dinp (P,K) = q(v) I */
-        if (c == 2) gpu->matmul_fp8_backward(NULL, gdw, gv, geye, gzero, K, K, P, &q);   /* dW (P,K) = q(v (K,P))^T I */
-        if (c == 3) gpu->matmul_fp8_backward(NULL, gdw, geye, gv, gzero, K, P, K, &q);   /* dW (K,P) = I q(v) */
+        if (c == 1) gpu->matmul_fp8_backward(gout, gdw, gv, gzero, geye, P, K, K, 1, &q);   /* dinp (P,K) = q(v) I */
+        if (c == 2) gpu->matmul_fp8_backward(NULL, gdw, gv, geye, gzero, K, K, P, 1, &q);   /* dW (P,K) = q(v (K,P))^T I */
+        if (c == 3) gpu->matmul_fp8_backward(NULL, gdw, geye, gv, gzero, K, P, K, 1, &q);   /* dW (K,P) = I q(v) */
         if (c < 2) down_act(h, gout, P * K);
         else gpu->download(h, gdw, P * K * 4);
         int bad = 0, first = -1;
@@ -98,18 +98,18 @@ static void test_matmul_fp8(int N, int IC, int OC) {
             compare(name, h, out, ny, tol_act, shape);
             if (!r && !sat) memcpy(fp8, h, ny * 4);
         }
-        matmul_fp8_backward_cpu(dx, dw, dy, x, w, N, IC, OC, &qc);
+        matmul_fp8_backward_cpu(dx, dw, dy, x, w, N, IC, OC, 1, &qc);
         for (size_t i = 0; i < nx; i++) dx[i] = round_act(dx[i]);
         poison(gdx, nx * 2);
-        gpu->matmul_fp8_backward(gdx, gdw, gdy, gx, gw, N, IC, OC, &qg);
+        gpu->matmul_fp8_backward(gdx, gdw, gdy, gx, gw, N, IC, OC, 1, &qg);
         down_act(h, gdx, nx);
         snprintf(name, sizeof name, "matmul_fp8_backward dinp%s", tag);
         compare(name, h, dx, nx, tol_act, shape);
         if (!sat) memcpy(fp8 + ny, h, nx * 4);
         for (int twice = 0; twice < 2; twice++) {   /* the second time without dinp: dweight accumulates */
             if (twice) {
-                matmul_fp8_backward_cpu(NULL, dw, dy, x, w, N, IC, OC, &qc);
-                gpu->matmul_fp8_backward(NULL, gdw, gdy, gx, gw, N, IC, OC, &qg);
+                matmul_fp8_backward_cpu(NULL, dw, dy, x, w, N, IC, OC, 1, &qc);
+                gpu->matmul_fp8_backward(NULL, gdw, gdy, gx, gw, N, IC, OC, 1, &qg);
             }
             gpu->download(h, gdw, nw * 4);
             snprintf(name, sizeof name, "matmul_fp8_backward dW%s%s", twice ? " x2" : "", tag);
@@ -127,8 +127,8 @@ static void test_matmul_fp8(int N, int IC, int OC) {
     qz.x_scale = sx;
     qz.dout_scale = 0;
     gpu->upload(gdw, dw0, nw * 4);
-    gpu->matmul_fp8_backward(gdx, gdw, gdy, gx, gw, N, IC, OC, &qz);
-    gpu->matmul_backward(gdx2, gdw2, gdy, gx, gw, N, IC, OC);
+    gpu->matmul_fp8_backward(gdx, gdw, gdy, gx, gw, N, IC, OC, 1, &qz);
+    gpu->matmul_backward(gdx2, gdw2, gdy, gx, gw, N, IC, OC, 1);
     down_act(h, gout, ny); down_act(plain, gout2, ny);
     compare("matmul_fp8_forward scale 0", h, plain, ny, 0, shape);
     down_act(h, gdx, nx); down_act(plain, gdx2, nx);
@@ -199,7 +199,7 @@ static void test_swiglu_fp8(int N, int F, int C) {
     emu->swiglu_forward_fp8(cform, h13, N, F, &q2);
     q2.x_cast = 1;
     emu->matmul_fp8_forward(cout, cform, w2, N, F, C, NULL, &q2);
-    emu->matmul_fp8_backward(cdx, cdw2, dy, cform, w2, N, F, C, &q2);
+    emu->matmul_fp8_backward(cdx, cdw2, dy, cform, w2, N, F, C, 1, &q2);
     emu->swiglu_backward(dh13, cdx, h13, N, F);
     q13.dout_scale = pow2_scale(dh13, 2 * nh, FP8_E5M2_MAX);
     /* the GPU's: k = 0 the casts (plain SwiGLU, the matmuls cast), k = 1 the producers */
@@ -221,18 +221,18 @@ static void test_swiglu_fp8(int N, int F, int C) {
         else gpu->swiglu_forward_fp8(ghs, gh13, N, F, &a);   /* ghs now holds the cast form */
         gpu->matmul_fp8_forward(gout[k], ghs, gw2, N, F, C, NULL, &a);
         if (k == 0) gpu->copy(gx8, gscr[0], nh);   /* the cast's x8: the scratch's first view */
-        gpu->matmul_fp8_backward(gdx[k], gdw2[k], gdy, ghs, gw2, N, F, C, &a);
+        gpu->matmul_fp8_backward(gdx[k], gdw2[k], gdy, ghs, gw2, N, F, C, 1, &a);
         if (k == 0) {   /* the cast's xT8: the down backward's fourth view, after dy8, dyT8 (N,C) and wT8 (F,C) */
             gpu->copy(gx8 + nh, (char *)gscr[0] + 2 * align256(nc) + align256(nw), nh);
             gpu->swiglu_backward(gdh13, gdx[0], gh13, N, F);
-            gpu->matmul_fp8_backward(gdln[0], gdw13[0], gdh13, gx, gw13, N, C, 2 * F, &b);   /* leaves its dy8, dyT8 in gscr[0] */
+            gpu->matmul_fp8_backward(gdln[0], gdw13[0], gdh13, gx, gw13, N, C, 2 * F, 1, &b);   /* leaves its dy8, dyT8 in gscr[0] */
         } else {
             same_bytes("swiglu_forward_fp8 E4M3 (N,F) copy", ghs, gx8, nh, shape);
             same_bytes("swiglu_forward_fp8 E4M3 (F,N) copy", (char *)ghs + nh, gx8 + nh, nh, shape);
             gpu->swiglu_backward_fp8(gdx[1], gh13, N, F, &b);
             same_bytes("swiglu_backward_fp8 E5M2 (N,2F) copy", gscr[1], gscr[0], 2 * nh, shape);
             same_bytes("swiglu_backward_fp8 E5M2 (2F,N) copy", (char *)gscr[1] + align256(2 * nh), (char *)gscr[0] + align256(2 * nh), 2 * nh, shape);
-            gpu->matmul_fp8_backward(gdln[1], gdw13[1], NULL, gx, gw13, N, C, 2 * F, &b);
+            gpu->matmul_fp8_backward(gdln[1], gdw13[1], NULL, gx, gw13, N, C, 2 * F, 1, &b);
         }
     }
     same_bytes("fp8 down out, producer vs cast", gout[1], gout[0], nc * 2, shape);
@@ -247,7 +247,7 @@ static void test_swiglu_fp8(int N, int F, int C) {
     emu->swiglu_backward_fp8(g, h13, N, F, &q13);
     free(g);
     q13.dout_cast = 1;
-    emu->matmul_fp8_backward(cdln, cdw13, NULL, x, w13, N, C, 2 * F, &q13);
+    emu->matmul_fp8_backward(cdln, cdw13, NULL, x, w13, N, C, 2 * F, 1, &q13);
     compare("fp8 producers: down out vs cpu", g = down_new(gout[1], nc, 0), cout, nc, tol_act, shape); free(g);
     compare("fp8 producers: down dinp vs cpu", g = down_new(gdx[1], nh, 0), cdx, nh, tol_act, shape); free(g);
     compare("fp8 producers: down dW vs cpu", g = down_new(gdw2[1], nw, 1), cdw2, nw, 5e-4, shape); free(g);
@@ -282,7 +282,7 @@ static void test_rmsnorm_fp8(int N, int C, int OC) {
     emu->rmsnorm_forward_fp8(cform, crstd, x, g, N, C, eps, &qc);
     qc.x_cast = 1;
     emu->matmul_fp8_forward(cout, cform, w, N, C, OC, NULL, &qc);
-    emu->matmul_fp8_backward(cdx, cdw, dy, cform, w, N, C, OC, &qc);
+    emu->matmul_fp8_backward(cdx, cdw, dy, cform, w, N, C, OC, 1, &qc);
     /* the GPU's: k = 0 the plain norm and the matmul's casts, k = 1 the producer */
     void *gx = up_act(x, nc), *gg = up_act(g, C), *gw = up_act(w, nw), *gdy = up_act(dy, ny);
     char *gx8 = gpu->alloc(2 * nc, "t");   /* the casts' x8 (N,C) and xT8 (C,N), saved */
@@ -299,7 +299,7 @@ static void test_rmsnorm_fp8(int N, int C, int OC) {
         else gpu->rmsnorm_forward_fp8(gln[1], grstd[1], gx, gg, N, C, eps, &a);   /* gln[1] now holds the cast form */
         gpu->matmul_fp8_forward(gout[k], gln[k], gw, N, C, OC, NULL, &a);
         if (k == 0) gpu->copy(gx8, gscr[0], nc);   /* the cast's x8: the scratch's first view */
-        gpu->matmul_fp8_backward(gdx[k], gdw[k], gdy, gln[k], gw, N, C, OC, &a);
+        gpu->matmul_fp8_backward(gdx[k], gdw[k], gdy, gln[k], gw, N, C, OC, 1, &a);
         if (k == 0) gpu->copy(gx8 + nc, (char *)gscr[0] + 2 * align256(ny) + align256(nw), nc);   /* xT8: after dy8, dyT8, wT8 */
     }
     same_bytes("rmsnorm_forward_fp8 E4M3 (N,C) copy", gln[1], gx8, nc, shape);

@@ -22,14 +22,14 @@ static void test_matmul(int N, int IC, int OC) {
     float *dw0 = rand_act((size_t)OC * IC, 1);
     float *out = mallocCheck((size_t)N * OC * 4), *dx = mallocCheck((size_t)N * IC * 4), *dw = copy_f(dw0, (size_t)OC * IC);
     cpu->matmul_forward(out, x, w, N, IC, OC, NULL);
-    cpu->matmul_backward(dx, dw, dy, x, w, N, IC, OC);
+    cpu->matmul_backward(dx, dw, dy, x, w, N, IC, OC, 1);
     void *gx = up_act(x, (size_t)N * IC), *gw = up_act(w, (size_t)OC * IC), *gdy = up_act(dy, (size_t)N * OC);
     void *gout = gpu->alloc((size_t)N * OC * dtype_size(act), "t"), *gdx = gpu->alloc((size_t)N * IC * dtype_size(act), "t");
     float *gdw = up_f32(dw0, (size_t)OC * IC);
     poison(gout, (size_t)N * OC * dtype_size(act));
     poison(gdx, (size_t)N * IC * dtype_size(act));
     gpu->matmul_forward(gout, gx, gw, N, IC, OC, NULL);
-    gpu->matmul_backward(gdx, gdw, gdy, gx, gw, N, IC, OC);
+    gpu->matmul_backward(gdx, gdw, gdy, gx, gw, N, IC, OC, 1);
     float *h = mallocCheck(((size_t)N * OC + (size_t)N * IC + (size_t)OC * IC) * 4);
     down_act(h, gout, (size_t)N * OC);
     compare("matmul_forward", h, out, (size_t)N * OC, tol_matmul, shape);
@@ -44,10 +44,16 @@ static void test_matmul(int N, int IC, int OC) {
     gpu->download(h, gdw, (size_t)OC * IC * 4);
     compare("matmul_backward dweight", h, dw, (size_t)OC * IC, tol_matmul, shape);
     /* dinp = NULL must skip dinp and still accumulate dweight */
-    gpu->matmul_backward(NULL, gdw, gdy, gx, gw, N, IC, OC);
-    cpu->matmul_backward(NULL, dw, dy, x, w, N, IC, OC);
+    gpu->matmul_backward(NULL, gdw, gdy, gx, gw, N, IC, OC, 1);
+    cpu->matmul_backward(NULL, dw, dy, x, w, N, IC, OC, 1);
     gpu->download(h, gdw, (size_t)OC * IC * 4);
     compare("matmul_backward dw twice", h, dw, (size_t)OC * IC, tol_matmul, shape);
+    /* a step's first write (accumulate = 0): dweight is the product alone, whatever was there (NaN here) */
+    poison(gdw, (size_t)OC * IC * 4);
+    gpu->matmul_backward(NULL, gdw, gdy, gx, gw, N, IC, OC, 0);
+    cpu->matmul_backward(NULL, dw, dy, x, w, N, IC, OC, 0);
+    gpu->download(h, gdw, (size_t)OC * IC * 4);
+    compare("matmul_backward dw first write", h, dw, (size_t)OC * IC, tol_matmul, shape);
     gpu->free(gx); gpu->free(gw); gpu->free(gdy); gpu->free(gout); gpu->free(gdx); gpu->free(gdw);
     free(x); free(w); free(dy); free(dw0); free(out); free(dx); free(dw); free(h);
 }
@@ -93,14 +99,14 @@ static void test_rmsnorm(int N, int C) {
     float *dw0 = rand_act(C, 1);
     float *out = mallocCheck((size_t)N * C * 4), *rstd = mallocCheck(N * 4), *dx = copy_f(dx0, (size_t)N * C), *dw = copy_f(dw0, C);
     cpu->rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f);
-    cpu->rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+    cpu->rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, 1);
     void *gx = up_act(x, (size_t)N * C), *gw = up_act(w, C), *gdy = up_act(dy, (size_t)N * C), *gdx = up_act(dx0, (size_t)N * C);
     void *gout = gpu->alloc((size_t)N * C * dtype_size(act), "t");
     float *grstd = gpu->alloc(N * 4, "t"), *gdw = up_f32(dw0, C), *grstd_cpu = up_f32(rstd, N);
     poison(gout, (size_t)N * C * dtype_size(act));
     poison(grstd, N * 4);
     gpu->rmsnorm_forward(gout, grstd, gx, gw, N, C, 1e-5f);
-    gpu->rmsnorm_backward(gdx, gdw, gdy, gx, gw, grstd_cpu, N, C);
+    gpu->rmsnorm_backward(gdx, gdw, gdy, gx, gw, grstd_cpu, N, C, 1);
     float *h = mallocCheck((size_t)N * C * 4);
     down_act(h, gout, (size_t)N * C);
     compare("rmsnorm_forward", h, out, (size_t)N * C, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
@@ -110,6 +116,12 @@ static void test_rmsnorm(int N, int C) {
     compare("rmsnorm_backward dinp (+=)", h, dx, (size_t)N * C, act == DTYPE_FP32 ? 1e-5 : tol_act, shape);
     gpu->download(h, gdw, C * 4);
     compare("rmsnorm_backward dweight", h, dw, C, 1e-5, shape);
+    /* a step's first write of dweight (accumulate = 0) over NaN; dinp still adds */
+    poison(gdw, C * 4);
+    gpu->rmsnorm_backward(gdx, gdw, gdy, gx, gw, grstd_cpu, N, C, 0);
+    cpu->rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, 0);
+    gpu->download(h, gdw, C * 4);
+    compare("rmsnorm_backward dweight first write", h, dw, C, 1e-5, shape);
     gpu->free(gx); gpu->free(gw); gpu->free(gdy); gpu->free(gdx); gpu->free(gout); gpu->free(grstd); gpu->free(gdw); gpu->free(grstd_cpu);
     free(x); free(w); free(dy); free(dx0); free(dw0); free(out); free(rstd); free(dx); free(dw); free(h);
 }
