@@ -355,7 +355,7 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
     m->grads = m->part.grads_elsewhere ? NULL : be->alloc(P * sizeof(float), "gradients");
     if (m->grads) m->grad_fresh = callocCheck((size_t)m->n_local_layers * GRAD_PER_LAYER + 2, 1);
     const char *poison = getenv("LLM3D_POISON_GRADS");
-    m->poison_grads = poison && !strcmp(poison, "1");
+    m->poison_grads = m->grads && poison && !strcmp(poison, "1");   /* zero=2/3: the schedule opens the places, with zeros */
     m->act_memory = be->alloc(m->act_bytes, "activations");
     layout_activations(m, m->act_memory);
 }
