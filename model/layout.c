@@ -336,6 +336,9 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->act_bytes = layout_activations(m, NULL);
 }
 
+/* grad_fresh's entries: a layer's GRAD_PER_LAYER, then the final norm's and the LM head's */
+static size_t grad_fresh_count(const Model *m) { return (size_t)m->n_local_layers * GRAD_PER_LAYER + 2; }
+
 void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Comm *comm, const ModelPart *part, int B, int T,
                   int recompute) {
     model_plan(m, cfg, be, comm, part, B, T, recompute);
@@ -353,7 +356,7 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
     }
     m->layer_weights_unit = -1;
     m->grads = m->part.grads_elsewhere ? NULL : be->alloc(P * sizeof(float), "gradients");
-    if (m->grads) m->grad_fresh = callocCheck((size_t)m->n_local_layers * GRAD_PER_LAYER + 2, 1);
+    if (m->grads) m->grad_fresh = callocCheck(grad_fresh_count(m), 1);
     const char *poison = getenv("LLM3D_POISON_GRADS");
     m->poison_grads = m->grads && poison && !strcmp(poison, "1");   /* zero=2/3: the schedule opens the places, with zeros */
     m->act_memory = be->alloc(m->act_bytes, "activations");
@@ -463,7 +466,7 @@ void model_get_grads(const Model *m, float *host) {
  * knob LLM3D_POISON_GRADS=1 fills those with NaN instead, so a gradient the step forgets to write shows in the norm. */
 void model_zero_grads(Model *m) {
     if (!m->grads) return;   /* zero=2/3: the schedule opens each unit's place itself */
-    memset(m->grad_fresh, 1, (size_t)m->n_local_layers * GRAD_PER_LAYER + 2);
+    memset(m->grad_fresh, 1, grad_fresh_count(m));
     size_t emb = m->part.has_embedding ? (size_t)m->V * m->C : 0;   /* at offset 0, vocabulary padding included */
     if (emb) m->be->zero(m->grads, emb * sizeof(float));
     if (m->poison_grads && m->n_params > emb) {

@@ -139,12 +139,12 @@ typedef struct Model {
     /* zero=2/3 (parallel/ddp.h sets these): the tensor at element o of unit u lies at grads_at[u] + (o - units[u].offset)
      * (fp32) and, zero=3, at weights_at[u] + (o - units[u].offset) elements of the act dtype */
     float **grads_at;                   /* (n_units) */
+    void **weights_at;                  /* (n_units) */
     /* A step's first write of a gradient overwrites it rather than adding to zeros: model_zero_grads zeroes only the
      * embedding's (its backward scatters), and grad_fresh[k] says gradient k has not been written since (model/llama.c:
      * per layer its two norms and four matmuls, then the final norm and the head); NULL with grads_elsewhere */
     unsigned char *grad_fresh;          /* (n_local_layers * GRAD_PER_LAYER + 2) */
     int poison_grads;                   /* test-only (LLM3D_POISON_GRADS=1): model_zero_grads fills what it leaves with NaN */
-    void **weights_at;                  /* (n_units) */
     /* part.weights_per_layer: the places units are cast into, act dtype (model_unit_place) */
     void *layer_weights;                /* (layer_weights_bytes) every layer's place */
     void *vocab_weights;                /* (vocab_weights_bytes) the embedding's place and the head's (after the embedding's
