@@ -17,10 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* logits per LM-head chunk, at most: 256 MiB in bf16. 4,096 tokens at V = 32,000 (l124m's 16,384 in 4 chunks,
- * not 8): the loss kernel runs 10 waves of rows instead of 5, and the head's weight gradient is reread half as
- * often: +2.5% on the l124m step for 131 MB more logits (docs/performance.md, 2026-12-06) */
-#define HEAD_CHUNK_ELEMENTS (128u << 20)
+#define HEAD_CHUNK_ELEMENTS (64u << 20)   /* logits per LM-head chunk: 128 MiB in bf16 */
 
 static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
 
@@ -323,9 +320,9 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     build_layout(m);
     m->B = B; m->T = T;
     /* the LM head runs over chunks of tokens so the (B*T, V) logits never exist at once */
-    /* a power of two, so the step's tokens split into equal chunks */
-    int fit = (int)(HEAD_CHUNK_ELEMENTS / (m->V > 0 ? m->V : 1));
-    for (m->head_chunk = 1; 2 * m->head_chunk <= fit; m->head_chunk *= 2) {}
+    m->head_chunk = (int)(HEAD_CHUNK_ELEMENTS / (m->V > 0 ? m->V : 1));
+    if (m->head_chunk > 64) m->head_chunk &= ~63;
+    if (m->head_chunk < 1) m->head_chunk = 1;
     if (m->head_chunk > B * T) m->head_chunk = B * T;
     m->slots = callocCheck(p->n_slots, sizeof(ActSlot));
     for (int s = 0; s < p->n_slots; s++) {
