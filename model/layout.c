@@ -17,7 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HEAD_CHUNK_ELEMENTS (64u << 20)   /* logits per LM-head chunk: 128 MiB in bf16 */
+/* logits per LM-head chunk, at most: 256 MiB in bf16, 4,096 tokens at V = 32,000 (model_plan says when half) */
+#define HEAD_CHUNK_ELEMENTS (128u << 20)
 
 static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
 
@@ -151,7 +152,7 @@ static void build_layout(Model *m) {
  *    scratch with NaN, so a change that breaks this fails the CPU tests.
  *  - tmp is scratch1: the forward's tmp is dead whenever the backward's
  *    scratch1 is live, and vice versa. */
-static size_t layout_activations(Model *m, char *base) {
+static size_t layout_activations(Model *m, char *base, size_t *head_past) {
     size_t B = m->B, T = m->T, N = B * T, a = act_size(m), at = 0;
     size_t Ns = m->sp ? N / m->part.tp : N;   /* the stream tokens: sequence parallelism keeps N/tp */
     /* backward scratch: s1 holds dlnf, dhs, datt and dln (widths C, F, NH*HD, C), s2 holds dqkv */
@@ -191,6 +192,7 @@ static size_t layout_activations(Model *m, char *base) {
     m->logits = head ? TAKE((size_t)m->head_chunk * m->V * a) : NULL;
     m->ce_stats = head ? TAKE((size_t)m->part.tp * 3 * m->head_chunk * 4) : NULL;
     if (m->part.weights_per_layer && (sel || full)) m->vocab_weights = TAKE(m->vocab_weights_bytes);
+    if (head_past) *head_past = at > region_end ? at - region_end : 0;
     if (at < region_end) at = region_end;
     for (int s = 0; s < m->part.n_slots; s++) {
         ActSlot *S = &m->slots[s];
@@ -270,6 +272,25 @@ void *model_unit_place(const Model *m, int u) {
 
 void model_master_changed(Model *m) { m->layer_weights_unit = -1; }
 
+/* The LM head's chunk of tokens: the largest power of two whose logits stay
+ * under HEAD_CHUNK_ELEMENTS (4,096 at V = 32,000: the loss kernel runs twice
+ * the rows a wave and the head's weight gradient is reread half as often as at
+ * 2,048, +2.5% on the l124m step, docs/performance.md 2026-12-06). Recompute
+ * is chosen to save memory, so there the chunk halves, down to half that
+ * size, while the head's buffers would reach past the recompute buffers they
+ * lie over: the larger chunk is taken only where it costs no memory. */
+static void plan_head_chunk(Model *m, int tokens) {
+    int floor = m->head_chunk / 2 > 0 ? m->head_chunk / 2 : 1;
+    if (floor > tokens) floor = tokens;
+    if (m->head_chunk > tokens) m->head_chunk = tokens;
+    size_t past = 0;
+    while (m->recompute != RECOMPUTE_NONE && m->head_chunk > floor) {
+        layout_activations(m, NULL, &past);
+        if (past == 0) break;
+        m->head_chunk /= 2;
+    }
+}
+
 /* precision=fp8: every layer's scales, none yet, and which global layer each local one is */
 static void plan_fp8(Model *m) {
     if (m->be->act != DTYPE_BF16) die("internal: precision=fp8 runs with bf16 activations, not %s", dtype_name(m->be->act));
@@ -320,10 +341,8 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     build_layout(m);
     m->B = B; m->T = T;
     /* the LM head runs over chunks of tokens so the (B*T, V) logits never exist at once */
-    m->head_chunk = (int)(HEAD_CHUNK_ELEMENTS / (m->V > 0 ? m->V : 1));
-    if (m->head_chunk > 64) m->head_chunk &= ~63;
-    if (m->head_chunk < 1) m->head_chunk = 1;
-    if (m->head_chunk > B * T) m->head_chunk = B * T;
+    int fit = (int)(HEAD_CHUNK_ELEMENTS / (m->V > 0 ? m->V : 1));
+    for (m->head_chunk = 1; 2 * m->head_chunk <= fit; m->head_chunk *= 2) {}   /* a power of two: equal chunks */
     m->slots = callocCheck(p->n_slots, sizeof(ActSlot));
     for (int s = 0; s < p->n_slots; s++) {
         m->slots[s].res = callocCheck((size_t)m->chunk_layers + 1, sizeof(void *));
@@ -333,7 +352,8 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->slot_T = callocCheck(p->n_slots, sizeof(int));
     plan_weights(m);
     if (p->fp8) plan_fp8(m);
-    m->act_bytes = layout_activations(m, NULL);
+    plan_head_chunk(m, B * T);
+    m->act_bytes = layout_activations(m, NULL, NULL);
 }
 
 /* grad_fresh's entries: a layer's GRAD_PER_LAYER, then the final norm's and the LM head's */
@@ -360,7 +380,7 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
     const char *poison = getenv("LLM3D_POISON_GRADS");
     m->poison_grads = m->grads && poison && !strcmp(poison, "1");   /* zero=2/3: the schedule opens the places, with zeros */
     m->act_memory = be->alloc(m->act_bytes, "activations");
-    layout_activations(m, m->act_memory);
+    layout_activations(m, m->act_memory, NULL);
 }
 
 void model_plan_free(Model *m) {

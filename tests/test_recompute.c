@@ -153,6 +153,24 @@ static void plans(void) {
         CHECK(layer_none.compute < keep_none.compute / 4 && layer_none.total < keep_none.total,
               "%s per_layer without recompute: the places of a layer and of the vocabulary units", presets[k]);
         if (k == 1) CHECK(layer.total <= 6.40 * 1073741824.0, "l350m full recompute per_layer: %.3f GiB, over 6.40", gib(layer.total));
+        /* the LM head's chunk (model/layout.c plan_head_chunk): 4,096 tokens without recompute; with recompute at
+         * most 4,096 and at least 2,048, and larger than 2,048 only where the head's buffers still fit in the recompute
+         * buffers: the activations equal those of a model whose head buffers are smaller */
+        const int modes[3][2] = {{RECOMPUTE_NONE, 0}, {RECOMPUTE_FULL, 0}, {RECOMPUTE_FULL, 1}};
+        int chunk[3];
+        for (int i = 0; i < 3; i++) {
+            Model hm;
+            ModelPart q = model_part_whole(&mc);
+            q.weights_per_layer = modes[i][1];
+            model_plan(&hm, &mc, &gpu, &comm, &q, 16, c.seq_len, modes[i][0]);
+            chunk[i] = hm.head_chunk;
+            model_plan_free(&hm);
+        }
+        CHECK(chunk[0] == 4096, "%s without recompute: head chunk %d tokens, want 4096", presets[k], chunk[0]);
+        CHECK(chunk[1] == 4096, "%s full recompute, keep: head chunk %d tokens, want 4096 (fits the recompute buffers)",
+              presets[k], chunk[1]);
+        CHECK(chunk[2] == (k == 0 ? 2048 : 4096), "%s full recompute, per_layer: head chunk %d tokens, want %d", presets[k],
+              chunk[2], k == 0 ? 2048 : 4096);
         printf("%s bf16 full recompute on cuda: keep %.3f GiB (compute %.1f MiB, activations %.1f MiB), per_layer %.3f GiB "
                "(compute %.1f MiB); no recompute: keep %.3f GiB, per_layer %.3f GiB\n", presets[k], gib(keep.total),
                keep.compute / 1048576.0, keep.activations / 1048576.0, gib(layer.total), layer.compute / 1048576.0,
