@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* logits per LM-head chunk, at most: 256 MiB in bf16, 4,096 tokens at V = 32,000 (model_plan says when half) */
+/* logits per LM-head chunk, at most: 256 MiB in bf16, 4,096 tokens at V = 32,000 (plan_head_chunk says when half) */
 #define HEAD_CHUNK_ELEMENTS (128u << 20)
 
 static size_t act_size(const Model *m) { return dtype_size(backend_storage(m->be)); }
@@ -280,6 +280,8 @@ void model_master_changed(Model *m) { m->layer_weights_unit = -1; }
  * size, while the head's buffers would reach past the recompute buffers they
  * lie over: the larger chunk is taken only where it costs no memory. */
 static void plan_head_chunk(Model *m, int tokens) {
+    int fit = (int)(HEAD_CHUNK_ELEMENTS / (m->V > 0 ? m->V : 1));
+    for (m->head_chunk = 1; 2 * m->head_chunk <= fit; m->head_chunk *= 2) {}   /* a power of two: equal chunks */
     int floor = m->head_chunk / 2 > 0 ? m->head_chunk / 2 : 1;
     if (floor > tokens) floor = tokens;
     if (m->head_chunk > tokens) m->head_chunk = tokens;
@@ -340,9 +342,6 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->n_local_layers = m->chunk_first[p->n_chunks];
     build_layout(m);
     m->B = B; m->T = T;
-    /* the LM head runs over chunks of tokens so the (B*T, V) logits never exist at once */
-    int fit = (int)(HEAD_CHUNK_ELEMENTS / (m->V > 0 ? m->V : 1));
-    for (m->head_chunk = 1; 2 * m->head_chunk <= fit; m->head_chunk *= 2) {}   /* a power of two: equal chunks */
     m->slots = callocCheck(p->n_slots, sizeof(ActSlot));
     for (int s = 0; s < p->n_slots; s++) {
         m->slots[s].res = callocCheck((size_t)m->chunk_layers + 1, sizeof(void *));
@@ -352,7 +351,7 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->slot_T = callocCheck(p->n_slots, sizeof(int));
     plan_weights(m);
     if (p->fp8) plan_fp8(m);
-    plan_head_chunk(m, B * T);
+    plan_head_chunk(m, B * T);   /* the LM head runs over chunks of tokens so the (B*T, V) logits never exist at once */
     m->act_bytes = layout_activations(m, NULL, NULL);
 }
 

@@ -153,9 +153,9 @@ static void plans(void) {
         CHECK(layer_none.compute < keep_none.compute / 4 && layer_none.total < keep_none.total,
               "%s per_layer without recompute: the places of a layer and of the vocabulary units", presets[k]);
         if (k == 1) CHECK(layer.total <= 6.40 * 1073741824.0, "l350m full recompute per_layer: %.3f GiB, over 6.40", gib(layer.total));
-        /* the LM head's chunk (model/layout.c plan_head_chunk): 4,096 tokens without recompute; with recompute at
-         * most 4,096 and at least 2,048, and larger than 2,048 only where the head's buffers still fit in the recompute
-         * buffers: the activations equal those of a model whose head buffers are smaller */
+        /* the LM head's chunk (model/layout.c plan_head_chunk): 4,096 tokens without recompute; with recompute
+         * 4,096 only where the head's buffers still fit in the recompute buffers (l124m keep, l350m both), else 2,048
+         * (l124m per_layer, whose vocabulary weights' place also lies there) */
         const int modes[3][2] = {{RECOMPUTE_NONE, 0}, {RECOMPUTE_FULL, 0}, {RECOMPUTE_FULL, 1}};
         int chunk[3];
         for (int i = 0; i < 3; i++) {
