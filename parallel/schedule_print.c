@@ -120,6 +120,10 @@ void schedule_print_actions(const Schedule *s, FILE *out) {
     }
 }
 
+/* The width in pixels of n characters of the pictures' 12-pixel sans-serif text (its widest letters
+ * are about 0.6 em; legends are sized by it so nothing is cut at the edge). */
+#define TEXT_PX(n) ((int)(n) * 7)
+
 /* The simulated start of stage st's wait for bucket b's operation (kind: ACT_REDUCE_WAIT or ACT_GATHER_WAIT); -1: none. */
 static double wait_time(const Schedule *s, const ScheduleSim *sim, int st, int kind, int b) {
     for (int i = 0; i < s->n[st]; i++)
@@ -135,13 +139,38 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
     FILE *f = fopen(path, "w");
     if (!f) return -1;
     const int lane = 34, left = 70, top = 40;
-    const double unit = sim->makespan * 36 >= 640 ? 36 : 640 / sim->makespan;   /* a short step is drawn wider, to be legible */
+    /* a time unit's width: 36 px, wider for a short step (640 px at least) and so that the shortest compute
+     * (a ZeRO-3 forward cut into one piece a unit) still holds its label */
+    double unit = sim->makespan * 36 >= 640 ? 36 : 640 / sim->makespan, shortest = 1;
+    for (int st = 0; st < s->stages; st++)
+        for (int i = 0; i < s->n[st]; i++) {
+            size_t k = (size_t)st * sim->max_actions + i;
+            int compute = s->list[st][i].kind == ACT_FORWARD || s->list[st][i].kind == ACT_BACKWARD;
+            if (compute && sim->end[k] > sim->start[k] && sim->end[k] - sim->start[k] < shortest) shortest = sim->end[k] - sim->start[k];
+        }
+    if (unit * shortest < 24) unit = 24 / shortest;
     int *y = mallocCheck(((size_t)s->stages + 1) * sizeof(int)), *ops = callocCheck((size_t)s->stages, sizeof(int)), any = 0;
     for (int st = 0; st < s->stages; st++)
         for (int i = 0; i < s->n[st]; i++) ops[st] += s->list[st][i].kind == ACT_REDUCE || s->list[st][i].kind == ACT_GATHER;
     y[0] = top;
     for (int st = 0; st < s->stages; st++) { y[st + 1] = y[st] + lane + (ops[st] ? lane : 0); any |= ops[st] > 0; }
-    int w = left + (int)(sim->makespan * unit) + 20, h = y[s->stages] + (any ? 70 : 30);
+    /* the legend, a line each, short enough to read at the picture's rendered size */
+    char legend[5][160];
+    int n_legend = 0, gathers = 0;
+    for (int st = 0; st < s->stages; st++) gathers |= wait_time(s, sim, st, ACT_GATHER_WAIT, 0) >= 0;
+    snprintf(legend[n_legend++], sizeof legend[0], "grey: idle (the bubble); simulated with a forward = 1, a backward = 2 time units");
+    if (s->zero)
+        snprintf(legend[n_legend++], sizeof legend[0], "ticks: gather starts (orange), reduce-scatter starts (red), weights released (dark grey)");
+    if (any) {
+        snprintf(legend[n_legend++], sizeof legend[0], "dp sums: each bucket's gradient %s (orange)%s,",
+                 s->zero >= 2 ? "reduce-scatter" : "all-reduce",
+                 !gathers ? "" : s->zero >= 3 ? " and its weights' all-gather (purple)" : " and ZeRO-1's all-gather (purple)");
+        snprintf(legend[n_legend++], sizeof legend[0], "from when it may start to where the stage waits for it:");
+        snprintf(legend[n_legend++], sizeof legend[0], "what runs under the compute is hidden; a short tick is waited for at once");
+    }
+    int legend_w = 0;
+    for (int k = 0; k < n_legend; k++) if (TEXT_PX(strlen(legend[k])) > legend_w) legend_w = TEXT_PX(strlen(legend[k]));
+    int plot_w = (int)(sim->makespan * unit), w = left + (plot_w > legend_w ? plot_w : legend_w) + 20, h = y[s->stages] + 14 + 18 * n_legend;
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' viewBox='0 0 %d %d' font-family='sans-serif' font-size='12'>\n",
             w, h, w, h);   /* the viewBox lets a page scale it to its width */
     fprintf(f, "<rect width='%d' height='%d' fill='white'/>\n<text x='10' y='20' font-size='14'>%s</text>\n", w, h, title);
@@ -161,7 +190,8 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
             label(s, a, l, sizeof l);
             fprintf(f, "<rect x='%.1f' y='%d' width='%.1f' height='%d' fill='%s' stroke='white'/>\n", left + t0 * unit, yy + 2,
                     (t1 - t0) * unit, lane - 4, colour);
-            if (a->kind == ACT_FORWARD || a->from == 0)   /* the later parts of a split backward carry no label */
+            /* the later parts of a split backward carry no label, nor does a box too narrow for its label */
+            if ((a->kind == ACT_FORWARD || a->from == 0) && TEXT_PX(strlen(l)) + 3 <= (t1 - t0) * unit)
                 fprintf(f, "<text x='%.1f' y='%d' fill='white'>%s</text>\n", left + t0 * unit + 3, yy + lane / 2 + 4, l);
         }
         if (!ops[st]) continue;
@@ -190,16 +220,7 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
             fprintf(f, "<rect x='%.1f' y='%d' width='3' height='10' fill='%s'/>\n", x - 1.5, y0, colour);
         }
     }
-    int yl = y[s->stages] + 20;
-    fprintf(f, "<text x='%d' y='%d'>grey: idle (the bubble) — simulated with a forward = 1, a backward = 2 time units%s</text>\n", left, yl,
-            s->zero ? "; ticks: gather starts (orange), reduce-scatter starts (red), weights released (dark grey)" : "");
-    if (any) {
-        int gathers = 0;
-        for (int st = 0; st < s->stages; st++) gathers |= wait_time(s, sim, st, ACT_GATHER_WAIT, 0) >= 0;
-        fprintf(f, "<text x='%d' y='%d'>dp sums: each bucket's gradient all-reduce (orange)%s, from when its gradients are complete</text>\n"
-                   "<text x='%d' y='%d'>to where the stage waits for it: what runs under the backward is hidden; a tick is waited for at once</text>\n",
-                left, yl + 20, gathers ? " and ZeRO-1's all-gather (purple)" : "", left, yl + 38);
-    }
+    for (int k = 0; k < n_legend; k++) fprintf(f, "<text x='%d' y='%d'>%s</text>\n", left, y[s->stages] + 20 + 18 * k, legend[k]);
     fprintf(f, "</svg>\n");
     free(y); free(ops);
     return fclose(f) == 0 ? 0 : -1;

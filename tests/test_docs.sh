@@ -5,6 +5,7 @@
 #   - the schedule pictures in docs/ are what `build/train schedule --svg` draws
 #     today from the command written beside each (regenerate: the same command
 #     with --svg=docs/NAME.svg);
+#   - no picture's text runs past its edge (7 px a character of the 12 px font);
 #   - the data-parallel picture draws one bar per gradient bucket, in the lane
 #     under the stage (the buckets the text schedule lists).
 source "$(dirname "$0")/tally.sh"
@@ -25,19 +26,33 @@ for page in README.md docs/*.md; do
 done
 check '[ "$links" -ge 10 ] && [ "$broken" -eq 0 ]' "every relative link of README.md and docs/*.md resolves ($links links, $broken broken)"
 
-# the pictures, drawn again: name, then the schedule's keys
+# the pictures, drawn again (each page names the command beside its picture): name, then the schedule's keys
 pictures=(
     "pipeline-1f1b --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=1f1b"
     "pipeline-gpipe --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=gpipe"
     "pipeline-interleaved --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=interleaved"
     "data-parallel-buckets --dp=2 --micro_batches=2 --bucket_mb=0.05 --n_layers=4"
     "data-parallel-pipeline --pp=2 --dp=2 --micro_batches=4 --n_layers=4 --bucket_mb=0.05"
+    "zero-step --dp=2 --zero=3 --n_layers=4 --micro_batches=2 --actions"
 )
+# Whether every left-anchored text of an SVG fits inside its width, counting 7 px a character (the 12 px
+# sans-serif's widest letters; the drawer sizes its legend by the same rule): prints the first that does not.
+text_cut() {
+    awk -v FS="'" '/<svg / { for (i = 1; i < NF; i++) if ($i ~ /width=$/) { w = $(i + 1); break } }
+        /<text / && !/text-anchor/ { x = 0; for (i = 1; i < NF; i++) if ($i ~ / x=$/) x = $(i + 1)
+            t = $0; sub(/^.*<text[^>]*>/, "", t); sub(/<\/text>.*$/, "", t); gsub(/&[a-z]+;/, "_", t)
+            if (x + 7 * length(t) > w + 0) { print "cut at the edge (" w " px): " t; exit } }' "$1"
+}
 for p in "${pictures[@]}"; do
     set -- $p; name=$1; shift
     "$BUILD"/train schedule "$@" --svg="$dir/$name.svg" > "$dir/$name.txt" 2>&1; rc=$?
     check '[ $rc -eq 0 ] && cmp -s "$dir/$name.svg" "docs/$name.svg" && grep -q "docs/$name.svg\|($name.svg)" docs/*.md' \
           "docs/$name.svg is what 'build/train schedule $* --svg=docs/$name.svg' draws today, and a page shows it (exit $rc)"
+done
+# every picture in docs/, those drawn by hand (tensor-parallel-block.svg) too, is legible: nothing cut at its edge
+for svg in docs/*.svg; do
+    cut=$(text_cut "$svg")
+    check '[ -z "$cut" ] && grep -q "<text" "$svg"' "$svg: no text runs past the picture's edge${cut:+ ($cut)}"
 done
 buckets=$(grep -o "(bucket [0-9]*)" "$dir/data-parallel-buckets.txt" | wc -l)
 bars=$(grep -c "<title>bucket [0-9]* all-reduce</title>" docs/data-parallel-buckets.svg)
