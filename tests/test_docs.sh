@@ -6,6 +6,7 @@
 #     today from the command written beside each (regenerate: the same command
 #     with --svg=docs/NAME.svg);
 #   - no picture's text runs past its edge (7 px a character of the 12 px font);
+#   - docs/reading-order.md's line counts are within 25% of the files;
 #   - the data-parallel picture draws one bar per gradient bucket, in the lane
 #     under the stage (the buckets the text schedule lists).
 source "$(dirname "$0")/tally.sh"
@@ -54,6 +55,19 @@ for svg in docs/*.svg; do
     cut=$(text_cut "$svg")
     check '[ -z "$cut" ] && grep -q "<text" "$svg"' "$svg: no text runs past the picture's edge${cut:+ ($cut)}"
 done
+# docs/reading-order.md's line counts stay within 25% of the files they describe
+stale=""; counted=0
+while IFS='|' read -r _ files lines _; do
+    files=$(echo "$files" | xargs); lines=$(echo "$lines" | xargs)
+    [[ "$lines" =~ ^[0-9] ]] || continue
+    first=${files%%,*}; folder=$(dirname "$first"); IFS=',' read -ra names <<< "$files"; IFS=',' read -ra counts <<< "$lines"
+    for i in "${!names[@]}"; do
+        f=$(echo "${names[$i]}" | xargs); [[ "$f" == */* ]] || f="$folder/$f"; want=$(echo "${counts[$i]}" | xargs)
+        have=$(wc -l < "$f" 2>/dev/null || echo 0); counted=$((counted + 1))
+        [ "$have" -gt 0 ] && [ $((have * 4)) -le $((want * 5)) ] && [ $((have * 4)) -ge $((want * 3)) ] || stale="$stale $f ($want listed, $have now)"
+    done
+done < <(grep '^| [a-z]*/' docs/reading-order.md)
+check '[ "$counted" -ge 20 ] && [ -z "$stale" ]' "docs/reading-order.md's $counted line counts are within 25% of the files${stale:+; stale:$stale}"
 buckets=$(grep -o "(bucket [0-9]*)" "$dir/data-parallel-buckets.txt" | wc -l)
 bars=$(grep -c "<title>bucket [0-9]* all-reduce</title>" docs/data-parallel-buckets.svg)
 check '[ "$buckets" -ge 2 ] && [ "$bars" -eq "$buckets" ] && grep -q ">dp sums<" docs/data-parallel-buckets.svg' \

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# tests/test_readme.sh — the README's commands, run as written, so that it
-# cannot drift from the program: every line of every ```sh block, in order, in
+# tests/test_readme.sh — the README's commands and the docs' that run on a CPU,
+# as written, so that they cannot drift from the program: every line of every
+# ```sh block of README.md, then of each page in DOC_PAGES below, in order, in
 # a scratch folder that holds what a fresh clone holds (build/, configs/,
 # node_modules/ for the corpus) and a my_texts/ folder of text, where
 # runs/, data/ and hf/ are made by the commands themselves.
 #   - a line of several commands joined by && runs as its parts;
 #   - a training command (build/train --key=..., under mpirun or not) runs with
-#     --max_steps=2 --eval_batches=2 added, the doctor with --sweep=0 (its sweep
+#     --max_steps=2 --eval_batches=2 added (unless it names its own max_steps of
+#     at most 20: a profile needs its steps), the doctor with --sweep=0 (its sweep
 #     is tests/test_doctor.sh's); an `export` line holds for the block's later lines;
 #   - skipped, saying so: scripts/setup.sh (its --check runs instead), make
 #     (the build and this runner itself; make bench times for minutes), and
 #     anything that trains or opens a device with --device=cuda (no GPU here;
-#     `memory` plans for one without it, so it runs).
+#     `memory` and `plan` plan for one without it, so they run, unless `plan`
+#     reads a --profile, which only a GPU run writes).
 # Each must exit 0 with no "error:" line; and the 4-rank line that the README
 # says trains the one-rank model gives the one-rank run's losses.
 # About 40 s on 2 quiet cores. Not in the sanitizer pass (time: the commands'
@@ -33,13 +36,23 @@ cp tests/data/sotu_sample.txt "$dir/my_texts/"
 scripts/setup.sh --check > "$dir/setup.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ]' "scripts/setup.sh --check (the first command's setup) finds everything: $(cat "$dir/setup.log")"
 
-# every line of the ```sh blocks, comments dropped; "@end" ends a block (and its export lines' hold)
-lines=$(awk '/^```sh$/ {on = 1; next} /^```/ {if (on) print "@end"; on = 0; next} on' README.md | sed 's/[[:space:]]*#.*$//')
-[ -n "$lines" ] || check false "found no \`\`\`sh block in README.md"
+# the pages whose blocks run after the README's, in the README's folder (their commands read what its made)
+DOC_PAGES=(docs/speedup.md docs/tensor-parallel.md docs/nccl-errors.md)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1   # the pages' mpirun lines, as root on 2 cores
+# every line of the ```sh blocks, comments dropped; "@end" ends a block (and its export lines' hold); "@page P" starts page P
+lines=$(for page in README.md "${DOC_PAGES[@]}"; do
+            echo "@page $page"
+            awk '/^```sh$/ {on = 1; next} /^```/ {if (on) print "@end"; on = 0; next} on' "$page" | sed 's/[[:space:]]*#.*$//'
+        done)
+for page in README.md "${DOC_PAGES[@]}"; do
+    grep -q '^```sh$' "$page" || check false "found no \`\`\`sh block in $page"
+done
+page=README.md
 n=0; ran=0; prefix=""; skipped=()
 declare -A log_of   # command -> its log
 while IFS= read -r line; do
     if [ "$line" = "@end" ]; then prefix=""; continue; fi
+    if [[ "$line" == "@page "* ]]; then page=${line#@page }; continue; fi
     # a line's parts joined by &&, one by one
     rest="$line"
     while [ -n "$rest" ]; do
@@ -52,18 +65,20 @@ while IFS= read -r line; do
             scripts/setup.sh*) skipped+=("$part: installs packages (scripts/setup.sh --check ran instead)"); continue;;
             make*) skipped+=("$part: the build and this test runner (make bench: timings, minutes)"); continue;;
         esac
-        if [[ "$part" == *--device=cuda* && "$part" != *"build/train memory"* && "$part" != *"build/train plan"* ]]; then
-            skipped+=("$part: needs a GPU"); continue
+        if [[ "$part" == *--device=cuda* && ( ( "$part" != *"build/train memory"* && "$part" != *"build/train plan"* ) || "$part" == *--profile=* ) ]]; then
+            skipped+=("$page: $part: needs a GPU"); continue
         fi
         cmd="$part"
-        if [[ "$part" =~ build/train\ -- && "$part" != *--help* ]]; then cmd="$part --max_steps=2 --eval_batches=2"
+        own_steps=$(echo "$part" | sed -n 's/.*--max_steps=\([0-9]*\).*/\1/p')
+        if [[ "$part" =~ build/train\ -- && "$part" != *--help* ]]; then
+            if [ -n "$own_steps" ] && [ "$own_steps" -le 20 ]; then cmd="$part --eval_batches=2"; else cmd="$part --max_steps=2 --eval_batches=2"; fi
         elif [[ "$part" =~ build/train\ doctor ]]; then cmd="$part --sweep=0"; fi
         n=$((n + 1))
         log="$dir/cmd$n.log"
         t0=$(date +%s)
         (cd "$dir" && timeout 180 bash -c "$prefix$cmd") < /dev/null > "$log" 2>&1; rc=$?   # not the loop's stdin
         ran=$((ran + 1))
-        check '[ $rc -eq 0 ] && ! grep -q "error:" "$log"' "README: \`$part\` (ran as \`$cmd\`) exited $rc: $(grep -m3 -A2 "error:" "$log" || tail -5 "$log")"
+        check '[ $rc -eq 0 ] && ! grep -q "error:" "$log"' "$page: \`$part\` (ran as \`$cmd\`) exited $rc: $(grep -m3 -A2 "error:" "$log" || tail -5 "$log")"
         echo "ran  $(( $(date +%s) - t0 ))s  $cmd"
         log_of["$part"]=$log
     done
