@@ -8,11 +8,15 @@
  * Under mpirun (e.g. --tp=2) every rank prints its own row and line: the
  * memory of each rank, measured and predicted.
  * A benchmark, not a test: the shard is random tokens, so the loss means nothing. */
+#include "../common/options.h"
 #include "../common/util.h"
 #include "../train/trainer.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef LLM3D_BLAS
+#include <cblas.h>
+#endif
 
 static char shard[256];
 
@@ -66,7 +70,12 @@ int main(int argc, char **argv) {
     char **args = mallocCheck(sizeof(char *) * (argc + 1));
     int n = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strncmp(argv[i], "--steps=", 8)) steps = atoi(argv[i] + 8);
+        if (!strncmp(argv[i], "--steps=", 8)) {
+            char err[512];
+            double v;
+            if (option_number("steps", argv[i] + 8, 1, 1000, 1, &v, err, sizeof err) != 0) die("bench_train: %s", err);
+            steps = (int)v;
+        }
         else args[n++] = argv[i];
     }
     snprintf(shard, sizeof shard, "/tmp/llm3d_bench_%d.bin", (int)getpid());
@@ -78,6 +87,11 @@ int main(int argc, char **argv) {
     shard_write(shard, tok, N, 0);
     free(tok);
     printf("training steps on random tokens: %d timed after 2 warm-up\n", steps);
+#ifdef LLM3D_BLAS
+    /* the figures depend on the kernel OpenBLAS chose for this processor (OPENBLAS_CORETYPE overrides its choice) */
+    printf("OpenBLAS: %s, kernel %s%s%s\n", openblas_get_config(), openblas_get_corename(),
+           getenv("OPENBLAS_CORETYPE") ? ", OPENBLAS_CORETYPE=" : "", getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "");
+#endif
     printf("| preset | backend   | params     | B x T      | ms/step  | tokens/s  | TFLOP/s  | MFU    | peak alloc |\n"
            "|---|---|---|---|---|---|---|---|---|\n");
     Config c;
