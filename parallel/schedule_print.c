@@ -132,8 +132,8 @@ static double wait_time(const Schedule *s, const ScheduleSim *sim, int st, int k
  * under the rest of the backward shows as overlap. Reductions take no simulated time: a bar spans when the
  * operation may run, not how long the link needs. */
 int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *path, const char *title) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
+    char tmp[4200];
+    FILE *f = atomic_open(path, tmp, sizeof tmp);   /* the output door: dies naming path when it cannot be written */
     const int lane = 34, left = 70, top = 40;
     const double unit = sim->makespan * 36 >= 640 ? 36 : 640 / sim->makespan;   /* a short step is drawn wider, to be legible */
     int *y = mallocCheck(((size_t)s->stages + 1) * sizeof(int)), *ops = callocCheck((size_t)s->stages, sizeof(int)), any = 0;
@@ -202,5 +202,6 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
     }
     fprintf(f, "</svg>\n");
     free(y); free(ops);
-    return fclose(f) == 0 ? 0 : -1;
+    atomic_commit(f, tmp, path);
+    return 0;
 }
