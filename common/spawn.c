@@ -53,22 +53,20 @@ static char **merged_environment(char *const extra[]) {
     return env;
 }
 
+/* The child's output goes through the output door too: a temporary beside log_path, renamed into place
+ * once the child has ended (whatever its exit status: a failed run's log is what the user reads next). */
 int spawn_wait(char *const argv[], const char *cwd, const char *log_path, char *const env[], char *err, size_t err_size) {
     int log_fd = -1, report[2];
+    char log_tmp[PATH_MAX + 32];
+    FILE *log = NULL;
     if (log_path) {
-        char kind[128];
-        if (output_target_kind(log_path, kind, sizeof kind) != 0) {
-            snprintf(err, err_size, "'%s' (the output of %s) is %s, not a regular file\n  hint: remove it or choose another folder",
-                     log_path, argv[0], kind);
-            return -1;
-        }
-        log_fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0666);
-        if (log_fd < 0) { snprintf(err, err_size, "cannot write '%s' (the output of %s): %s", log_path, argv[0], strerror(errno)); return -1; }
+        if (!(log = atomic_try_open(log_path, log_tmp, sizeof log_tmp, err, err_size))) return -1;
+        log_fd = fileno(log);
     }
     char **environment = merged_environment(env);
     if (!environment || pipe2(report, O_CLOEXEC) != 0) {
         snprintf(err, err_size, "cannot start %s: %s", argv[0], strerror(errno));
-        if (log_fd >= 0) close(log_fd);
+        if (log) atomic_abandon(log, log_tmp);
         free(environment);
         return -1;
     }
@@ -86,16 +84,25 @@ int spawn_wait(char *const argv[], const char *cwd, const char *log_path, char *
     }
     int e = pid < 0 ? errno : 0;
     close(report[1]);
-    if (log_fd >= 0) close(log_fd);
     free(environment);
-    if (pid < 0) { close(report[0]); snprintf(err, err_size, "cannot start %s: %s", argv[0], strerror(e)); return -1; }
+    if (pid < 0) {
+        close(report[0]);
+        if (log) atomic_abandon(log, log_tmp);
+        snprintf(err, err_size, "cannot start %s: %s", argv[0], strerror(e));
+        return -1;
+    }
     int child_errno = 0;
     ssize_t got;
     while ((got = read(report[0], &child_errno, sizeof child_errno)) < 0 && errno == EINTR) {}
     close(report[0]);
     int status;
     while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) { snprintf(err, err_size, "waiting for %s: %s", argv[0], strerror(errno)); return -1; }
+        if (errno != EINTR) {
+            snprintf(err, err_size, "waiting for %s: %s", argv[0], strerror(errno));
+            if (log) atomic_abandon(log, log_tmp);
+            return -1;
+        }
+    if (log && atomic_try_commit(log, log_tmp, log_path, err, err_size) != 0) return -1;
     if (got == (ssize_t)sizeof child_errno) {
         snprintf(err, err_size, "cannot run %s%s%s: %s", argv[0], cwd ? " in " : "", cwd ? cwd : "", strerror(child_errno));
         return -1;

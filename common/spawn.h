@@ -3,7 +3,8 @@
  * The idea: a path or a setting is data, and data never reaches a shell. A
  * child gets an argument vector (execvp: each element arrives as one argv
  * entry, whatever quotes, $(...), backticks, semicolons or newlines it holds),
- * its output is redirected by file descriptor, settings for it go into its
+ * its output is redirected by file descriptor (into a file written through
+ * the output door), settings for it go into its
  * environment, and "is the program installed" is a search of PATH. */
 #pragma once
 #include <stddef.h>

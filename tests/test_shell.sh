@@ -5,6 +5,7 @@
 #     run folder, $TMPDIR, scale's --out — and in a key value; a canary file that any of
 #     those would create never appears, and each command succeeds with the exact file
 #     names asked (gnuplot really ran: the PNGs exist and are PNGs);
+#   - gnuplot is found by a search of PATH (none there: plot says so);
 #   - scale hands the key value to mpirun as one argument, intact, and each rank's
 #     OpenMP threads through the environment, so that ranks x threads <= cores;
 #   - scale keeps one run's results per --out: a second run into it is refused and the
@@ -38,6 +39,12 @@ check '[ $rc -eq 0 ] && png "$w/O$H.png" && [ -z "$(ls -A "$w/T$H")" ] && canary
 TMPDIR="$w/T$H" "$T" plot "$w/L$H.jsonl" > "$dir/plot.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && png "$w/L$H.png" && canary' "plot names its PNG after the hostile log: $(head -1 "$dir/plot.log")"
 
+# gnuplot is looked for in PATH, not asked of a shell: without it in PATH, plot says so in words
+mkdir "$dir/empty"
+PATH="$dir/empty" TMPDIR="$w/T$H" "$T" plot "$w/L$H.jsonl" --out="$dir/none.png" > "$dir/plot.log" 2>&1; rc=$?
+check '[ $rc -eq 1 ] && grep -q "^error: plot: gnuplot is not installed" "$dir/plot.log" && [ ! -e "$dir/none.png" ] && [ -z "$(ls -A "$w/T$H")" ]' \
+      "plot with no gnuplot in PATH: refused in words, no PNG, no scratch (rc $rc): $(head -1 "$dir/plot.log")"
+
 # scale: through a recording mpirun (its arguments NUL-separated, its OMP_NUM_THREADS), hostile --out,
 # TMPDIR and key value
 if command -v mpirun >/dev/null && ldd "$T" | grep -q libmpi; then
@@ -63,7 +70,8 @@ if [ "$ranks" = 1,2 ]; then
     done
     check '[ $found = 1 ]' "scale hands the hostile key value to mpirun as one argument, intact"
     want=$(( cores / 2 > 0 ? cores / 2 : 1 ))
-    check '[ "$(cat "$dir"/rec/threads.*)" = "$want" ] && grep -q "^scale | 2 ranks: mpirun, $want OpenMP thread" "$dir/scale.log"' \
+    check '[ "$(cat "$dir"/rec/threads.*)" = "$want" ] && grep -q "^scale | 2 ranks: mpirun, $want OpenMP thread" "$dir/scale.log" &&
+           grep -q "\"ranks\": 2, .*\"omp_threads\": $want," "$w/S$H/scale.json"' \
           "each of 2 ranks gets cores/2 = $want OpenMP threads through the environment: $(grep '^scale | 2' "$dir/scale.log")"
 fi
 check 'grep -q "^scale | 1 rank: one process, $cores OpenMP thread" "$dir/scale.log"' "one rank gets every core: $(grep '^scale | 1' "$dir/scale.log")"

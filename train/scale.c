@@ -166,15 +166,22 @@ int scale_main(int argc, char **argv) {
     /* OUT: one scale run's results, never another's replaced */
     char err[9000], path[4200];
     if (check_writable(out, 1, "--out", err, sizeof err) != 0) die("scale: %s", err);
+    char made[4096];
+    snprintf(made, sizeof made, "%s", out);
+    for (char *sl = made + 1; *sl; sl++)   /* its parents first (mkdir -p) */
+        if (*sl == '/') { *sl = 0; mkdir(made, 0755); *sl = '/'; }
     if (mkdir(out, 0755) != 0 && errno != EEXIST)
         die("scale: cannot make --out=%s: %s\n  hint: make its parent folder first", out, strerror(errno));
-    const char *previous[] = {"scale.json", "scale.gp", "scale.png", "ranks_1.jsonl", "ranks_1.log"};
-    for (int i = 0; i < 5; i++) {
+    for (int i = -3; i < 2 * n_sizes; i++) {   /* scale's own files, and each size's log and output */
+        const char *own[3] = {"scale.json", "scale.gp", "scale.png"};
+        char name[64];
+        if (i < 0) snprintf(name, sizeof name, "%s", own[i + 3]);
+        else snprintf(name, sizeof name, "ranks_%d.%s", sizes[i / 2], i % 2 ? "log" : "jsonl");
         struct stat st;
-        snprintf(path, sizeof path, "%s/%s", out, previous[i]);
+        snprintf(path, sizeof path, "%s/%s", out, name);
         if (lstat(path, &st) == 0)
             die("scale: --out=%s already holds a scale run's results (%s)\n  hint: give another --out (each scale run keeps its own "
-                "folder), or remove that one", out, previous[i]);
+                "folder), or remove that one", out, name);
     }
     char exe[4096];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -191,14 +198,15 @@ int scale_main(int argc, char **argv) {
                 total, c.batch_size, c.seq_len, dp);
         /* the run as an argument vector: launcher, program, the user's keys as given, then scale's own */
         char np[16], threads_env[48], opt[6][4400], log[4200], jsonl[4200];
+        /* CPU ranks share the cores: cores / ranks OpenMP threads each (at least one) */
+        int threads = c.device == DEVICE_CPU ? (int)(cores / r > 0 ? cores / r : 1) : 0;
         char **args = callocCheck((size_t)n + 24, sizeof(char *));
         int a = 0;
         if (r > 1) {
             args[a++] = "mpirun";
             if (geteuid() == 0) args[a++] = "--allow-run-as-root";
             if (r > cores) args[a++] = "--oversubscribe";
-            args[a++] = "-x";   /* the threads setting reaches every rank */
-            args[a++] = "OMP_NUM_THREADS";
+            if (threads) { args[a++] = "-x"; args[a++] = "OMP_NUM_THREADS"; }   /* the threads setting reaches every rank */
             snprintf(np, sizeof np, "%d", r);
             args[a++] = "-np";
             args[a++] = np;
@@ -216,8 +224,6 @@ int scale_main(int argc, char **argv) {
         char *fixed[] = {"--warmup_steps=0", "--log_every=1", "--checkpoint_every=-1", "--eval_every=0", "--sample_tokens=0"};
         for (int k = 0; k < 5; k++) args[a++] = fixed[k];
         args[a] = NULL;
-        /* CPU ranks share the cores: cores / ranks OpenMP threads each (at least one) */
-        int threads = c.device == DEVICE_CPU ? (int)(cores / r > 0 ? cores / r : 1) : 0;
         snprintf(threads_env, sizeof threads_env, "OMP_NUM_THREADS=%d", threads);
         char *env[] = {threads_env, NULL};
         printf("scale | %d rank%s: %s", r, r > 1 ? "s" : "", r > 1 ? "mpirun" : "one process");
@@ -259,9 +265,9 @@ int scale_main(int argc, char **argv) {
                100 * r->data / r->step_ms, 100 * r->host / r->step_ms, mem);
         fprintf(js, "  {\"ranks\": %d, \"tokens_per_s\": %.1f, \"speedup\": %.4f, \"efficiency\": %.4f, \"step_ms\": %.3f, \"compute_ms\": %.3f, "
                     "\"comm_exposed_ms\": %.3f, \"comm_busy_ms\": %.3f, \"bubble_ms\": %.3f, \"optimizer_ms\": %.3f, \"data_ms\": %.3f, "
-                    "\"host_ms\": %.3f, \"memory_bytes\": %.0f, \"slowest_rank\": %d, \"first_loss\": %.6f}%s\n",
+                    "\"host_ms\": %.3f, \"memory_bytes\": %.0f, \"slowest_rank\": %d, \"omp_threads\": %d, \"first_loss\": %.6f}%s\n",
                 r->ranks, r->tps, speed, eff, step, r->compute, r->exposed, r->busy, r->bubble, r->optimizer, r->data, r->host,
-                r->memory > 0 ? r->memory : 0, r->slowest, r->loss[0], i + 1 < n_sizes ? "," : "");
+                r->memory > 0 ? r->memory : 0, r->slowest, r->threads, r->loss[0], i + 1 < n_sizes ? "," : "");
     }
     fprintf(js, "]}\n");
     atomic_commit(js, tmp, json_path);
