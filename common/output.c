@@ -95,6 +95,8 @@ FILE *atomic_try_open(const char *path, char *tmp_path, size_t tmp_size, char *e
                      "not full?", path, tmp_path, strerror(errno));
             return NULL;
         }
+        struct stat old;
+        if (stat(path, &old) == 0) fchmod(fd, old.st_mode & 07777);   /* a private file's successor stays private */
         FILE *f = fdopen(fd, "wb");
         if (!f) {
             snprintf(err, err_size, "cannot write '%s': %s", path, strerror(errno));

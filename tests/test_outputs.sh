@@ -7,7 +7,7 @@
 #   - a write that fails (a file-size limit: writes fail with EFBIG, a real write
 #     error) exits non-zero naming the file, leaves the earlier file intact and
 #     no temporary behind: plan --out, --profile_out (and no 0-byte profile);
-#   - a symbolic link to a regular file is written through: the file replaced, the link kept;
+#   - a symbolic link to a regular file is written through: the file replaced (its mode kept), the link kept;
 #   - the one JSON number reader of plot, scale and plan is strict: a malformed
 #     number is refused naming the file, the line and the key.
 source "$(dirname "$0")/tally.sh"
@@ -69,10 +69,10 @@ check 'grep -q "^error: profile_out: writing .*profile.json. failed: File too la
 check '[ -s "$dir/profile.json" ] && grep -q "^profile | " "$dir/w.log"' "without the limit the same profile is written: $(grep profile "$dir/w.log")"
 
 # a link to a regular file: the file it points to is replaced, the link kept
-echo old > "$dir/real.json" && ln -s real.json "$dir/alias.json"
+echo old > "$dir/real.json" && chmod 600 "$dir/real.json" && ln -s real.json "$dir/alias.json"
 "$T" plan --gpus=8 --preset=l124m --out="$dir/alias.json" > "$dir/w.log" 2>&1; rc=$?
-check '[ $rc -eq 0 ] && [ -L "$dir/alias.json" ] && grep -q "\"layouts\"" "$dir/real.json" && no_tmp' \
-      "plan --out through a link to a regular file: the file written, the link kept (rc $rc)"
+check '[ $rc -eq 0 ] && [ -L "$dir/alias.json" ] && grep -q "\"layouts\"" "$dir/real.json" && [ "$(stat -c %a "$dir/real.json")" = 600 ] && no_tmp' \
+      "plan --out through a link to a regular file: the file written with its mode (600) kept, the link kept (rc $rc)"
 
 # the strict JSON number reader: file, line and key named
 { head -2 "$dir/good.jsonl"; head -3 "$dir/good.jsonl" | tail -1 | sed 's/"loss": [0-9.]*/"loss": 5.1x/'; } > "$dir/bad.jsonl"
