@@ -28,10 +28,11 @@ void die(const char *fmt, ...) {
         struct timespec ts = {3, 0};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}   /* a signal (mpirun's SIGTERM) does not cut the wait short */
     }
-    if (many && (!die_ctx.rank0_only || die_ctx.rank != 0)) fprintf(stderr, "error: [rank %d/%d] ", die_ctx.rank, die_ctx.world);
-    else fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    char prefix[64] = "error: ", *message = NULL;
+    if (many && (!die_ctx.rank0_only || die_ctx.rank != 0)) snprintf(prefix, sizeof prefix, "error: [rank %d/%d] ", die_ctx.rank, die_ctx.world);
+    if (vasprintf(&message, fmt, ap) >= 0) fprintf(stderr, "%s%s\n", prefix, message);   /* one write: a reader gets the whole line */
+    else fprintf(stderr, "%s(out of memory formatting the message: %s)\n", prefix, fmt);
+    free(message);
     fflush(stderr);
     va_end(ap);
     atomic_abandon_all();   /* no temporary of the output door is left behind */
