@@ -146,6 +146,8 @@ int checkpoint_logits_main(int argc, char **argv) {
         if (*end && *end != ',') die("logits: --ids must be comma-separated token ids, at '%s'", end);
     }
     if (T == 0) die("logits: --ids is empty");
+    char err[4400];
+    if (check_writable(out, 0, "--out", err, sizeof err) != 0) die("logits: %s", err);   /* a regular file only, said before the work */
     Model m;
     checkpoint_load_model(dir, &m, T);
     for (int t = 0; t < T; t++)

@@ -93,8 +93,7 @@ static void put64(int32_t *h, int at, int64_t v) {
 static int64_t get64(const int32_t *h, int at) { return (int64_t)((uint64_t)(uint32_t)h[at] | (uint64_t)(uint32_t)h[at + 1] << 32); }
 
 static void writer_fail(CkptWriter *w, int e) {
-    fclose(w->f);
-    unlink(w->tmp);
+    atomic_abandon(w->f, w->tmp);
     die("writing checkpoint file '%s' failed after %lld bytes: %s\n  hint: is the disk full? the temporary file was "
         "removed; '%s' and every earlier checkpoint are untouched", w->tmp, (long long)w->pos, strerror(e), w->path);
 }

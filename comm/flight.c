@@ -96,7 +96,8 @@ int flight_dump(const char *path, int rank, int world, const char *why) {
     int empty = next_id == 1;
     pthread_mutex_unlock(&lock);
     if (empty) return 1;
-    FILE *f = fopen(path, "w");
+    char tmp[4200], err[4400];
+    FILE *f = atomic_try_open(path, tmp, sizeof tmp, err, sizeof err);   /* the output door; no die: the watchdog reports it */
     if (!f) return -1;
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
@@ -121,7 +122,7 @@ int flight_dump(const char *path, int rank, int world, const char *why) {
                 (unsigned long long)o->group_seq, o->bytes, o->step, o->micro_batch, now - o->begun, took, state);
     }
     pthread_mutex_unlock(&lock);
-    return fclose(f) == 0 ? 0 : -1;
+    return atomic_try_commit(f, tmp, path, err, sizeof err);
 }
 
 void flight_reset(void) {

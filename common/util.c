@@ -28,12 +28,14 @@ void die(const char *fmt, ...) {
         struct timespec ts = {3, 0};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}   /* a signal (mpirun's SIGTERM) does not cut the wait short */
     }
-    if (many && (!die_ctx.rank0_only || die_ctx.rank != 0)) fprintf(stderr, "error: [rank %d/%d] ", die_ctx.rank, die_ctx.world);
-    else fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    char prefix[64] = "error: ", *message = NULL;
+    if (many && (!die_ctx.rank0_only || die_ctx.rank != 0)) snprintf(prefix, sizeof prefix, "error: [rank %d/%d] ", die_ctx.rank, die_ctx.world);
+    if (vasprintf(&message, fmt, ap) >= 0) fprintf(stderr, "%s%s\n", prefix, message);   /* one write: a reader gets the whole line */
+    else fprintf(stderr, "%s(out of memory formatting the message: %s)\n", prefix, fmt);
+    free(message);
     fflush(stderr);
     va_end(ap);
+    atomic_abandon_all();   /* no temporary of the output door is left behind */
     if (die_ctx.end) die_ctx.end(1);
     exit(1);
 }
@@ -76,26 +78,6 @@ void *calloc_check(size_t count, size_t size, const char *file, int line) {
     void *p = calloc(count ? count : 1, size ? size : 1);
     if (!p) die("out of host memory asking for %zu x %zu bytes (%s:%d)\n  hint: use a smaller model or batch", count, size, file, line);
     return p;
-}
-
-FILE *atomic_open(const char *path, char *tmp_path, size_t tmp_size) {
-    snprintf(tmp_path, tmp_size, "%s.tmp", path);
-    return fopenCheck(tmp_path, "wb");
-}
-
-void atomic_commit(FILE *f, const char *tmp_path, const char *path) {
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        int e = errno;
-        fclose(f);
-        unlink(tmp_path);
-        die("writing '%s' failed: %s\n  hint: is the disk full? the previous '%s' is untouched", tmp_path, strerror(e), path);
-    }
-    if (fclose(f) != 0) {
-        int e = errno;
-        unlink(tmp_path);
-        die("closing '%s' failed: %s\n  hint: is the disk full? the previous '%s' is untouched", tmp_path, strerror(e), path);
-    }
-    if (rename(tmp_path, path) != 0) die("renaming '%s' to '%s' failed: %s", tmp_path, path, strerror(errno));
 }
 
 int open_regular(const char *path, const char *what, int64_t *size, char *err, size_t err_size) {
@@ -145,13 +127,31 @@ int check_writable(const char *path, int folder, const char *what, char *err, si
     char p[4096];
     snprintf(p, sizeof p, "%s", *path ? path : ".");
     struct stat st;
+    char kind[128];
+    if (!folder && output_target_kind(p, kind, sizeof kind) != 0) {   /* the output door's rule, said before the work starts */
+        snprintf(err, err_size, "%s=%s is %s, not a regular file\n  hint: give %s the path of a regular file, or of one to create",
+                 what, path, kind, what);
+        return -1;
+    }
     if (stat(p, &st) == 0) {
-        int ok = folder ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode) || S_ISCHR(st.st_mode);   /* a device: /dev/null, /dev/full */
-        if (!ok) {
-            snprintf(err, err_size, "%s=%s is %s, not a %s\n  hint: give %s a %s path", what, path,
-                     S_ISDIR(st.st_mode) ? "a folder" : S_ISREG(st.st_mode) ? "a file" : "a special file", folder ? "folder" : "file",
-                     what, folder ? "folder" : "file");
+        if (folder && !S_ISDIR(st.st_mode)) {
+            snprintf(err, err_size, "%s=%s is %s, not a folder\n  hint: give %s a folder path", what, path,
+                     S_ISREG(st.st_mode) ? "a file" : "a special file", what);
             return -1;
+        }
+        if (!folder) {   /* the door writes a temporary beside it and renames: the folder must take new entries */
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s", p);
+            char *slash = strrchr(dir, '/');
+            if (!slash) snprintf(dir, sizeof dir, ".");
+            else if (slash == dir) dir[1] = 0;
+            else *slash = 0;
+            int e = probe_folder(dir);
+            if (e) {
+                snprintf(err, err_size, "%s=%s cannot be replaced: its folder '%s': %s\n  hint: choose a file in a writable folder",
+                         what, path, dir, strerror(e));
+                return -1;
+            }
         }
         int e = folder ? probe_folder(p) : access(p, W_OK) != 0 ? errno : 0;
         if (e) {
@@ -283,6 +283,27 @@ float rng_normal(Rng *r) {
     float u1 = rng_uniform(r), u2 = rng_uniform(r);
     if (u1 < 1e-12f) u1 = 1e-12f;
     return sqrtf(-2.0f * logf(u1)) * cosf(6.283185307179586f * u2);
+}
+
+double json_number(const char *text, const char *key, const char *file, int line) {
+    size_t n = strlen(key);
+    for (const char *p = strchr(text, '"'); p; p = strchr(p + 1, '"')) {
+        if (strncmp(p + 1, key, n) || p[1 + n] != '"') continue;
+        const char *v = p + 2 + n;
+        while (*v == ' ') v++;
+        if (*v != ':') continue;   /* a string value equal to the key, not the key */
+        v++;
+        while (*v == ' ') v++;
+        char *end;
+        errno = 0;
+        double x = strtod(v, &end);
+        if (end == v || !isfinite(x) || !(*end == ',' || *end == '}' || *end == ']' || *end == ' ' || *end == '\n' || *end == 0) ||
+            (*v != '-' && (*v < '0' || *v > '9')))
+            die("'%s'%s%.0d: \"%s\" is %.*s, not a finite number\n  hint: is this file an llm3d log or profile, whole and unedited?",
+                file, line ? " line " : "", line, key, (int)strcspn(v, ",}\n"), v);
+        return x;
+    }
+    return NAN;
 }
 
 const char *format_bytes(double bytes, char *buf, size_t size) {

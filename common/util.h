@@ -33,11 +33,8 @@ void *calloc_check(size_t count, size_t size, const char *file, int line);
 #define mallocCheck(bytes) malloc_check(bytes, __FILE__, __LINE__)
 #define callocCheck(count, size) calloc_check(count, size, __FILE__, __LINE__)
 
-/* Write a whole file atomically: data goes to "<path>.tmp", is flushed and
- * fsync'ed, then renamed over <path>. A crash at any moment leaves either the
- * old file or the new one, never a half-written one. */
-FILE *atomic_open(const char *path, char *tmp_path, size_t tmp_size);
-void atomic_commit(FILE *f, const char *tmp_path, const char *path);
+/* Writing files: atomic_open / atomic_commit, the one output door (output.h). */
+#include "output.h"
 
 /* Wall-clock seconds from a monotonic clock. */
 double now_seconds(void);
@@ -71,7 +68,9 @@ FILE *fopen_regular(const char *path, const char *what, char *err, size_t err_si
 /* Whether an output can be written, asked before the work that makes it starts
  * (at most a probe file is made and removed): with folder, path is a folder made on demand (mkdir -p),
  * so it must be a writable folder or its nearest existing ancestor must be; else
- * path is a file: a writable regular file, or absent in a writable folder. 0, or
+ * path is a file: a regular file (never a device, FIFO, socket or folder, nor a link
+ * to one: the output door replaces only regular files) in a writable folder, or absent
+ * in a writable folder. 0, or
  * -1 with one line naming what (the key) and path in err. */
 int check_writable(const char *path, int folder, const char *what, char *err, size_t err_size);
 /* A whole regular file of at most max_bytes, NUL-terminated; NULL with a message
@@ -83,6 +82,12 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t bytes);
 /* Bytes of s[0..n) that are not part of valid UTF-8 (overlong forms, surrogates,
  * code points past U+10FFFF and cut-short sequences count). */
 size_t utf8_invalid_bytes(const uint8_t *s, size_t n);
+
+/* The number after "key": in one JSON object of llm3d's own logs (a JSONL line, a profile); NAN when the
+ * key is absent. Strict: a value that is not a whole finite number (strtod to a ',', '}', ']', space or end)
+ * dies naming the file, the line (0: the file is one object) and the key. The one reader of plot, scale
+ * and plan. */
+double json_number(const char *text, const char *key, const char *file, int line);
 
 /* Bytes as "12.3 MiB". Returns buf. */
 const char *format_bytes(double bytes, char *buf, size_t size);

@@ -136,8 +136,8 @@ static double wait_time(const Schedule *s, const ScheduleSim *sim, int st, int k
  * under the rest of the backward shows as overlap. Reductions take no simulated time: a bar spans when the
  * operation may run, not how long the link needs. */
 int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *path, const char *title) {
-    FILE *f = fopen(path, "w");
-    if (!f) return -1;
+    char tmp[4200];
+    FILE *f = atomic_open(path, tmp, sizeof tmp);   /* the output door: dies naming path when it cannot be written */
     const int lane = 34, left = 70, top = 40;
     /* a time unit's width: 36 px, wider for a short step (640 px at least) and so that the shortest compute
      * (a ZeRO-3 forward cut into one piece a unit) still holds its label */
@@ -223,5 +223,6 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
     for (int k = 0; k < n_legend; k++) fprintf(f, "<text x='%d' y='%d'>%s</text>\n", left, y[s->stages] + 20 + 18 * k, legend[k]);
     fprintf(f, "</svg>\n");
     free(y); free(ops);
-    return fclose(f) == 0 ? 0 : -1;
+    atomic_commit(f, tmp, path);
+    return 0;
 }

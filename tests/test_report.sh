@@ -105,8 +105,8 @@ check '[ $rc -eq 0 ] && [ -n "$kept" ] && [ "$(wc -l < "$kept/split.dat")" -eq "
 printf '{"hello": 1}\n' > "$dir/other.jsonl"
 rm -rf "$dir/tmp"/llm3d_plot.*
 TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/slow.jsonl" --out="$dir/no/such/folder/x.png" > "$dir/plot3.log" 2>&1; rc=$?
-check '[ $rc -eq 1 ] && grep -q "^error: plot: gnuplot could not draw $dir/no/such/folder/x.png; it said:" "$dir/plot3.log" && [ -z "$(ls -A "$dir/tmp")" ]' \
-      "a picture gnuplot cannot write fails with gnuplot's own words, and no scratch left: $(head -3 "$dir/plot3.log")"
+check '[ $rc -eq 1 ] && grep -q "^error: plot: --out=$dir/no/such/folder/x.png: its folder .* does not exist" "$dir/plot3.log" && [ -z "$(ls -A "$dir/tmp")" ]' \
+      "a picture that cannot be written is refused before the work, in words, and no scratch left: $(head -3 "$dir/plot3.log")"
 TMPDIR="$dir/tmp" "$BUILD"/train plot "$dir/other.jsonl" > "$dir/plot2.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "not an llm3d log" "$dir/plot2.log" && [ -z "$(ls -A "$dir/tmp")" ]' \
       "a JSONL that is not llm3d's is refused, and its scratch folder removed: $(cat "$dir/plot2.log")"

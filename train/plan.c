@@ -54,8 +54,8 @@ void plan_write_profile(const Trainer *tr, const char *path) {
     if (n < 1) die("profile_out: no step was trained, so there is nothing to profile");
     const StepSplit *h = tr->history + skip;
     const Config *c = &tr->cfg;
-    FILE *f = fopen(path, "w");
-    if (!f) die("profile_out: cannot write '%s'", path);
+    char tmp[4200];
+    FILE *f = atomic_open(path, tmp, sizeof tmp);   /* the output door: every write checked, renamed into place */
     fprintf(f, "{\"llm3d_profile\": 1, \"device\": \"%s\", \"precision\": \"%s\", \"preset\": \"%s\", \"dim\": %d, \"n_layers\": %d, "
                "\"vocab_size\": %d, \"seq_len\": %d, \"batch_size\": %d, \"micro_batches\": %d, \"recompute\": %d, "
                "\"params\": %zu, \"tokens_per_step\": %ld, \"steps\": %d, \"step_ms\": %.4f, \"compute_ms\": %.4f, "
@@ -65,15 +65,9 @@ void plan_write_profile(const Trainer *tr, const char *path) {
             1e3 * median(h, n, offsetof(StepSplit, step)), 1e3 * median(h, n, offsetof(StepSplit, compute)),
             1e3 * median(h, n, offsetof(StepSplit, optimizer)), 1e3 * median(h, n, offsetof(StepSplit, data)),
             1e3 * median(h, n, offsetof(StepSplit, host)));
-    fclose(f);
+    char err[8600];
+    if (atomic_try_commit(f, tmp, path, err, sizeof err) != 0) die("profile_out: %s", err);
     printf("profile | %s: median of %d steps, %.2f ms a step\n", path, n, 1e3 * median(h, n, offsetof(StepSplit, step)));
-}
-
-static double json_number(const char *text, const char *key) {
-    char k[96];
-    snprintf(k, sizeof k, "\"%s\":", key);
-    const char *p = strstr(text, k);
-    return p ? atof(p + strlen(k)) : NAN;
 }
 
 static Profile read_profile(const char *path) {
@@ -85,11 +79,11 @@ static Profile read_profile(const char *path) {
     if (!buf) die("plan: --profile: %s\n  hint: write one with a one-GPU run: build/train ... --profile_out=%s", err, path);
     if (!strstr(buf, "\"llm3d_profile\""))
         die("plan: '%s' is not an llm3d profile (no \"llm3d_profile\" key)\n  hint: --profile takes the file a run wrote with --profile_out", path);
-    p.compute_ms = json_number(buf, "compute_ms");
-    p.optimizer_ms = json_number(buf, "optimizer_ms");
-    p.host_ms = json_number(buf, "host_ms");
-    p.tokens = json_number(buf, "tokens_per_step");
-    p.params = json_number(buf, "params");
+    p.compute_ms = json_number(buf, "compute_ms", path, 0);
+    p.optimizer_ms = json_number(buf, "optimizer_ms", path, 0);
+    p.host_ms = json_number(buf, "host_ms", path, 0);
+    p.tokens = json_number(buf, "tokens_per_step", path, 0);
+    p.params = json_number(buf, "params", path, 0);
     if (!(p.compute_ms > 0 && p.tokens > 0 && p.params > 0 && p.optimizer_ms >= 0))
         die("plan: the profile '%s' lacks compute_ms, optimizer_ms, tokens_per_step or params", path);
     p.have = 1;
@@ -249,6 +243,8 @@ int plan_main(int argc, char **argv) {
     if (gpus < 1 || gpus > 65536) die("plan: --gpus=N is required, 1 to 65536\n%s", usage);
     if (per_node < 1) die("plan: --gpus_per_node must be at least 1");
     if (!(mem_gib > 0)) die("plan: --gpu_mem_gib must be a positive number of GiB");
+    char err[4400];
+    if (out && check_writable(out, 0, "--out", err, sizeof err) != 0) die("plan: %s", err);   /* before the work */
     double link_node = link_busbw("link", link), link_net = link_busbw("net", net);
     Config c;
     config_parse_args(&c, n, rest);
@@ -340,8 +336,8 @@ int plan_main(int argc, char **argv) {
     }
     free(shown_order);
     if (out) {
-        FILE *f = fopen(out, "w");
-        if (!f) die("plan: cannot write '%s'", out);
+        char tmp[4200];
+        FILE *f = atomic_open(out, tmp, sizeof tmp);
         fprintf(f, "{\"gpus\": %d, \"gpu_mem_gib\": %g, \"global_tokens\": %ld, \"layouts\": [\n", gpus, mem_gib, global);
         for (int i = 0; i < count; i++) {
             const Layout *L = &all[i];
@@ -352,7 +348,7 @@ int plan_main(int argc, char **argv) {
                     L->comm_ms, L->comm_total_ms, L->bubble, i + 1 < count ? "," : "");
         }
         fprintf(f, "]}\n");
-        fclose(f);
+        atomic_commit(f, tmp, out);
         printf("json | %s (%d layouts)\n", out, count);
     }
     if (!all[0].fits) {   /* sorted: nothing fits; say what is closest */

@@ -274,7 +274,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     tr->ids = mallocCheck(per_step * sizeof(int));
     tr->targets = mallocCheck(per_step * sizeof(int));
     if (c->log_jsonl[0] && tr->comm.rank == 0) {   /* a first line saying what ran, for `build/train scale` and `plot` */
-        tr->jsonl = fopenCheck(c->log_jsonl, "a");
+        char err[4400];
+        if (!(tr->jsonl = append_open(c->log_jsonl, "log_jsonl", err, sizeof err))) die("%s", err);   /* the output door's checks */
         fprintf(tr->jsonl, "{\"run\": \"llm3d\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"params\": %zu, "
                            "\"tokens_per_step\": %ld, \"memory_bytes\": %zu, \"device\": \"%s\", \"precision\": \"%s\"}\n",
                 tr->comm.world_size, c->dp, c->tp, c->pp, model_count_params(&tr->model_cfg), (long)per_step * tr->comm.dp,
