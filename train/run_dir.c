@@ -47,16 +47,45 @@ static void lock_release_at_exit(void) {
     if (lock_fd >= 0 && ftruncate(lock_fd, 0) != 0) { /* nothing more to do at exit */ }
 }
 
-/* The holder's "pid=P\nhost=H\nstarted=T\n" from fd (empty when none is written yet). */
-static void lock_holder(int fd, char *text, size_t size) {
-    ssize_t n = pread(fd, text, size - 1, 0);
-    text[n > 0 ? n : 0] = 0;
+/* The holder's "pid=P\nhost=H\nstarted=T\n" from fd (empty when none is written yet), and its fields. */
+typedef struct { char text[LOCK_TEXT_BYTES], pid[32], host[256], started[64]; } Holder;
+
+static void lock_holder(int fd, Holder *h) {
+    ssize_t n = pread(fd, h->text, sizeof h->text - 1, 0);
+    h->text[n > 0 ? n : 0] = 0;
+    snprintf(h->pid, sizeof h->pid, "?"); snprintf(h->host, sizeof h->host, "?"); snprintf(h->started, sizeof h->started, "?");
+    checkpoint_config_value(h->text, "pid", h->pid, sizeof h->pid);
+    checkpoint_config_value(h->text, "host", h->host, sizeof h->host);
+    checkpoint_config_value(h->text, "started", h->started, sizeof h->started);
+}
+
+/* After flock(fd) failed: die naming the run that holds the lock (or why it could not be taken). */
+static void refuse_held(const char *run_dir, int fd, const char *path) {
+    if (errno != EWOULDBLOCK)
+        die("cannot lock run_dir '%s' (flock of %s): %s\n  hint: the filesystem must support flock (local disks and NFS do); "
+            "give another --run_dir", run_dir, path, strerror(errno));
+    Holder h;
+    lock_holder(fd, &h);
+    if (!h.text[0])
+        die("run_dir=%s is in use by another run (it is starting: its pid and host are not written yet); "
+            "give another --run_dir or stop that run", run_dir);
+    die("run_dir=%s is in use by pid %s on host %s (started %s); give another --run_dir or stop that run", run_dir, h.pid, h.host, h.started);
+}
+
+/* Rank 0, before anything else is touched (the log): dies as above when a live run holds run_dir's lock; takes nothing. */
+static void refuse_if_in_use(const char *run_dir) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/LOCK", run_dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return;   /* no lock file (or none we can read): lock_run_dir says what is wrong, later */
+    if (flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) refuse_held(run_dir, fd, path);
+    close(fd);   /* releases the probe's shared lock */
 }
 
 /* Rank 0: flock run_dir/LOCK or die naming the run that holds it. */
 static void lock_run_dir(const char *run_dir) {
     if (lock_fd >= 0) return;
-    char path[1200], holder[LOCK_TEXT_BYTES], pid[32] = "?", host[256] = "?", started[64] = "?";
+    char path[1200];
     checkpoint_make_folder(run_dir);
     snprintf(path, sizeof path, "%s/LOCK", run_dir);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
@@ -64,22 +93,12 @@ static void lock_run_dir(const char *run_dir) {
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         die("cannot open the lock file '%s' of run_dir: %s\n  hint: it must be a regular file (or absent) in a writable folder; "
             "give another --run_dir", path, fd < 0 ? strerror(errno) : "not a regular file");
-    lock_holder(fd, holder, sizeof holder);
-    checkpoint_config_value(holder, "pid", pid, sizeof pid);
-    checkpoint_config_value(holder, "host", host, sizeof host);
-    checkpoint_config_value(holder, "started", started, sizeof started);
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        if (errno != EWOULDBLOCK)
-            die("cannot lock run_dir '%s' (flock of %s): %s\n  hint: the filesystem must support flock (local disks and NFS do); "
-                "give another --run_dir", run_dir, path, strerror(errno));
-        if (!holder[0])
-            die("run_dir=%s is in use by another run (it is starting: its pid and host are not written yet); "
-                "give another --run_dir or stop that run", run_dir);
-        die("run_dir=%s is in use by pid %s on host %s (started %s); give another --run_dir or stop that run", run_dir, pid, host, started);
-    }
-    if (holder[0])   /* emptied at every normal exit: its holder was killed, and the kernel released its flock */
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) refuse_held(run_dir, fd, path);
+    Holder h;
+    lock_holder(fd, &h);
+    if (h.text[0])   /* emptied at every normal exit: its holder was killed, and the kernel released its flock */
         printf("note  | run_dir '%s': its lock names pid %s on host %s (started %s), which ended without releasing it "
-               "(killed?); taking it over\n", run_dir, pid, host, started);
+               "(killed?); taking it over\n", run_dir, h.pid, h.host, h.started);
     char me[256] = "?", now[64];
     if (gethostname(me, sizeof me) != 0) snprintf(me, sizeof me, "?");
     me[sizeof me - 1] = 0;
@@ -87,8 +106,8 @@ static void lock_run_dir(const char *run_dir) {
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(now, sizeof now, "%Y-%m-%d %H:%M:%S UTC", &tm);
-    int n = snprintf(holder, sizeof holder, "pid=%ld\nhost=%s\nstarted=%s\n", (long)getpid(), me, now);
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, holder, (size_t)n, 0) != n)
+    int n = snprintf(h.text, sizeof h.text, "pid=%ld\nhost=%s\nstarted=%s\n", (long)getpid(), me, now);
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, h.text, (size_t)n, 0) != n)
         die("cannot write the lock file '%s': %s\n  hint: is the disk full?", path, strerror(errno));
     lock_fd = fd;
     atexit(lock_release_at_exit);
@@ -166,11 +185,32 @@ uint32_t trainer_run_id(const Config *c) {
     return crc;
 }
 
+/* Rank 0: flock(LOCK_EX) on the log, held open for the process's life (O_CLOEXEC), so that a second run never
+ * moves or mixes a live run's log; created empty when absent (the log is opened for appending next). A lock
+ * left by a killed run goes with it, as run_dir's does. */
+static int log_fd = -1;
+
+static void lock_log(const char *path) {
+    if (log_fd >= 0) close(log_fd);   /* the lock of a log just moved aside: the new one is locked instead */
+    log_fd = -1;
+    int fd = open(path, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    if (fd < 0) return;   /* the open for writing that follows says what is wrong */
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); return; }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK)
+        die("log_jsonl=%s is being written by another run that is still going; give this run its own --log_jsonl or stop that run", path);
+    log_fd = fd;
+}
+
 void trainer_claim_log(Trainer *tr) {
     const Config *c = &tr->cfg;
     struct stat st;
     if (!c->log_jsonl[0] || tr->comm.rank != 0) return;
-    if (stat(c->log_jsonl, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) return;   /* new, empty or a device */
+    /* a second start of a live run: refused here, naming the run, before its log is touched */
+    if (c->max_steps > 0 && c->checkpoint_every >= 0 && !c->memory_report) refuse_if_in_use(c->run_dir);
+    if (stat(c->log_jsonl, &st) != 0 || !S_ISREG(st.st_mode)) { lock_log(c->log_jsonl); return; }   /* new, or a device */
+    lock_log(c->log_jsonl);
+    if (st.st_size == 0) return;
     char err[1400], line[4096] = "", first[4096] = "";
     FILE *f = fopen_regular(c->log_jsonl, "log_jsonl", err, sizeof err);
     if (!f) die("%s", err);
@@ -180,9 +220,11 @@ void trainer_claim_log(Trainer *tr) {
         if (strncmp(line, "{\"run\": \"llm3d\"", 15)) { records = 1; break; }
     }
     fclose(f);
-    if (strncmp(first, "{\"run\": \"llm3d\"", 15))
-        die("log_jsonl=%s already holds something that is not an llm3d log (its first line is not llm3d's header); "
-            "appending would mix the two\n  hint: give this run its own --log_jsonl, or move that file away", c->log_jsonl);
+    if (strncmp(first, "{\"run\": \"llm3d\"", 15)) {   /* no run's records to keep apart: appended after, never lost */
+        printf("note  | log_jsonl=%s already holds something that is not an llm3d log; this run's records follow it\n",
+               c->log_jsonl);
+        return;
+    }
     const char *at = strstr(first, "\"run_id\": \"");
     unsigned theirs = 0;
     int known = at && sscanf(at + 11, "%8x", &theirs) == 1;
@@ -203,6 +245,7 @@ void trainer_claim_log(Trainer *tr) {
             die("log_jsonl=%s holds earlier records, and they cannot be kept as %s: %s\n  hint: move that file away, or give "
                 "another --log_jsonl", c->log_jsonl, aside, strerror(errno));
     if (unlink(c->log_jsonl) != 0) die("cannot move log_jsonl=%s aside to %s: %s", c->log_jsonl, aside, strerror(errno));
+    lock_log(c->log_jsonl);
     printf("note  | log_jsonl=%s held %s; this run starts the log anew, the earlier one moved to %s\n", c->log_jsonl,
            records ? "this run's records from an earlier start" : "only the header lines of starts that wrote no step", aside);
 }
