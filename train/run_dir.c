@@ -9,7 +9,8 @@
  * nothing, this same run's checkpoints (model, seed and data: checkpoint_same_run), which move into
  * run_dir/replaced_<UTC time>[-N]/, or another run's, which it refuses before it writes anything. The
  * log follows the same rule by the run_id in its first line: another run's records are refused, this
- * run's own are continued by a resume and moved to <log>.replaced_<UTC time>[-N] by a fresh start. */
+ * run's own are continued by a resume and moved to <log>.replaced_<UTC time>[-N] by a fresh start;
+ * the log is flocked too, and a live run's folder is refused before the log is touched. */
 #include "trainer.h"
 #include "../checkpoint/checkpoint.h"
 #include "../comm/launch.h"
@@ -41,7 +42,7 @@ static void aside_name(const char *prefix, int k, char *out, size_t size) {
 
 static int lock_fd = -1;   /* held open (O_CLOEXEC: no child program inherits it) until the process ends */
 
-/* At a normal exit (die() included) the holder's text is emptied, so a LOCK that still names a holder
+/* At a normal exit (a one-process die() included) the holder's text is emptied, so a LOCK that still names a holder
  * when it is next taken was left by a run that was killed. The flock itself goes with the process. */
 static void lock_release_at_exit(void) {
     if (lock_fd >= 0 && ftruncate(lock_fd, 0) != 0) { /* nothing more to do at exit */ }
