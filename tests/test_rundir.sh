@@ -43,7 +43,7 @@ check '! ls -d "$dir"/live/replaced_* "$dir"/live.jsonl.replaced_* >/dev/null 2>
 check '[ ! -s "$dir/live/LOCK" ]' "a run that ends normally leaves its LOCK empty: $(cat "$dir/live/LOCK")"
 
 # ---- the lock of a SIGKILLed run is taken over
-(LLM3D_CKPT_HOOK=kill:4:done exec "$BUILD"/train $common --max_steps=6 --checkpoint_every=2 --run_dir="$dir/killed" > "$dir/killed.log" 2>&1); rc=$?
+{ (LLM3D_CKPT_HOOK=kill:4:done exec "$BUILD"/train $common --max_steps=6 --checkpoint_every=2 --run_dir="$dir/killed" > "$dir/killed.log" 2>&1); rc=$?; } 2>/dev/null
 dead=$(sed -n 's/^pid=//p' "$dir/killed/LOCK")
 check '[ $rc -eq 137 ] && [ -n "$dead" ] && ! kill -0 "$dead" 2>/dev/null' "the run was SIGKILLed mid-save (exit $rc) and its LOCK names pid $dead"
 "$BUILD"/train $common --max_steps=6 --checkpoint_every=2 --resume=1 --run_dir="$dir/killed" > "$dir/taken.log" 2>&1; rc=$?
@@ -70,7 +70,7 @@ LLM3D_TEST_PRUNE_PAUSE=60 "$BUILD"/train $common --max_steps=4 --checkpoint_ever
     > "$dir/prune.log" 2>&1 &
 pid=$!
 wait_for "$dir/prune.log" "test hook: pruning .*ckpt_00000001' paused"; seen=$?
-kill -9 $pid; wait $pid 2>/dev/null
+{ kill -9 $pid; wait $pid; } 2>/dev/null
 bad=""; for d in "$dir"/prune/ckpt_*; do [ -f "$d/DONE" ] && ! complete "$d" && bad="$bad $d"; done
 check '[ $seen -eq 0 ] && [ -z "$bad" ] && [ -d "$dir/prune/ckpt_00000001" ] && [ ! -e "$dir/prune/ckpt_00000001/DONE" ] && complete "$dir/prune/ckpt_00000002"' \
       "killed mid-prune: the folder being pruned has no DONE, every folder with DONE is whole (bad:$bad)"
