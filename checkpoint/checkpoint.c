@@ -3,6 +3,7 @@
 #define _XOPEN_SOURCE 700
 #include "checkpoint.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +20,7 @@ const char *const checkpoint_fixed_keys[] = {"vocab_size", "dim", "n_layers", "n
 
 /* ------------------------------------------------------------ small helpers */
 
-static void mkdir_p(const char *dir) {
+void checkpoint_make_folder(const char *dir) {
     char buf[1024];
     snprintf(buf, sizeof buf, "%s", dir);
     for (char *p = buf + 1; ; p++) {
@@ -87,6 +88,27 @@ static void hook_kill_at(long long step, const char *where) {
     }
 }
 
+/* Removes an old checkpoint folder in the order that never leaves it looking complete: DONE first (the
+ * folder stops counting the moment DONE is gone, and that is made durable), then state.bin, then the folder.
+ * A SIGKILL anywhere in between leaves at most a ckpt_<step> without DONE, which every reader ignores.
+ * Test hook: LLM3D_TEST_PRUNE_PAUSE=SECONDS sleeps after DONE is removed, so a test can kill the run there. */
+static void prune_checkpoint(const char *dir) {
+    char done[1400];
+    snprintf(done, sizeof done, "%s/DONE", dir);
+    if (unlink(done) != 0 && errno != ENOENT) {
+        fprintf(stderr, "warning: could not remove '%s' to prune the checkpoint: %s; leaving it\n", done, strerror(errno));
+        return;
+    }
+    fsync_dir(dir);
+    const char *pause = getenv("LLM3D_TEST_PRUNE_PAUSE");
+    if (pause && pause[0]) {
+        double seconds = option_number_or_die("train", "LLM3D_TEST_PRUNE_PAUSE", pause, 0, 3600, 1);
+        fprintf(stderr, "test hook: pruning '%s' paused for %g s after removing DONE\n", dir, seconds);
+        sleep((unsigned)seconds);
+    }
+    rm_tree(dir);
+}
+
 /* ---------------------------------------------------------------------- save */
 
 static int64_t tensor_shape(const ParamTensor *t, int64_t *shape) {
@@ -103,7 +125,7 @@ void checkpoint_write(const char *run_dir, int keep, const CkptSource *src, cons
     snprintf(old, sizeof old, "%s.old", final);
     snprintf(state, sizeof state, "%s/state.bin", tmp);
     snprintf(done, sizeof done, "%s/DONE", tmp);
-    mkdir_p(run_dir);
+    checkpoint_make_folder(run_dir);
     rm_tree(tmp);   /* what a crashed save left behind */
     if (mkdir(tmp, 0755) != 0) die("cannot create checkpoint folder '%s': %s", tmp, strerror(errno));
 
@@ -184,7 +206,7 @@ void checkpoint_write(const char *run_dir, int keep, const CkptSource *src, cons
         for (int i = keep; i < n; i++) {
             char p[1300];
             snprintf(p, sizeof p, "%s/ckpt_%08lld", run_dir, steps[i]);
-            rm_tree(p);
+            prune_checkpoint(p);
         }
         fsync_dir(run_dir);
     }
@@ -222,6 +244,9 @@ void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMi
 }
 
 long long checkpoint_find_latest(const char *run_dir, char *path, size_t size) {
+    static char warned[1100];   /* a run_dir's incomplete folders are named once a process, however often it is listed */
+    int warn = strcmp(warned, run_dir) != 0;
+    snprintf(warned, sizeof warned, "%s", run_dir);
     DIR *d = opendir(run_dir);
     if (!d) return -1;
     long long best = -1;
@@ -232,7 +257,7 @@ long long checkpoint_find_latest(const char *run_dir, char *path, size_t size) {
         char dn[1300];
         snprintf(dn, sizeof dn, "%s/%s/DONE", run_dir, e->d_name);
         if (!file_exists(dn)) {
-            fprintf(stderr, "warning: '%s/%s' has no DONE marker (an interrupted copy?); ignoring it\n", run_dir, e->d_name);
+            if (warn) fprintf(stderr, "warning: '%s/%s' has no DONE marker (an interrupted save, prune or copy); ignoring it\n", run_dir, e->d_name);
             continue;
         }
         if (st > best) best = st;

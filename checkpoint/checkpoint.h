@@ -7,7 +7,8 @@
  * folder is fsync'ed and renamed into place, and run_dir is fsync'ed. Only a
  * folder named ckpt_<step> that holds DONE counts, so a crash at any moment
  * leaves every earlier checkpoint as it was, and resume takes the newest
- * complete one. After a save, all but the newest keep_checkpoints are removed.
+ * complete one. After a save, all but the newest keep_checkpoints are removed,
+ * each DONE first, so a folder being removed never looks complete.
  *
  * Tensors are stored whole, by name: weights under their Hugging Face names,
  * optimizer state under "<prefix>/<weight name>" (AdamW: optimizer.adamw.m/...,
@@ -60,6 +61,8 @@ void checkpoint_write(const char *run_dir, int keep, const CkptSource *src, cons
 /* checkpoint_write of one rank holding the whole model: its weights and device mirrors. */
 void checkpoint_save(const char *run_dir, int keep, const Model *m, const CkptMirror *mirrors, int n_mirrors,
                      const CkptState *s, const char *config_text, char *saved, size_t saved_size);
+/* mkdir -p: dir and any missing parents; dies naming the folder that cannot be made. */
+void checkpoint_make_folder(const char *dir);
 /* The newest complete checkpoint folder in run_dir: returns its step and writes its path, or -1 if none. */
 long long checkpoint_find_latest(const char *run_dir, char *path, size_t size);
 /* Resume: checks the config against config_text (dies naming the first

@@ -20,10 +20,6 @@
 
 _Static_assert(CKPT_MAX_CLEAN_STEPS == LOSS_SCALE_WINDOW, "a checkpoint's clean-step bound is the loss-scale window");
 #include <unistd.h>
-#include <dirent.h>
-#include <errno.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #define CONFIG_TEXT_BYTES 65536
 static const char *const moment_prefixes[2] = {"optimizer.adamw.m", "optimizer.adamw.v"};
@@ -119,6 +115,11 @@ void trainer_save_checkpoint(Trainer *tr) {
                    .clean_steps = tr->loss_scale_clean_steps, .optimizer = tr->opt.kind == OPTIMIZER_ADAMW8BIT ? CKPT_OPT_ADAMW8BIT_ROWS : CKPT_OPT_ADAMW,
                    .optimizer_step = tr->opt.step};
     double t0 = now_seconds();
+    /* prune only after a finite step: a checkpoint saved while steps are being skipped pushes out none of the
+     * earlier ones (the last good one stays for a resume); the next finite step's checkpoint prunes as usual */
+    int keep = tr->skipped_in_a_row > 0 ? 0 : tr->cfg.keep_checkpoints;
+    if (keep != tr->cfg.keep_checkpoints && c->rank == 0)
+        printf("ckpt  | step %d was skipped (inf/nan gradients): this checkpoint removes none of the earlier ones\n", tr->step);
     size_t P = tr->model.n_params;
     float *host[3];
     for (int k = 0; k < 3; k++) host[k] = mallocCheck((P + 1) * sizeof(float));
@@ -132,7 +133,7 @@ void trainer_save_checkpoint(Trainer *tr) {
     if (c->world_size == 1) {
         CkptSource cs = {tr->model.tensors, tr->model.n_tensors, prefixes, 3, fetch, &src, fp8 ? FP8_CHECKPOINT_NAME : NULL, fp8,
                          FP8_HISTORY, fp8_cols};
-        checkpoint_write(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &cs, &s, text, path, sizeof path);
+        checkpoint_write(tr->cfg.run_dir, keep, &cs, &s, text, path, sizeof path);
     } else {
         Assembler a;
         assemble_open(&a, c, &tr->model_cfg, &tr->layout, &tr->model);
@@ -140,7 +141,7 @@ void trainer_save_checkpoint(Trainer *tr) {
         if (c->rank == 0) {
             CkptSource cs = {a.whole.tensors, a.whole.n_tensors, prefixes, 3, fetch, &src, fp8 ? FP8_CHECKPOINT_NAME : NULL, fp8,
                              FP8_HISTORY, fp8_cols};
-            checkpoint_write(tr->cfg.run_dir, tr->cfg.keep_checkpoints, &cs, &s, text, path, sizeof path);
+            checkpoint_write(tr->cfg.run_dir, keep, &cs, &s, text, path, sizeof path);
         } else {   /* walk the same tensors in the same order, sending what this rank holds */
             for (int k = 0; k < 3; k++)
                 for (int i = 0; i < a.whole.n_tensors; i++) assemble_tensor(&a, i, host[k], NULL);
@@ -177,57 +178,6 @@ static void set_weights(Trainer *tr, const float *host) {
     ddp_load_master(&tr->ddp, host);
 }
 
-/* Rank 0, a fresh start of the same run in a run_dir holding its checkpoints (up to step `found`): they go
- * into run_dir/replaced_<UTC time>/, said, so that the new run's checkpoints never mix with them (keeping the
- * last N would delete the new ones as older steps, and --resume or sample would take the old run's newest). */
-static void move_aside(const char *run_dir, long long found) {
-    char aside[1300], from[1600], to[1600];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    snprintf(aside, sizeof aside, "%s/replaced_%04d%02d%02d-%02d%02d%02d", run_dir, tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-             tm.tm_hour, tm.tm_min, tm.tm_sec);
-    if (mkdir(aside, 0777) != 0 && errno != EEXIST)
-        die("run_dir '%s' holds this run's checkpoints up to step %lld, and %s cannot be made to keep them: %s\n"
-            "  hint: continue with --resume=1, or move them away yourself", run_dir, found, aside, strerror(errno));
-    DIR *d = opendir(run_dir);
-    if (!d) die("cannot list run_dir '%s': %s", run_dir, strerror(errno));
-    int moved = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strncmp(e->d_name, "ckpt_", 5)) continue;
-        snprintf(from, sizeof from, "%s/%s", run_dir, e->d_name);
-        snprintf(to, sizeof to, "%s/%s", aside, e->d_name);
-        if (rename(from, to) != 0)
-            die("cannot move '%s' aside to %s: %s\n  hint: continue with --resume=1, or move the checkpoints away yourself", from, aside,
-                strerror(errno));
-        moved++;
-    }
-    closedir(d);
-    printf("note  | '%s' held this run's checkpoints up to step %lld; starting over from step 0, its %d checkpoint folder(s) moved "
-           "to %s (--resume=1 would have continued from them)\n", run_dir, found, moved, aside);
-}
-
-/* A fresh start (no --resume) in a run_dir that holds checkpoints: of this same run (model,
- * seed and data), it starts over with them moved aside, saying so; of another, it stops before it
- * writes over them. */
-static void refuse_other_run(Trainer *tr, const char *text) {
-    const Config *c = &tr->cfg;
-    const Comm *comm = &tr->comm;
-    char path[1200] = "", why[2048] = "";
-    if (c->max_steps == 0 || c->checkpoint_every < 0) return;   /* writes no checkpoint */
-    int other = 0;
-    long long found = comm->rank == 0 ? checkpoint_find_latest(c->run_dir, path, sizeof path) : -1;
-    if (found >= 0) other = !checkpoint_same_run(path, text, why, sizeof why);
-    if (comm_max(comm, GROUP_WORLD, (double)other) == 0) {
-        if (found >= 0) move_aside(c->run_dir, found);
-        return;
-    }
-    launch_errors_rank0_only(1);
-    die("run_dir '%s' holds another run's checkpoints (%s: %s); starting this run there would write over them\n"
-        "  hint: give this run its own folder (--run_dir=runs/NAME), or continue that run with --resume=1 and its own settings",
-        c->run_dir, path, why);
-}
-
 void trainer_restore(Trainer *tr) {
     const Config *c = &tr->cfg;
     const Comm *comm = &tr->comm;
@@ -235,11 +185,11 @@ void trainer_restore(Trainer *tr) {
     char *text = mallocCheck(CONFIG_TEXT_BYTES), path[1200] = "", err[2048];
     config_write_text(&tr->cfg, text, CONFIG_TEXT_BYTES);
     size_t P = tr->model.n_params;
+    trainer_claim_run_dir(tr, text);   /* the lock, and a fresh start's rules (train/run_dir.c) */
     /* rank 0 finds the newest checkpoint; every rank reads that one (run_dir must be shared across hosts) */
     long long found = comm->rank == 0 && c->resume ? checkpoint_find_latest(c->run_dir, path, sizeof path) : -1;
     found = (long long)comm_max(comm, GROUP_WORLD, (double)found);
     comm_broadcast_host(comm, GROUP_WORLD, path, sizeof path, 0);
-    if (!c->resume) refuse_other_run(tr, text);
     if (c->resume && found >= 0) {
         float *host[3];
         for (int k = 0; k < 3; k++) host[k] = mallocCheck((P + 1) * sizeof(float));

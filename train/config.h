@@ -34,6 +34,7 @@ typedef struct {
     /* system */
     int device, precision, recompute, compute_weights;
     float loss_scale_init;
+    int max_skipped_steps;
     /* parallel (parallel/, comm/) */
     int dp, tp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate, sequence_parallel;
     char pp_layers[256], fault[256], profile_out[1024];

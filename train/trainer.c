@@ -273,13 +273,14 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     size_t per_step = (size_t)tr->accum * c->batch_size * c->seq_len;
     tr->ids = mallocCheck(per_step * sizeof(int));
     tr->targets = mallocCheck(per_step * sizeof(int));
+    trainer_claim_log(tr);   /* another run's records refused, this run's own kept (train/run_dir.c) */
     if (c->log_jsonl[0] && tr->comm.rank == 0) {   /* a first line saying what ran, for `build/train scale` and `plot` */
         char err[4400];
         if (!(tr->jsonl = append_open(c->log_jsonl, "log_jsonl", err, sizeof err))) die("%s", err);   /* the output door's checks */
         fprintf(tr->jsonl, "{\"run\": \"llm3d\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"params\": %zu, "
-                           "\"tokens_per_step\": %ld, \"memory_bytes\": %zu, \"device\": \"%s\", \"precision\": \"%s\"}\n",
+                           "\"tokens_per_step\": %ld, \"memory_bytes\": %zu, \"device\": \"%s\", \"precision\": \"%s\", \"run_id\": \"%08x\"}\n",
                 tr->comm.world_size, c->dp, c->tp, c->pp, model_count_params(&tr->model_cfg), (long)per_step * tr->comm.dp,
-                tr->memory.total, tr->be->name, dtype_name(tr->be->act));
+                tr->memory.total, tr->be->name, dtype_name(tr->be->act), (unsigned)trainer_run_id(c));
         if (trainer_log_flush(tr) != 0) die("%s", tr->log_error);   /* before any step: nothing to lose */
     }
     if (c->sample_tokens > 0) {   /* load the vocabulary and check the prompt now, not after training */
@@ -352,13 +353,28 @@ void trainer_update_loss_scale(Trainer *tr, int finite) {
     }
     if (!finite) {
         tr->skipped_steps++;
+        tr->skipped_in_a_row++;
         tr->loss_scale_clean_steps = 0;
+        int at_floor = dynamic && tr->loss_scale * 0.5f < LOSS_SCALE_MIN;
+        if (at_floor || tr->skipped_in_a_row >= tr->cfg.max_skipped_steps) {   /* the same on every rank: they stop alike */
+            char why[160];
+            if (at_floor) snprintf(why, sizeof why, "the loss scale %g would fall under its minimum %g (the gradients overflow even unscaled)",
+                                tr->loss_scale, (double)LOSS_SCALE_MIN);
+            else snprintf(why, sizeof why, "%d steps in a row were skipped (max_skipped_steps=%d)", tr->skipped_in_a_row,
+                          tr->cfg.max_skipped_steps);
+            launch_errors_rank0_only(1);
+            die("step %d: inf/nan in the gradients, and %s: the run stops rather than skip on (%d steps skipped in all)\n"
+                "  hint: lower the learning rate (lr=%g) or look for a NaN in the data; no checkpoint in %s was pruned while steps "
+                "were skipped, so the last one from before the trouble is still there: resume (--resume=1), perhaps with a lower lr",
+                tr->step + 1, why, tr->skipped_steps, tr->cfg.lr, tr->cfg.run_dir);
+        }
         if (dynamic) tr->loss_scale *= 0.5f;
         if (tr->comm.rank == 0)
             fprintf(stderr, "warning: step %d: inf/nan in the gradients; the update is skipped%s\n", tr->step + 1,
                     dynamic ? " and the loss scale halved" : " and adds nothing to the FP8 scales' history");
         return;
     }
+    tr->skipped_in_a_row = 0;
     if (dynamic && ++tr->loss_scale_clean_steps == LOSS_SCALE_WINDOW) {
         tr->loss_scale *= 2.0f;
         tr->loss_scale_clean_steps = 0;

@@ -48,6 +48,7 @@ typedef struct {
     float loss_scale;           /* fp16 dynamic loss scale (1 when unused), saved in checkpoints */
     int loss_scale_clean_steps; /* steps since the last overflow */
     int skipped_steps;          /* updates skipped for inf/nan gradients, in this process */
+    int skipped_in_a_row;       /* ... since the last finite step: max_skipped_steps of them stop the run */
     int fp8_saturated;          /* precision=fp8: tensors whose values passed their FP8 scale's range in the last step (model/fp8.h) */
     int fp8_saturated_total;    /* ... summed over this process's steps */
     int saved_step;             /* step of the newest checkpoint this process wrote or resumed from; -1 none */
@@ -100,6 +101,15 @@ void trainer_free(Trainer *tr);
 /* Checkpoints (checkpoint/checkpoint.h): with resume=1, continue from the newest
  * complete checkpoint in run_dir; else with init_from, load those weights. */
 void trainer_restore(Trainer *tr);
+/* train/run_dir.c: before anything is written into run_dir (from trainer_restore): rank 0 takes the
+ * run_dir lock (a live run's folder is refused naming its pid and host), a fresh start refuses another
+ * run's checkpoints and moves this run's aside. config_text: this run's (config_write_text). */
+void trainer_claim_run_dir(Trainer *tr, const char *config_text);
+/* Rank 0, before log_jsonl is opened: another run's records there are refused; this run's own are
+ * continued by a resume, moved aside (said) by a fresh start. trainer_run_id is the log header's run_id:
+ * a CRC of the keys that make a run the same run (checkpoint_same_run's). */
+void trainer_claim_log(Trainer *tr);
+uint32_t trainer_run_id(const Config *c);
 /* Writes run_dir/ckpt_<step>/ (weights, AdamW m and v, loader, RNG, loss scale, config). */
 void trainer_save_checkpoint(Trainer *tr);
 StepStats trainer_step(Trainer *tr);
@@ -107,9 +117,15 @@ StepStats trainer_step(Trainer *tr);
 double trainer_eval(Trainer *tr);
 /* fp16 dynamic loss scaling, PyTorch GradScaler's rule: x0.5 and the step
  * skipped on any inf/nan, x2 after LOSS_SCALE_WINDOW clean steps in a row.
- * Other precisions keep a scale of 1 and only ever skip a non-finite step.
+ * Other precisions keep a scale of 1; fp8 skips a non-finite step, the rest stop.
+ * Skipping is bounded: max_skipped_steps in a row, or an fp16 scale that would
+ * fall under LOSS_SCALE_MIN (the gradients overflow unscaled, DeepSpeed's
+ * min_loss_scale), stop the run in words with exit 1, on every rank alike (the
+ * norm is reduced over all ranks). A checkpoint saved while steps are being
+ * skipped prunes none (train/checkpoints.c): the last good one stays.
  * trainer_step calls it with whether the step's gradients were finite. */
 #define LOSS_SCALE_WINDOW 2000
+#define LOSS_SCALE_MIN 1.0f
 void trainer_update_loss_scale(Trainer *tr, int finite);
 /* Print sample_tokens of generated text from the current weights. */
 void trainer_sample(Trainer *tr);
