@@ -5,6 +5,7 @@
 #include "format.h"
 #include "json.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -77,15 +78,14 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     char state[1200], err[2048];
     checkpoint_state_path(checkpoint, state, sizeof state);
     CkptReader r;
-    if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     ModelConfig mc;
-    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
-    if (checkpoint_check_tensors(&r, &mc, err, sizeof err) != 0)   /* before anything is written */
-        die("export: %s\n  hint: the checkpoint was altered or damaged; export an earlier one", err);
-    char init_std[64] = "0.02", *end;
-    checkpoint_config_value(r.config_text, "init_std", init_std, sizeof init_std);
-    double std_value = strtod(init_std, &end);
-    if (end == init_std || *end || !isfinite(std_value)) snprintf(init_std, sizeof init_std, "0.02");   /* goes into config.json as a number */
+    if (checkpoint_open_model(&r, state, &mc, err, sizeof err) != 0) die("export: %s", err);   /* before anything is written */
+    /* initializer_range: the run's init_std read as a number and written by float_text, never copied as text */
+    char init_text[64] = "0.02", init_std[64], why[256];
+    double std_value = 0.02;
+    checkpoint_config_value(r.config_text, "init_std", init_text, sizeof init_text);
+    if (option_number("init_std", init_text, 0, 1e30, 0, &std_value, why, sizeof why) != 0) std_value = 0.02;
+    float_text((float)std_value, init_std, sizeof init_std);
     if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) die("cannot create export folder '%s': %s", out_dir, strerror(errno));
 
     /* the weights are the tensors without a "<prefix>/" */
@@ -401,12 +401,70 @@ fail:
     return -1;
 }
 
+/* config.json and the safetensors describe the same model, no more and no fewer tensors: every
+ * tensor of the whole model mc (every pipeline stage's) is there with its shape, and every tensor
+ * there is one of them (besides rotary_emb.inv_freq, a buffer older exports carry). A head stored
+ * beside tie_word_embeddings=true, or layers past num_hidden_layers, are refused, not dropped. */
+static int st_check_tensors(StFile *s, const ModelConfig *mc, char *err, size_t err_size) {
+    Json *j = &s->j;
+    Comm comm;
+    comm_init_one(&comm);
+    Model whole;
+    model_plan(&whole, mc, backend_cpu(), &comm, NULL, 1, 1, RECOMPUTE_NONE);   /* the tensor table alone */
+    int rc = 0;
+    char name[256], got[96];
+    for (int k = j->nodes[0].first; k >= 0 && !rc; k = j->nodes[j->nodes[k].next].next) {
+        json_string(j, k, name, sizeof name);
+        if (!strcmp(name, "__metadata__") || strstr(name, "rotary_emb.inv_freq")) continue;
+        if (!model_find_tensor(&whole, name)) {
+            snprintf(err, err_size, "'%s' holds the tensor '%s', which its config.json (num_hidden_layers=%d, tie_word_embeddings=%s) has no "
+                     "place for: config.json and the safetensors disagree\n  hint: fix config.json or use a matching copy of the model",
+                     s->path, name, mc->n_layers, mc->tie_embeddings ? "true" : "false");
+            rc = -1;
+        }
+    }
+    for (int i = 0; i < whole.n_tensors && !rc; i++) {
+        const ParamTensor *t = &whole.tensors[i];
+        int node = json_get(j, 0, t->name);
+        if (node < 0) {
+            snprintf(err, err_size, "'%s' has no tensor '%s', which its config.json (num_hidden_layers=%d, tie_word_embeddings=%s) needs: "
+                     "config.json and the safetensors disagree\n  hint: fix config.json or use a matching copy of the model", s->path,
+                     t->name, mc->n_layers, mc->tie_embeddings ? "true" : "false");
+            rc = -1;
+            break;
+        }
+        char dt[32];
+        json_string(j, json_get(j, node, "dtype"), dt, sizeof dt);
+        if (st_dtype(dt) < 0) {
+            snprintf(err, err_size, "'%s': tensor '%s' is %s; llm3d loads F32, BF16 or F16", s->path, t->name, dt);
+            rc = -1;
+            break;
+        }
+        int sn = json_get(j, node, "shape"), nd = j->nodes[sn].n_children;
+        int64_t shape[2] = {-1, -1};
+        for (int c = j->nodes[sn].first, q = 0; c >= 0 && q < 2; c = j->nodes[c].next) json_int64(j, c, 0, INT64_MAX / 2, &shape[q++]);
+        int ok = t->global_rows == 1 ? (nd == 1 && shape[0] == t->global_cols)
+                                     : (nd == 2 && shape[0] == t->global_rows && shape[1] == t->global_cols);
+        if (!ok) {
+            char want[64];
+            if (t->global_rows == 1) snprintf(want, sizeof want, "%d", t->global_cols);
+            else snprintf(want, sizeof want, "%d, %d", t->global_rows, t->global_cols);
+            snprintf(err, err_size, "'%s': tensor '%s' has shape [%s] but the model needs [%s]: config.json and the safetensors disagree",
+                     s->path, t->name, st_shape_text(j, sn, ", ", got, sizeof got), want);
+            rc = -1;
+        }
+    }
+    model_plan_free(&whole);
+    return rc;
+}
+
 int hf_read_weights(const char *dir, const Model *m, float *host, char *err, size_t err_size) {
     char path[1200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     StFile s;
     if (st_open(&s, path, err, err_size) != 0) return -1;
     Json *j = &s.j;
+    if (st_check_tensors(&s, &m->cfg, err, err_size) != 0) goto fail;
     int used = 0;
     memset(host, 0, m->n_params * sizeof(float));   /* what lies in no tensor (vocabulary padding) is 0 */
     for (int i = 0; i < m->n_tensors; i++) {
@@ -434,15 +492,6 @@ int hf_read_weights(const char *dir, const Model *m, float *host, char *err, siz
         if (ckpt_read_region(s.f, path, t->name, s.data_start + b, dtype, t->global_rows, t->global_cols, t->row0, t->rows, t->col0,
                              t->cols, host + t->offset, NULL, err, err_size) != 0)
             goto fail;
-    }
-    /* say what was left unread: a tied head's copy is expected, anything else is worth a line */
-    for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
-        char name[256];
-        json_string(j, k, name, sizeof name);
-        if (!strcmp(name, "__metadata__") || model_find_tensor(m, name) || strstr(name, "rotary_emb.inv_freq")) continue;
-        int other_stage = !strncmp(name, "model.layers.", 13) || !strcmp(name, "model.embed_tokens.weight") ||
-                          !strcmp(name, "model.norm.weight") || (!strcmp(name, "lm_head.weight") && !m->cfg.tie_embeddings);
-        if (!other_stage) fprintf(stderr, "note: '%s': tensor '%s' is not part of this model; ignored\n", path, name);
     }
     (void)used;
     st_close(&s);
