@@ -106,11 +106,11 @@ int checkpoint_inspect_main(int argc, char **argv) {
     }
     if (!p) { fprintf(stderr, "%s", usage); return 1; }
     size_t n = strlen(p);
-    if (n > 12 && !strcmp(p + n - 12, ".safetensors")) return hf_inspect(p, stdout);
+    if (n > 12 && !strcmp(p + n - 12, ".safetensors")) return hf_inspect_ex(p, allow, stdout);
     if (has_file(p, "model.safetensors") && !has_file(p, "state.bin")) {
         char st[1200];
         snprintf(st, sizeof st, "%s/model.safetensors", p);
-        return hf_inspect(st, stdout);
+        return hf_inspect_ex(st, allow, stdout);
     }
     char path[1200];
     resolve_checkpoint(p, path, sizeof path);

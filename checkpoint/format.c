@@ -508,23 +508,30 @@ int ckpt_verify(CkptReader *r, const CkptEntry *e, char *err, size_t err_size) {
     return ckpt_scan(r, e, &bad, &first, err, err_size);
 }
 
-int ckpt_scan(CkptReader *r, const CkptEntry *e, int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size) {
+int ckpt_scan_bytes(FILE *f, const char *path, const char *name, int64_t offset, int64_t bytes, int dtype, uint32_t *crc,
+                    int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size) {
     *n_nonfinite = 0;
     *first = -1;
-    if (fseeko(r->f, e->offset, SEEK_SET) != 0) FAIL("'%s': cannot seek to tensor '%s'", r->path, e->name);
+    *crc = 0;
+    if (fseeko(f, offset, SEEK_SET) != 0) FAIL("'%s': cannot seek to tensor '%s'", path, name);
     uint8_t buf[1 << 16];   /* a multiple of every element size: no value is split between two reads */
-    uint32_t crc = 0;
-    size_t es = ckpt_dtype_size(e->dtype);
-    for (int64_t left = e->bytes, done = 0; left > 0;) {
+    size_t es = ckpt_dtype_size(dtype) ? ckpt_dtype_size(dtype) : 1;
+    for (int64_t left = bytes, done = 0; left > 0;) {
         size_t n = left < (int64_t)sizeof buf ? (size_t)left : sizeof buf;
-        if (fread(buf, 1, n, r->f) != n) FAIL("'%s': tensor '%s' ends early (truncated file?)", r->path, e->name);
-        crc = ckpt_crc32(crc, buf, n);
-        int64_t at, count = ckpt_count_nonfinite(buf, e->dtype, (int64_t)(n / es), &at);
+        if (fread(buf, 1, n, f) != n) FAIL("'%s': tensor '%s' ends early (truncated file?)", path, name);
+        *crc = ckpt_crc32(*crc, buf, n);
+        int64_t at, count = ckpt_count_nonfinite(buf, dtype, (int64_t)(n / es), &at);
         if (count && *first < 0) *first = done + at;
         *n_nonfinite += count;
         done += (int64_t)(n / es);
         left -= (int64_t)n;
     }
+    return 0;
+}
+
+int ckpt_scan(CkptReader *r, const CkptEntry *e, int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size) {
+    uint32_t crc;
+    if (ckpt_scan_bytes(r->f, r->path, e->name, e->offset, e->bytes, e->dtype, &crc, n_nonfinite, first, err, err_size) != 0) return -1;
     if (crc != e->crc) FAIL("'%s': tensor '%s' checksum mismatch (stored %08x, computed %08x): the data is damaged", r->path, e->name, e->crc, crc);
     return 0;
 }

@@ -145,6 +145,10 @@ int ckpt_read_raw(CkptReader *r, const CkptEntry *e, void *dst, char *err, size_
 int ckpt_verify(CkptReader *r, const CkptEntry *e, char *err, size_t err_size);
 /* ckpt_verify, also counting the tensor's non-finite values (NaN, +-inf) and the index of the first (-1: none). */
 int ckpt_scan(CkptReader *r, const CkptEntry *e, int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size);
+/* The pass under ckpt_scan, for any file (safetensors too): bytes at offset of f read once, their CRC32
+ * into *crc, the count of non-finite values of dtype and the index of the first. 0, or -1 with err. */
+int ckpt_scan_bytes(FILE *f, const char *path, const char *name, int64_t offset, int64_t bytes, int dtype, uint32_t *crc,
+                    int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size);
 
 /* Non-finite values are refused where tensors are read (ckpt_read_region, so every reader of
  * weights or optimizer state: resume, init_from, sample, logits, export, Hugging Face import):

@@ -509,25 +509,76 @@ int hf_load_weights(const char *dir, Model *m, char *err, size_t err_size) {
     return rc;
 }
 
-int hf_inspect(const char *path, FILE *out) {
+int hf_inspect(const char *path, FILE *out) { return hf_inspect_ex(path, 0, out); }
+
+/* One tensor of the header: its dtype as llm3d's (float ones; CKPT_U8 for any other: no value checked),
+ * its 2-D view (rows = all dims but the last multiplied) and its data span. */
+static void st_tensor(const Json *j, int t, int *dtype, int64_t *rows, int64_t *cols, int64_t *begin, int64_t *end) {
+    char dt[32];
+    json_string(j, json_get(j, t, "dtype"), dt, sizeof dt);
+    *dtype = st_dtype(dt) < 0 ? CKPT_U8 : st_dtype(dt);
+    int sn = json_get(j, t, "shape"), c0 = j->nodes[json_get(j, t, "data_offsets")].first;
+    int nd = j->nodes[sn].n_children, q = 0;
+    *rows = 1, *cols = 1;   /* st_open checked that the product of the dims is counted without overflow */
+    for (int c = j->nodes[sn].first; c >= 0; c = j->nodes[c].next, q++) {
+        int64_t d = 0;
+        json_int64(j, c, 0, INT64_MAX / 2, &d);
+        if (q < nd - 1) *rows *= d;
+        else *cols = d;
+    }
+    json_int64(j, c0, 0, INT64_MAX / 2, begin);
+    json_int64(j, j->nodes[c0].next, 0, INT64_MAX / 2, end);
+}
+
+int hf_inspect_ex(const char *path, int allow_nonfinite, FILE *out) {
     StFile s;
     char err[1600];
     if (st_open(&s, path, err, sizeof err) != 0) { fprintf(stderr, "error: %s\n", err); return 1; }
     Json *j = &s.j;
-    fprintf(out, "safetensors %s\n  %lld bytes, header %lld bytes\n  %-56s %-5s %-14s %s\n", path, (long long)s.file_bytes,
-            (long long)s.data_start - 8, "name", "dtype", "shape", "data_offsets");
+    int64_t total = 0;
+    /* every tensor's data read once first: NaN or inf is refused as every loader refuses it, unless allowed */
     for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
-        char name[256], dt[32], shape[96];
+        char name[256];
+        json_string(j, k, name, sizeof name);
+        if (!strcmp(name, "__metadata__")) continue;
+        int dtype;
+        int64_t rows, cols, b, e, bad, first;
+        uint32_t crc;
+        st_tensor(j, j->nodes[k].next, &dtype, &rows, &cols, &b, &e);
+        if (ckpt_scan_bytes(s.f, path, name, s.data_start + b, e - b, dtype, &crc, &bad, &first, err, sizeof err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            st_close(&s);
+            return 1;
+        }
+        total += bad;
+        if (bad && !allow_nonfinite) {
+            uint8_t value[4] = {0};
+            size_t es = ckpt_dtype_size(dtype);
+            if (fseeko(s.f, s.data_start + b + first * (int64_t)es, SEEK_SET) != 0 || fread(value, 1, es, s.f) != es) memset(value, 0xff, sizeof value);
+            ckpt_nonfinite_message(path, name, dtype, value, first, rows, cols, err, sizeof err);
+            fprintf(stderr, "error: %s\n", err);
+            st_close(&s);
+            return 1;
+        }
+    }
+    fprintf(out, "safetensors %s\n  %lld bytes, header %lld bytes\n  %-56s %-5s %-14s %s\n", path, (long long)s.file_bytes,
+            (long long)s.data_start - 8, "name", "dtype", "shape", allow_nonfinite ? "data_offsets  nonfinite" : "data_offsets");
+    for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
+        char name[256], dt[32], shape[96], count[32] = "";
         json_string(j, k, name, sizeof name);
         if (!strcmp(name, "__metadata__")) continue;
         int t = j->nodes[k].next;
         json_string(j, json_get(j, t, "dtype"), dt, sizeof dt);
         st_shape_text(j, json_get(j, t, "shape"), "x", shape, sizeof shape);
-        int64_t b = 0, e = 0, c0 = j->nodes[json_get(j, t, "data_offsets")].first;
-        json_int64(j, (int)c0, 0, INT64_MAX / 2, &b);
-        json_int64(j, j->nodes[c0].next, 0, INT64_MAX / 2, &e);
-        fprintf(out, "  %-56s %-5s %-14s [%lld, %lld)\n", name, dt, shape, (long long)b, (long long)e);
+        int dtype;
+        int64_t rows, cols, b, e, bad = 0, first;
+        uint32_t crc;
+        st_tensor(j, t, &dtype, &rows, &cols, &b, &e);
+        if (allow_nonfinite && ckpt_scan_bytes(s.f, path, name, s.data_start + b, e - b, dtype, &crc, &bad, &first, err, sizeof err) == 0)
+            snprintf(count, sizeof count, "  %lld", (long long)bad);
+        fprintf(out, "  %-56s %-5s %-14s [%lld, %lld)%s\n", name, dt, shape, (long long)b, (long long)e, count);
     }
+    if (total) fprintf(out, "nonfinite %lld values (NaN or inf): no loader takes this file\n", (long long)total);
     st_close(&s);
     return 0;
 }

@@ -163,6 +163,12 @@ static void test_nonfinite(const char *good) {
     CHECK(rc == 1 && strstr(out, "model.safetensors") && strstr(out, "'model.layers.0.mlp.down_proj.weight' holds a non-finite value (-inf) "
                                                                      "at element 66 (row 1, col 2 of 32 x 64)"),
           "logits refuses -inf in a safetensors tensor, naming file, tensor and element (rc %d): %s", rc, out);
+    rc = run("inspect %s", hf);
+    CHECK(rc == 1 && strstr(out, "non-finite value (-inf) at element 66") && !strstr(out, "data_offsets"),
+          "inspect refuses the HF folder (rc %d): %s", rc, out);
+    rc = run("inspect --allow_nonfinite=1 %s", hf);
+    line = strstr(out, "model.layers.0.mlp.down_proj.weight");
+    CHECK(rc == 0 && line && strstr(line, ")  1\n") && strstr(out, "nonfinite 1 values"), "inspect --allow_nonfinite=1 counts it (rc %d): %s", rc, out);
     snprintf(args, sizeof args, "%s --max_steps=1 --checkpoint_every=-1 --run_dir=%s --init_from=%s", common, path_of("init_hf"), hf);
     rc = test_run(train, args, out, sizeof out);
     CHECK(rc == 1 && strstr(out, "init_from:") && strstr(out, "non-finite value (-inf)"), "init_from an HF folder refuses it (rc %d): %s", rc, out);
