@@ -9,6 +9,7 @@
  * memory of each rank, measured and predicted.
  * A benchmark, not a test: the shard is random tokens, so the loss means nothing. */
 #include "../common/util.h"
+#include "../common/options.h"
 #include "../train/trainer.h"
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +67,7 @@ int main(int argc, char **argv) {
     char **args = mallocCheck(sizeof(char *) * (argc + 1));
     int n = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strncmp(argv[i], "--steps=", 8)) steps = atoi(argv[i] + 8);
+        if (!strncmp(argv[i], "--steps=", 8)) steps = (int)option_number_or_die("bench_train", "steps", argv[i] + 8, 1, 1e6, 1);
         else args[n++] = argv[i];
     }
     snprintf(shard, sizeof shard, "/tmp/llm3d_bench_%d.bin", (int)getpid());

@@ -191,20 +191,6 @@ static void test_nonfinite(const char *good) {
 static const char *CONFIG = "vocab_size=8\ndim=4\nn_layers=2\nn_heads=2\nn_kv_heads=1\nffn_dim=4\nseq_len=4\ntie_embeddings=0\n"
                             "rope_theta=10000\nnorm_eps=1e-05\nseed=7\n";
 
-/* A checkpoint of the model CONFIG describes, its config text `text`. */
-static void save_with_text(const char *run_dir, const char *text, char *ckpt, size_t size) {
-    ModelConfig mc;
-    CHECK(checkpoint_model_config(CONFIG, &mc, err, sizeof err) == 0, "fixture config: %s", err);
-    Comm comm;
-    comm_init_one(&comm);
-    Model m;
-    model_create(&m, &mc, backend_cpu(), &comm, NULL, 1, 4, RECOMPUTE_NONE);
-    model_init_weights(&m, 7, 0.02f);
-    CkptState s = {.kind = CKPT_KIND_TRAIN, .step = 1, .loss_scale = 1, .optimizer = CKPT_OPT_NONE};
-    checkpoint_save(run_dir, 0, &m, NULL, 0, &s, text, ckpt, size);
-    model_free(&m);
-}
-
 static int open_model(const char *ckpt) {
     char state[1200];
     CkptReader r;
@@ -236,13 +222,13 @@ static void reserved_edit(uint8_t *b) { ((int32_t *)b)[200] = 5; }
 
 static void test_consistency(void) {
     char ckpt[1300], text[1024];
-    save_with_text(path_of("c_good"), CONFIG, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("c_good"), CONFIG, CONFIG, ckpt, sizeof ckpt);
     CHECK(open_model(ckpt) == 0, "a consistent checkpoint opens: %s", err);
 
     /* fewer layers in the config than in the table: the extra layer is named, not dropped */
     snprintf(text, sizeof text, "%s", CONFIG);
     memcpy(strstr(text, "n_layers=2"), "n_layers=1", 10);
-    save_with_text(path_of("c_layers"), text, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("c_layers"), CONFIG, text, ckpt, sizeof ckpt);
     REFUSED(open_model(ckpt), "which its config (n_layers=1, tie_embeddings=0) has no place for", "config says 1 layer, table holds 2");
     CHECK(strstr(err, "'model.layers.1.") && strstr(err, "state.bin"), "names the extra tensor and the file: %s", err);
     int rc = run("logits --model=%s --ids=1 --out=%s", ckpt, path_of("c.logits"));
@@ -253,11 +239,11 @@ static void test_consistency(void) {
     /* a tied head declared, the head stored */
     snprintf(text, sizeof text, "%s", CONFIG);
     memcpy(strstr(text, "tie_embeddings=0"), "tie_embeddings=1", 16);
-    save_with_text(path_of("c_tied"), text, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("c_tied"), CONFIG, text, ckpt, sizeof ckpt);
     REFUSED(open_model(ckpt), "'lm_head.weight', which its config (n_layers=2, tie_embeddings=1) has no place for", "tied head, head stored");
 
     /* overlapping entries, CRCs valid: both named */
-    save_with_text(path_of("c_overlap"), CONFIG, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("c_overlap"), CONFIG, CONFIG, ckpt, sizeof ckpt);
     edit_state(ckpt, overlap_edit);
     REFUSED(open_model(ckpt), "overlap", "two entries on the same bytes");
     CHECK(strstr(err, "q_proj") && strstr(err, "k_proj"), "names both tensors: %s", err);
@@ -266,11 +252,11 @@ static void test_consistency(void) {
           "export refuses it and writes nothing (rc %d): %s", rc, out);
 
     /* the header's kind, and a reserved header int */
-    save_with_text(path_of("c_kind"), CONFIG, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("c_kind"), CONFIG, CONFIG, ckpt, sizeof ckpt);
     edit_state(ckpt, kind_edit);
     REFUSED(open_model(ckpt), "kind is out of range", "kind 2");
     CHECK(strstr(err, "kind 2") != NULL, "says the kind found: %s", err);
-    save_with_text(path_of("c_reserved"), CONFIG, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("c_reserved"), CONFIG, CONFIG, ckpt, sizeof ckpt);
     edit_state(ckpt, reserved_edit);
     REFUSED(open_model(ckpt), "header int 200 is 5", "a reserved header int set");
 }
