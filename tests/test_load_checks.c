@@ -350,8 +350,17 @@ static void test_numbers(const char *good) {
     CHECK(rc == 0 && strstr(out, "logits | 2 tokens"), "logits: the last --model and --ids win (rc %d): %s", rc, out);
     rc = run("export --checkpoint=%s --out=%s --dtype=f32 --dtype=bf16", good, path_of("last_hf"));
     CHECK(rc == 0 && strstr(out, "(BF16)"), "export: the last --dtype wins (rc %d): %s", rc, out);
-    rc = run("sample --model=%s --tokenizer=%s/data/tokenizer.bin --tokens=1 --tokens=2 --prompt=a --seed=1 --seed=2", good, dir);
-    CHECK(rc == 0, "sample takes repeated options (rc %d): %s", rc, out);
+    /* each value is read (a bad one is refused wherever it stands, as training's config keys are); the last is kept */
+    rc = run("sample --model=/nonexistent --model=%s --tokenizer=%s/data/tokenizer.bin --tokens=2 --prompt=a --seed=1 --seed=2", good, dir);
+    CHECK(rc == 0, "sample: the last --model wins (rc %d): %s", rc, out);
+    rc = run("schedule --pp=2 --n_layers=2 --micro_batches=2 --micro_batches=3");
+    CHECK(rc == 0 && strstr(out, "x 3 micro-batches"), "schedule: the last --micro_batches wins (rc %d): %s", rc, out);
+    rc = run("doctor --timeout=0 --timeout=10 --sweep=0");
+    CHECK(rc == 0, "doctor: the last --timeout wins (0 alone is refused) (rc %d): %s", rc, out);
+    rc = run("prepare --input=/nonexistent --input=tests/data/sotu_sample.txt --out=%s --train_vocab=300", path_of("data2"));
+    CHECK(rc == 0, "prepare: the last --input wins (rc %d): %s", rc, out);
+    rc = run("inspect --allow_nonfinite=1 --allow_nonfinite=0 %s", good);
+    CHECK(rc == 0 && !strstr(out, "nonfinite"), "inspect: the last --allow_nonfinite wins (rc %d): %s", rc, out);
 
     /* export writes config.json numbers itself: a raw init_std text is never copied */
     size_t size;
