@@ -436,7 +436,8 @@ static void read_tensors(CkptReader *r, const Model *m, const char *prefix, floa
         if (prefix) snprintf(name, sizeof name, "%s/%s", prefix, t->name);
         else snprintf(name, sizeof name, "%s", t->name);
         if (checkpoint_read_slice(r, name, t, host + t->offset, err, sizeof err) != 0)
-            die("%s\n  hint: the checkpoint is damaged or from another model; move its folder aside to fall back to an earlier one", err);
+            die("%s%s", err, strstr(err, "hint:") ? "" : "\n  hint: the checkpoint is damaged or from another model; move its folder aside "
+                "to fall back to an earlier one");
     }
 }
 
