@@ -18,10 +18,10 @@ static void stage_layers(const ModelConfig *cfg, const PartitionSpec *spec, int 
     }
     double *v = mallocCheck(((size_t)p + 1) * sizeof *v);
     char err[512];
-    int n = option_list("pp_layers", spec->pp_layers, 1, L, 1, v, p + 1, err, sizeof err), sum = 0;
+    int n = option_list("pp_layers", spec->pp_layers, 1, L, 1, v, p, err, sizeof err), sum = 0;
     if (n < 0)
-        die("%s\n  hint: each entry is a whole number of layers from 1 to %d, separated by commas (e.g. 4,4,3)", err, L);
-    if (n > p) die("pp_layers='%s' lists more than pp=%d stages", spec->pp_layers, p);
+        die("%s\n  hint: one entry per stage of pp=%d, each a whole number of layers from 1 to %d, separated by commas (e.g. 4,4,3)",
+            err, p, L);
     for (int s = 0; s < n; s++) { layers[s] = (int)v[s]; sum += layers[s]; }
     free(v);
     if (n != p) die("pp_layers='%s' lists %d stages, but pp=%d", spec->pp_layers, n, p);
