@@ -86,7 +86,6 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     checkpoint_config_value(r.config_text, "init_std", init_text, sizeof init_text);
     if (option_number("init_std", init_text, 0, 1e30, 0, &std_value, why, sizeof why) != 0) std_value = 0.02;
     float_text((float)std_value, init_std, sizeof init_std);
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) die("cannot create export folder '%s': %s", out_dir, strerror(errno));
 
     /* the weights are the tensors without a "<prefix>/" */
     int n = 0;
@@ -97,6 +96,19 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
             w[n++] = &r.entries[i];
         }
     if (!n) die("'%s' holds no weights to export", state);
+    /* every weight read (CRC and NaN/inf checked) before anything is written: a refused export leaves no file */
+    float **values = mallocCheck((size_t)n * sizeof *values);
+    for (int i = 0; i < n; i++) {
+        int64_t rows, cols;
+        ckpt_entry_dims(w[i], &rows, &cols);
+        values[i] = mallocCheck((size_t)(rows * cols) * 4 + 1);
+        if (ckpt_read_f32(&r, w[i], 0, rows, 0, cols, values[i], err, sizeof err) != 0) die("export: %s", err);
+        for (int64_t k = 0; dtype == CKPT_F16 && k < rows * cols; k++)   /* past fp16's range it would be written as inf */
+            if ((ckpt_f32_to_f16(values[i][k]) & 0x7c00) == 0x7c00)
+                die("export: '%s': weight '%s' holds %g at element %lld, past fp16's largest value 65504: as f16 it would be inf\n"
+                    "  hint: export with --dtype=bf16 or --dtype=f32", state, w[i]->name, (double)values[i][k], (long long)k);
+    }
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) die("cannot create export folder '%s': %s", out_dir, strerror(errno));
 
     /* header: JSON, padded with spaces to a multiple of 8 bytes */
     /* per tensor at most: a 127-byte name escaped to 6 bytes each, 4 dims and 2 offsets of 20 digits, 60 of syntax */
@@ -134,8 +146,7 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
         int64_t rows, cols;
         ckpt_entry_dims(e, &rows, &cols);
         size_t count = (size_t)(rows * cols);
-        float *x = mallocCheck(count * 4);
-        if (ckpt_read_f32(&r, e, 0, rows, 0, cols, x, err, sizeof err) != 0) die("%s", err);
+        float *x = values[i];
         if (dtype != CKPT_F32) {
             uint16_t *h = (uint16_t *)x;    /* narrowing in place: element i is read before it is overwritten */
             for (size_t k = 0; k < count; k++) h[k] = dtype == CKPT_BF16 ? ckpt_f32_to_bf16(x[k]) : ckpt_f32_to_f16(x[k]);
@@ -150,6 +161,7 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     printf("export | %d tensors (%s) from %s -> %.*s/{model.safetensors,config.json}\n", n, st_dtype_name(dtype), state, shown, out_dir);
     free(json);
     free(w);
+    free(values);
     ckpt_close(&r);
 }
 
