@@ -67,7 +67,12 @@ int main(int argc, char **argv) {
     char **args = mallocCheck(sizeof(char *) * (argc + 1));
     int n = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strncmp(argv[i], "--steps=", 8)) steps = (int)option_number_or_die("bench_train", "steps", argv[i] + 8, 1, 1e6, 1);
+        if (!strncmp(argv[i], "--steps=", 8)) {
+            char err[512];
+            double v;
+            if (option_number("steps", argv[i] + 8, 1, 1e6, 1, &v, err, sizeof err) != 0) die("bench_train: %s\n  hint: --steps=N times N steps", err);
+            steps = (int)v;
+        }
         else args[n++] = argv[i];
     }
     snprintf(shard, sizeof shard, "/tmp/llm3d_bench_%d.bin", (int)getpid());
