@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
         if (!strncmp(argv[i], "--steps=", 8)) {
             char err[512];
             double v;
-            if (option_number("steps", argv[i] + 8, 1, 1000, 1, &v, err, sizeof err) != 0) die("bench_train: %s", err);
+            if (option_number("steps", argv[i] + 8, 1, 1e6, 1, &v, err, sizeof err) != 0) die("bench_train: %s\n  hint: --steps=N times N steps", err);
             steps = (int)v;
         }
         else args[n++] = argv[i];

@@ -80,6 +80,10 @@ static const char *hook_for_step(long long step, const char *kind) {
     return end + 1;
 }
 
+static int64_t hook_bytes(const char *text) {
+    return (int64_t)option_number_or_die("train", "LLM3D_CKPT_HOOK's byte count", text, 0, 9e15, 1);
+}
+
 static void hook_kill_at(long long step, const char *where) {
     const char *h = hook_for_step(step, "kill");
     if (h && !strcmp(h, where)) {
@@ -131,8 +135,8 @@ void checkpoint_write(const char *run_dir, int keep, const CkptSource *src, cons
 
     CkptWriteHooks hooks = {-1, -1};
     const char *h;
-    if ((h = hook_for_step(s->step, "kill")) && h[0] >= '0' && h[0] <= '9') hooks.kill_after = atoll(h);
-    if ((h = hook_for_step(s->step, "enospc"))) hooks.fail_after = atoll(h);
+    if ((h = hook_for_step(s->step, "kill")) && h[0] >= '0' && h[0] <= '9') hooks.kill_after = hook_bytes(h);
+    if ((h = hook_for_step(s->step, "enospc"))) hooks.fail_after = hook_bytes(h);
 
     size_t largest = 1;
     for (int i = 0; i < src->n_tensors; i++) {
@@ -338,35 +342,84 @@ int checkpoint_model_config(const char *text, ModelConfig *mc, char *err, size_t
     return 0;
 }
 
+/* The model tensor a table entry stands for: its own name for a weight, the part after "<prefix>/" for run
+ * state (optimizer moments); NULL for a name the model has no place for. */
+static const ParamTensor *entry_tensor(const Model *m, const CkptEntry *e) {
+    const char *slash = strrchr(e->name, '/');
+    return model_find_tensor(m, slash ? slash + 1 : e->name);
+}
+
 int checkpoint_check_tensors(const CkptReader *r, const ModelConfig *mc, char *err, size_t err_size) {
     Comm comm;
     comm_init_one(&comm);
     Model m;
     model_plan(&m, mc, backend_cpu(), &comm, NULL, 1, 1, RECOMPUTE_NONE);   /* the tensor table alone, nothing allocated */
     int rc = 0;
+    char prefixes[8][CKPT_NAME_BYTES];
+    int counts[8] = {0}, n_prefixes = 0;
     for (int i = 0; i < r->n && !rc; i++) {
         const CkptEntry *e = &r->entries[i];
-        if (strchr(e->name, '/')) continue;   /* run state: "<prefix>/<name>" (optimizer moments, precision=fp8's scales) */
-        const ParamTensor *t = model_find_tensor(&m, e->name);
+        if (!strcmp(e->name, FP8_CHECKPOINT_NAME)) continue;   /* precision=fp8's run state: its shape is checked on resume */
+        const ParamTensor *t = entry_tensor(&m, e);
         if (!t) {
-            snprintf(err, err_size, "'%s' holds the weight '%s', which its config (n_layers=%d, tie_embeddings=%d) has no place for: the "
-                     "config text and the tensor table disagree", r->path, e->name, mc->n_layers, mc->tie_embeddings);
+            snprintf(err, err_size, "'%s' holds the tensor '%s', which its config (n_layers=%d, tie_embeddings=%d) has no place for: the "
+                     "config text and the tensor table disagree\n  hint: the file was altered or damaged; use an earlier checkpoint",
+                     r->path, e->name, mc->n_layers, mc->tie_embeddings);
             rc = -1;
+            break;
         }
+        int64_t rows, cols;
+        ckpt_entry_dims(e, &rows, &cols);
+        if (e->ndim != (t->global_rows == 1 ? 1 : 2) || rows != t->global_rows || cols != t->global_cols) {
+            char shape[CKPT_MAX_DIMS * 21];
+            snprintf(err, err_size, "'%s': its config needs '%s' of %d x %d and the tensor table holds %s: the config text and the "
+                     "tensor table disagree\n  hint: the file was altered or damaged; use an earlier checkpoint", r->path, e->name,
+                     t->global_rows, t->global_cols, ckpt_shape_text(e->shape, e->ndim, shape, sizeof shape));
+            rc = -1;
+            break;
+        }
+        const char *slash = strrchr(e->name, '/');
+        if (!slash) continue;
+        int k = 0, len = (int)(slash - e->name);
+        while (k < n_prefixes && (strncmp(prefixes[k], e->name, (size_t)len) || prefixes[k][len])) k++;
+        if (k == n_prefixes) {
+            if (n_prefixes == 8) { snprintf(err, err_size, "'%s' holds run state under more than 8 prefixes: the file is damaged", r->path); rc = -1; break; }
+            snprintf(prefixes[n_prefixes++], CKPT_NAME_BYTES, "%.*s", len, e->name);
+        }
+        counts[k]++;
     }
+    /* every weight is there (names are unique, so each prefix's count says whether its set is whole) */
     for (int i = 0; i < m.n_tensors && !rc; i++) {
         const ParamTensor *t = &m.tensors[i];
-        const CkptEntry *e = ckpt_find(r, t->name);
-        int64_t rows = 0, cols = 0;
-        if (e) ckpt_entry_dims(e, &rows, &cols);
-        if (!e || e->ndim != (t->global_rows == 1 ? 1 : 2) || rows != t->global_rows || cols != t->global_cols) {
-            snprintf(err, err_size, "'%s': its config (vocab_size=%d dim=%d n_layers=%d ffn_dim=%d ...) needs the weight '%s' of %d x %d, "
-                     "and the tensor table %s: the config text and the tensor table disagree", r->path, mc->vocab_size, mc->dim,
-                     mc->n_layers, mc->ffn_dim, t->name, t->global_rows, t->global_cols, e ? "holds another shape" : "has none");
+        if (!ckpt_find(r, t->name)) {
+            snprintf(err, err_size, "'%s': its config (vocab_size=%d dim=%d n_layers=%d tie_embeddings=%d) needs the weight '%s', and the "
+                     "tensor table has none: the config text and the tensor table disagree\n  hint: the file was altered or damaged; use "
+                     "an earlier checkpoint", r->path, mc->vocab_size, mc->dim, mc->n_layers, mc->tie_embeddings, t->name);
             rc = -1;
         }
     }
+    for (int k = 0; k < n_prefixes && !rc; k++)
+        for (int i = 0; i < m.n_tensors && !rc && counts[k] != m.n_tensors; i++) {
+            char name[2 * CKPT_NAME_BYTES + 1100];
+            snprintf(name, sizeof name, "%s/%s", prefixes[k], m.tensors[i].name);
+            if (!ckpt_find(r, name)) {
+                snprintf(err, err_size, "'%s': it holds run state under '%s/' but not '%s', which its config (n_layers=%d) needs: the config "
+                         "text and the tensor table disagree\n  hint: the file was altered or damaged; use an earlier checkpoint", r->path,
+                         prefixes[k], name, mc->n_layers);
+                rc = -1;
+            }
+        }
     model_plan_free(&m);
+    return rc;
+}
+
+int checkpoint_open_model(CkptReader *r, const char *path, ModelConfig *mc, char *err, size_t err_size) {
+    if (ckpt_open(r, path, err, err_size) != 0) return -1;
+    char why[256];
+    int rc = checkpoint_model_config(r->config_text, mc, why, sizeof why);
+    if (rc != 0) snprintf(err, err_size, "'%.1000s': %s", path, why);
+    else rc = checkpoint_check_tensors(r, mc, err, err_size);
+    if (rc != 0) ckpt_close(r);
     return rc;
 }
 
@@ -390,10 +443,11 @@ int checkpoint_read_slice(CkptReader *r, const char *name, const ParamTensor *t,
 }
 
 static void open_or_die(CkptReader *r, const char *dir) {
-    char path[1200], err[1600];
+    char path[1200], err[2048];
+    ModelConfig mc;
     checkpoint_state_path(dir, path, sizeof path);
-    if (ckpt_open(r, path, err, sizeof err) != 0)
-        die("%s\n  hint: the checkpoint is damaged; move its folder aside to fall back to an earlier one", err);
+    if (checkpoint_open_model(r, path, &mc, err, sizeof err) != 0)
+        die("%s%s", err, strstr(err, "hint:") ? "" : "\n  hint: the checkpoint is damaged; move its folder aside to fall back to an earlier one");
 }
 
 /* Every tensor's slice into host (n_params, laid out like m's buffer); what lies in no tensor (vocabulary padding) is 0. */
@@ -406,7 +460,8 @@ static void read_tensors(CkptReader *r, const Model *m, const char *prefix, floa
         if (prefix) snprintf(name, sizeof name, "%s/%s", prefix, t->name);
         else snprintf(name, sizeof name, "%s", t->name);
         if (checkpoint_read_slice(r, name, t, host + t->offset, err, sizeof err) != 0)
-            die("%s\n  hint: the checkpoint is damaged or from another model; move its folder aside to fall back to an earlier one", err);
+            die("%s%s", err, strstr(err, "hint:") ? "" : "\n  hint: the checkpoint is damaged or from another model; move its folder aside "
+                "to fall back to an earlier one");
     }
 }
 
@@ -488,11 +543,36 @@ void checkpoint_load_weights(const char *ckpt_dir, Model *m, const char *config_
 
 /* ------------------------------------------------------------------- inspect */
 
-int checkpoint_inspect(const char *path, FILE *out) {
+int checkpoint_inspect(const char *path, FILE *out) { return checkpoint_inspect_ex(path, 0, out); }
+
+/* The listing reads every tensor once (CRC and non-finite count) before printing: a checkpoint holding
+ * NaN or inf is refused as every loader refuses it, unless allow_nonfinite, which shows the counts. */
+int checkpoint_inspect_ex(const char *path, int allow_nonfinite, FILE *out) {
     char state[1200], err[1600];
     checkpoint_state_path(path, state, sizeof state);
     CkptReader r;
     if (ckpt_open(&r, state, err, sizeof err) != 0) { fprintf(stderr, "error: %s\n", err); return 1; }
+    int64_t *bad = callocCheck((size_t)r.n + 1, sizeof *bad), *first = callocCheck((size_t)r.n + 1, sizeof *first), total = 0;
+    int *ok = callocCheck((size_t)r.n + 1, sizeof *ok), mismatched = 0;
+    for (int i = 0; i < r.n; i++) {
+        ok[i] = ckpt_scan(&r, &r.entries[i], &bad[i], &first[i], err, sizeof err) == 0;
+        if (!ok[i]) { mismatched++; fprintf(stderr, "error: %s\n", err); }
+        total += bad[i];
+    }
+    for (int i = 0; i < r.n && total && !allow_nonfinite; i++) {
+        if (!bad[i]) continue;
+        const CkptEntry *e = &r.entries[i];
+        int64_t rows, cols;
+        uint8_t value[4] = {0};
+        ckpt_entry_dims(e, &rows, &cols);
+        size_t es = ckpt_dtype_size(e->dtype);
+        if (fseeko(r.f, e->offset + first[i] * (int64_t)es, SEEK_SET) != 0 || fread(value, 1, es, r.f) != es) memset(value, 0xff, sizeof value);
+        ckpt_nonfinite_message(state, e->name, e->dtype, value, first[i], rows, cols, err, sizeof err);
+        fprintf(stderr, "error: %s\n  (%lld non-finite values in all; --allow_nonfinite=1 lists them per tensor)\n", err, (long long)total);
+        free(bad); free(first); free(ok);
+        ckpt_close(&r);
+        return 1;
+    }
     const CkptState *s = &r.state;
     fprintf(out, "checkpoint %s\n", r.path);
     fprintf(out, "  format   magic 0x%08x version %d, %lld bytes, %d tensors\n", CKPT_MAGIC, CKPT_VERSION, (long long)r.file_bytes, r.n);
@@ -512,18 +592,24 @@ int checkpoint_inspect(const char *path, FILE *out) {
         if (!nl) break;
         p = nl + 1;
     }
-    fprintf(out, "tensors\n  %-56s %-5s %-14s %12s %-8s %s\n", "name", "dtype", "shape", "bytes", "crc32", "check");
-    int bad = 0;
+    fprintf(out, "tensors\n  %-56s %-5s %-14s %12s %-8s %s\n", "name", "dtype", "shape", "bytes", "crc32", allow_nonfinite ? "check  nonfinite" : "check");
     for (int i = 0; i < r.n; i++) {
         const CkptEntry *e = &r.entries[i];
-        char shape[CKPT_MAX_DIMS * 21];
+        char shape[CKPT_MAX_DIMS * 21], count[32] = "";
         ckpt_shape_text(e->shape, e->ndim, shape, sizeof shape);
-        int ok = ckpt_verify(&r, e, err, sizeof err) == 0;
-        if (!ok) { bad++; fprintf(stderr, "error: %s\n", err); }
-        fprintf(out, "  %-56s %-5s %-14s %12lld %08x %s\n", e->name, ckpt_dtype_name(e->dtype), shape, (long long)e->bytes, e->crc,
-                ok ? "ok" : "MISMATCH");
+        if (allow_nonfinite) snprintf(count, sizeof count, "%s%lld", ok[i] ? "       " : "  ", (long long)bad[i]);
+        fprintf(out, "  %-56s %-5s %-14s %12lld %08x %s%s\n", e->name, ckpt_dtype_name(e->dtype), shape, (long long)e->bytes, e->crc,
+                ok[i] ? "ok" : "MISMATCH", count);
     }
+    if (total) fprintf(out, "nonfinite %lld values (NaN or inf): no loader takes this checkpoint\n", (long long)total);
+    /* the table against the config, as every loader checks it */
+    ModelConfig mc;
+    char why[256];
+    int consistent = checkpoint_model_config(r.config_text, &mc, why, sizeof why) == 0 ? checkpoint_check_tensors(&r, &mc, err, sizeof err) == 0
+                                                                                   : (snprintf(err, sizeof err, "'%.1000s': %s", state, why), 0);
+    if (!consistent) fprintf(stderr, "error: %s\n", err);
     ckpt_close(&r);
-    if (bad) fprintf(stderr, "error: %d tensor(s) of '%s' fail their checksum\n", bad, state);
-    return bad ? 1 : 0;
+    free(bad); free(first); free(ok);
+    if (mismatched) fprintf(stderr, "error: %d tensor(s) of '%s' fail their checksum\n", mismatched, state);
+    return mismatched || !consistent ? 1 : 0;
 }

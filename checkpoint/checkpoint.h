@@ -90,13 +90,21 @@ int checkpoint_check_config(const char *saved, const char *current, const char *
 int checkpoint_config_value(const char *text, const char *key, char *out, size_t size);
 /* ModelConfig from a checkpoint's config text; -1 with a message if a key is missing. */
 int checkpoint_model_config(const char *text, ModelConfig *mc, char *err, size_t err_size);
-/* The weights of r's tensor table (names without '/') are exactly the tensors the
- * model mc has, each with its shape: 0, or -1 naming the first that differs. */
+/* r's tensor table holds exactly the tensors the model mc has, each with its shape: the weights
+ * by name, and each "<prefix>/" set of run state (optimizer moments) whole, besides precision=fp8's
+ * history: 0, or -1 naming the first extra, missing or misshaped tensor. A config declaring fewer
+ * layers, or a tied head, than the table stores is refused, never half read. */
 int checkpoint_check_tensors(const CkptReader *r, const ModelConfig *mc, char *err, size_t err_size);
+/* ckpt_open, the model config of its text and checkpoint_check_tensors: the one way a checkpoint is
+ * opened to be loaded (resume, init_from, sample, logits, export, inspect). 0, or -1 with err (r closed). */
+int checkpoint_open_model(CkptReader *r, const char *path, ModelConfig *mc, char *err, size_t err_size);
 /* state.bin inside a checkpoint folder (or path itself when it is a file). */
 void checkpoint_state_path(const char *path, char *out, size_t size);
 /* Reads a tensor's rectangle for a ParamTensor-shaped slice; -1 with a message on a missing or misshaped tensor. */
 int checkpoint_read_slice(CkptReader *r, const char *name, const ParamTensor *t, float *dst, char *err, size_t err_size);
 /* Prints header, config, run state and the tensor table with each tensor's CRC
- * check. Returns 0 when everything checks out, 1 otherwise. */
+ * check, and checks the table against the config. Returns 0 when everything checks
+ * out, 1 otherwise. A tensor holding NaN or inf is refused (naming its first bad
+ * element) unless allow_nonfinite, which lists each tensor's count of them. */
 int checkpoint_inspect(const char *path, FILE *out);
+int checkpoint_inspect_ex(const char *path, int allow_nonfinite, FILE *out);

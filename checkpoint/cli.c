@@ -12,9 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The value of --key=VALUE (or --ke-y=VALUE: dashes and underscores are the same) in argv; NULL if absent. */
+/* The value of --key=VALUE (or --ke-y=VALUE: dashes and underscores are the same) in argv; NULL if absent.
+ * A key given twice takes its last value, as training's keys do. */
 static const char *arg_value(int argc, char **argv, const char *key) {
-    for (int i = 1; i < argc; i++) {
+    for (int i = argc - 1; i >= 1; i--) {
         char k[64];
         const char *v = option_split(argv[i], k, sizeof k);
         if (v && !strcmp(k, key)) return v;
@@ -77,11 +78,11 @@ int checkpoint_export_main(int argc, char **argv) {
     checkpoint_state_path(path, state, sizeof state);
     CkptReader r;
     if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
-    char seq_len[32] = "0";
-    checkpoint_config_value(r.config_text, "seq_len", seq_len, sizeof seq_len);
+    ModelConfig mc;   /* hf_export has checked it */
+    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
     int located = tok ? 0 : hf_find_tokenizer(r.config_text, found, sizeof found);
     ckpt_close(&r);
-    if (located == 0) hf_export_tokenizer(tok ? tok : found, out, atoi(seq_len));
+    if (located == 0) hf_export_tokenizer(tok ? tok : found, out, mc.seq_len);
     else
         printf("export | no vocabulary written: %s is not there; pass --tokenizer=FILE (the tokenizer.bin prepare\n"
                "         wrote beside the shards) to put it beside the weights\n", found);
@@ -89,22 +90,31 @@ int checkpoint_export_main(int argc, char **argv) {
 }
 
 int checkpoint_inspect_main(int argc, char **argv) {
-    if (argc != 2 || !strncmp(argv[1], "--", 2)) {
-        printf("usage: build/train inspect PATH\n  PATH: a checkpoint folder or state.bin, a run_dir (its newest checkpoint),\n"
-               "        a Hugging Face folder or a .safetensors file\n");
-        return argc == 2 ? 0 : 1;
+    const char *usage = "usage: build/train inspect [--allow_nonfinite=1] PATH\n  PATH: a checkpoint folder or state.bin, a run_dir (its newest "
+                        "checkpoint),\n        a Hugging Face folder or a .safetensors file\n  --allow_nonfinite=1: show a checkpoint holding "
+                        "NaN or inf (every loader refuses it)\n        with the count of such values in each tensor\n";
+    const char *p = NULL;
+    int allow = 0;
+    for (int i = 1; i < argc; i++) {
+        char k[64];
+        const char *v = option_split(argv[i], k, sizeof k);
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { printf("%s", usage); return 0; }
+        if (v && !strcmp(k, "allow_nonfinite")) allow = (int)option_number_or_die("inspect", k, v, 0, 1, 1);
+        else if (!strncmp(argv[i], "--", 2)) die("inspect: unknown option '%s'\n%s", argv[i], usage);
+        else if (p) die("inspect: give one PATH, not '%s' and '%s'\n%s", p, argv[i], usage);
+        else p = argv[i];
     }
-    const char *p = argv[1];
+    if (!p) { fprintf(stderr, "%s", usage); return 1; }
     size_t n = strlen(p);
-    if (n > 12 && !strcmp(p + n - 12, ".safetensors")) return hf_inspect(p, stdout);
+    if (n > 12 && !strcmp(p + n - 12, ".safetensors")) return hf_inspect_ex(p, allow, stdout);
     if (has_file(p, "model.safetensors") && !has_file(p, "state.bin")) {
         char st[1200];
         snprintf(st, sizeof st, "%s/model.safetensors", p);
-        return hf_inspect(st, stdout);
+        return hf_inspect_ex(st, allow, stdout);
     }
     char path[1200];
     resolve_checkpoint(p, path, sizeof path);
-    return checkpoint_inspect(path, stdout);
+    return checkpoint_inspect_ex(path, allow, stdout);
 }
 
 void checkpoint_load_model(const char *dir, Model *m, int T) {
@@ -120,8 +130,7 @@ void checkpoint_load_model(const char *dir, Model *m, int T) {
     resolve_checkpoint(dir, path, sizeof path);
     checkpoint_state_path(path, state, sizeof state);
     CkptReader r;
-    if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
-    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
+    if (checkpoint_open_model(&r, state, &mc, err, sizeof err) != 0) die("%s", err);
     model_create(m, &mc, backend_cpu(), NULL, NULL, 1, T ? T : mc.seq_len, RECOMPUTE_NONE);
     checkpoint_load_weights(path, m, r.config_text);
     ckpt_close(&r);
@@ -134,17 +143,14 @@ int checkpoint_logits_main(int argc, char **argv) {
     check_args(argc, argv, known, usage);
     const char *dir = arg_value(argc, argv, "model"), *ids_text = arg_value(argc, argv, "ids"), *out = arg_value(argc, argv, "out");
     if (!dir || !ids_text || !out) die("logits needs --model, --ids and --out\n%s", usage);
-    int T = 0, cap = 64;
-    int *ids = mallocCheck(cap * sizeof(int));
-    for (const char *p = ids_text; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > INT_MAX) die("logits: --ids must be comma-separated token ids from 0 to %d, at '%s'", INT_MAX, p);
-        if (T == cap) { cap *= 2; ids = realloc(ids, cap * sizeof(int)); if (!ids) die("out of memory"); }
-        ids[T++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') die("logits: --ids must be comma-separated token ids, at '%s'", end);
-    }
+    size_t cap = strlen(ids_text) / 2 + 1;   /* items are at least one digit and a comma */
+    double *values = mallocCheck(cap * sizeof *values);
+    char err[512];
+    int T = option_list("ids", ids_text, 0, INT_MAX, 1, values, (int)cap, err, sizeof err);
+    if (T < 0) die("logits: %s\n  hint: --ids takes comma-separated token ids, e.g. --ids=1,2,3", err);
+    int *ids = mallocCheck(((size_t)T + 1) * sizeof(int));
+    for (int t = 0; t < T; t++) ids[t] = (int)values[t];
+    free(values);
     if (T == 0) die("logits: --ids is empty");
     char err[4400];
     if (check_writable(out, 0, "--out", err, sizeof err) != 0) die("logits: %s", err);   /* a regular file only, said before the work */

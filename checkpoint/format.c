@@ -4,6 +4,7 @@
 #include "format.h"
 #include "../common/util.h"
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,7 +206,8 @@ void ckpt_writer_finish(CkptWriter *w) {
  * position moves by at most one epoch a step, so none of them may overflow later. */
 int ckpt_check_state(const CkptState *s, const char *path, char *err, size_t err_size) {
     const char *bad = NULL, *why = "";
-    if (s->step < 0 || s->step > INT32_MAX) bad = "step", why = "not in [0, 2^31-1]";
+    if (s->kind != CKPT_KIND_TRAIN) bad = "kind", why = "not 1 (a training checkpoint, the only kind llm3d writes)";
+    else if (s->step < 0 || s->step > INT32_MAX) bad = "step", why = "not in [0, 2^31-1]";
     else if (s->loader_epoch < 0 || s->loader_epoch > CKPT_MAX_POSITION) bad = "loader epoch", why = "not in [0, 2^62)";
     else if (s->loader_cursor < 0 || s->loader_cursor > CKPT_MAX_POSITION) bad = "loader cursor", why = "not in [0, 2^62)";
     else if (s->has_rng != 0 && s->has_rng != 1) bad = "has_rng", why = "neither 0 nor 1";
@@ -216,9 +218,9 @@ int ckpt_check_state(const CkptState *s, const char *path, char *err, size_t err
     else if (s->optimizer_step < 0 || s->optimizer_step > s->step)
         bad = "optimizer step", why = "not in [0, step] (the optimizer steps at most once a training step)";
     if (!bad) return 0;
-    snprintf(err, err_size, "'%s': the run state's %s is out of range, %s (step %lld, epoch %lld, cursor %lld, loss scale %g, "
+    snprintf(err, err_size, "'%s': the run state's %s is out of range, %s (kind %d, step %lld, epoch %lld, cursor %lld, loss scale %g, "
              "clean steps %d, optimizer %d at step %lld): the file is damaged\n  hint: move this checkpoint's folder aside to "
-             "resume from an earlier one", path, bad, why, (long long)s->step, (long long)s->loader_epoch,
+             "resume from an earlier one", path, bad, why, s->kind, (long long)s->step, (long long)s->loader_epoch,
              (long long)s->loader_cursor, (double)s->loss_scale, s->clean_steps, s->optimizer, (long long)s->optimizer_step);
     return -1;
 }
@@ -267,6 +269,32 @@ static int check_unique(const CkptReader *r, char *err, size_t err_size) {
     return twice ? -1 : 0;
 }
 
+static int by_offset(const void *a, const void *b) {
+    const CkptEntry *x = *(const CkptEntry *const *)a, *y = *(const CkptEntry *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* No two tensors share a byte: a table whose entries overlap (k_proj pointing at q_proj's data) would
+ * load one tensor's values as another's, each with a valid checksum. Empty tensors hold no byte. */
+static int check_disjoint(const CkptReader *r, char *err, size_t err_size) {
+    const CkptEntry **sorted = mallocCheck(((size_t)r->n + 1) * sizeof *sorted);
+    int n = 0;
+    for (int i = 0; i < r->n; i++) if (r->entries[i].bytes > 0) sorted[n++] = &r->entries[i];
+    qsort(sorted, (size_t)n, sizeof *sorted, by_offset);
+    int rc = 0;
+    for (int i = 1; i < n && !rc; i++) {
+        const CkptEntry *a = sorted[i - 1], *b = sorted[i];
+        if (a->offset + a->bytes > b->offset) {
+            snprintf(err, err_size, "'%s': the tensor table's entries '%s' (bytes %lld..%lld) and '%s' (bytes %lld..%lld) overlap: the file "
+                     "was altered or damaged\n  hint: move this checkpoint's folder aside to use an earlier one", r->path, a->name,
+                     (long long)a->offset, (long long)(a->offset + a->bytes), b->name, (long long)b->offset, (long long)(b->offset + b->bytes));
+            rc = -1;
+        }
+    }
+    free(sorted);
+    return rc;
+}
+
 int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
     memset(r, 0, sizeof *r);
     snprintf(r->path, sizeof r->path, "%s", path);
@@ -295,6 +323,12 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
                  path, (unsigned)h[CKPT_H_CRC], hcrc);
         goto out;
     }
+    for (int i = CKPT_H_TABLE_CRC + 1; i < CKPT_H_CRC; i++)   /* the reserved ints: 0 as written, so a field added later is never misread */
+        if (h[i]) {
+            snprintf(err, err_size, "'%s': header int %d is %d, and ints %d..%d are reserved and written as 0: the file is damaged or "
+                     "from a newer llm3d", path, i, h[i], CKPT_H_TABLE_CRC + 1, CKPT_H_CRC - 1);
+            goto out;
+        }
     int64_t want = get64(h, CKPT_H_FILE_BYTES), config_bytes = get64(h, CKPT_H_CONFIG_BYTES), table = get64(h, CKPT_H_TABLE_OFFSET);
     int n = h[CKPT_H_N_TENSORS];
     if (r->file_bytes != want) {
@@ -345,7 +379,7 @@ int ckpt_open(CkptReader *r, const char *path, char *err, size_t err_size) {
              e->offset >= data_start && add_i64(e->offset, e->bytes, &end) && end <= table;
         if (!ok) { snprintf(err, err_size, "'%s': tensor table entry %d ('%s') is malformed or lies outside the data", path, i, e->name); goto out; }
     }
-    if (check_unique(r, err, err_size) != 0) goto out;
+    if (check_unique(r, err, err_size) != 0 || check_disjoint(r, err, err_size) != 0) goto out;
     return 0;
 out:
     ckpt_close(r);
@@ -388,12 +422,15 @@ int ckpt_read_region(FILE *f, const char *path, const char *name, int64_t file_o
     if (fseeko(f, file_offset + first * (int64_t)row_bytes, SEEK_SET) != 0) FAIL("'%s': cannot seek to tensor '%s'", path, name);
     uint8_t *row = mallocCheck(row_bytes);
     uint32_t crc = 0;
+    int64_t bad = -1;   /* the first non-finite element of the rows read, tensor-wide */
     for (int64_t r = first; r < last; r++) {
         if (fread(row, 1, row_bytes, f) != row_bytes) {
             free(row);
             FAIL("'%s': tensor '%s' ends early at row %lld of %lld (truncated file?)", path, name, (long long)r, (long long)grows);
         }
         if (crc_want) crc = ckpt_crc32(crc, row, row_bytes);
+        int64_t at;
+        if (bad < 0 && ckpt_count_nonfinite(row, dtype, gcols, &at) > 0) bad = r * gcols + at;
         if (r < row0 || r >= row0 + rows) continue;
         float *out = dst + (size_t)(r - row0) * (size_t)cols;
         const uint8_t *in = row + (size_t)col0 * es;
@@ -407,7 +444,47 @@ int ckpt_read_region(FILE *f, const char *path, const char *name, int64_t file_o
     free(row);
     if (crc_want && crc != *crc_want)
         FAIL("'%s': tensor '%s' checksum mismatch (stored %08x, computed %08x): the data is damaged", path, name, *crc_want, crc);
+    if (bad >= 0) {   /* read again for its value: a rare path */
+        uint8_t value[4] = {0};
+        if (fseeko(f, file_offset + bad * (int64_t)es, SEEK_SET) != 0 || fread(value, 1, es, f) != es) memset(value, 0xff, sizeof value);
+        ckpt_nonfinite_message(path, name, dtype, value, bad, grows, gcols, err, err_size);
+        return -1;
+    }
     return 0;
+}
+
+int64_t ckpt_count_nonfinite(const void *data, int dtype, int64_t count, int64_t *first) {
+    int64_t n = 0;
+    *first = -1;
+    if (dtype == CKPT_F32) {   /* all exponent bits set: inf or NaN */
+        const uint8_t *p = data;
+        for (int64_t i = 0; i < count; i++, p += 4)
+            if ((p[3] & 0x7f) == 0x7f && (p[2] & 0x80)) { if (!n++) *first = i; }
+    } else if (dtype == CKPT_BF16 || dtype == CKPT_F16) {
+        const uint8_t *p = data;
+        for (int64_t i = 0; i < count; i++, p += 2) {
+            uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+            int nonfinite = dtype == CKPT_BF16 ? (h & 0x7f80) == 0x7f80 : (h & 0x7c00) == 0x7c00;
+            if (nonfinite && !n++) *first = i;
+        }
+    }
+    return n;
+}
+
+void ckpt_nonfinite_message(const char *path, const char *name, int dtype, const void *value, int64_t index, int64_t rows,
+                            int64_t cols, char *err, size_t err_size) {
+    const uint8_t *v = value;
+    float x = dtype == CKPT_F32 ? 0 : dtype == CKPT_BF16 ? ckpt_bf16_to_f32((uint16_t)(v[0] | v[1] << 8)) : ckpt_f16_to_f32((uint16_t)(v[0] | v[1] << 8));
+    if (dtype == CKPT_F32) memcpy(&x, v, 4);
+    const char *what = isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+    char where[128];
+    if (rows > 1) snprintf(where, sizeof where, "element %lld (row %lld, col %lld of %lld x %lld)", (long long)index,
+                           (long long)(index / cols), (long long)(index % cols), (long long)rows, (long long)cols);
+    else snprintf(where, sizeof where, "element %lld of %lld", (long long)index, (long long)cols);
+    snprintf(err, err_size, "'%s': tensor '%s' holds a non-finite value (%s) at %s: a run that diverged saved it, or the file was "
+             "altered; llm3d loads only finite weights and optimizer state\n  hint: load an earlier checkpoint (move this one's folder "
+             "aside) or a good copy; `build/train inspect --allow_nonfinite=1 PATH` counts the bad values of every tensor",
+             path, name, what, where);
 }
 
 int ckpt_read_f32(CkptReader *r, const CkptEntry *e, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
@@ -426,15 +503,34 @@ int ckpt_read_raw(CkptReader *r, const CkptEntry *e, void *dst, char *err, size_
 }
 
 int ckpt_verify(CkptReader *r, const CkptEntry *e, char *err, size_t err_size) {
-    if (fseeko(r->f, e->offset, SEEK_SET) != 0) FAIL("'%s': cannot seek to tensor '%s'", r->path, e->name);
-    uint8_t buf[1 << 16];
-    uint32_t crc = 0;
-    for (int64_t left = e->bytes; left > 0;) {
+    int64_t bad, first;
+    return ckpt_scan(r, e, &bad, &first, err, err_size);
+}
+
+int ckpt_scan_bytes(FILE *f, const char *path, const char *name, int64_t offset, int64_t bytes, int dtype, uint32_t *crc,
+                    int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size) {
+    *n_nonfinite = 0;
+    *first = -1;
+    *crc = 0;
+    if (fseeko(f, offset, SEEK_SET) != 0) FAIL("'%s': cannot seek to tensor '%s'", path, name);
+    uint8_t buf[1 << 16];   /* a multiple of every element size: no value is split between two reads */
+    size_t es = ckpt_dtype_size(dtype) ? ckpt_dtype_size(dtype) : 1;
+    for (int64_t left = bytes, done = 0; left > 0;) {
         size_t n = left < (int64_t)sizeof buf ? (size_t)left : sizeof buf;
-        if (fread(buf, 1, n, r->f) != n) FAIL("'%s': tensor '%s' ends early (truncated file?)", r->path, e->name);
-        crc = ckpt_crc32(crc, buf, n);
+        if (fread(buf, 1, n, f) != n) FAIL("'%s': tensor '%s' ends early (truncated file?)", path, name);
+        *crc = ckpt_crc32(*crc, buf, n);
+        int64_t at, count = ckpt_count_nonfinite(buf, dtype, (int64_t)(n / es), &at);
+        if (count && *first < 0) *first = done + at;
+        *n_nonfinite += count;
+        done += (int64_t)(n / es);
         left -= (int64_t)n;
     }
+    return 0;
+}
+
+int ckpt_scan(CkptReader *r, const CkptEntry *e, int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size) {
+    uint32_t crc;
+    if (ckpt_scan_bytes(r->f, r->path, e->name, e->offset, e->bytes, e->dtype, &crc, n_nonfinite, first, err, err_size) != 0) return -1;
     if (crc != e->crc) FAIL("'%s': tensor '%s' checksum mismatch (stored %08x, computed %08x): the data is damaged", r->path, e->name, e->crc, crc);
     return 0;
 }

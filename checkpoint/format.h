@@ -13,8 +13,9 @@
  * The file is exactly file_bytes long. Readers check magic, version, header CRC,
  * size, config CRC, table CRC, that every size adds up without overflow, that
  * every tensor lies inside the data region and that the run state is in range
- * (step, data position, loss scale), and say in words what is wrong; tensor
- * data is checked against its CRC when read.
+ * (kind, step, data position, loss scale; the reserved header ints are 0), that
+ * no two tensors overlap, and say in words what is wrong; tensor data is checked
+ * against its CRC, and for NaN and inf, when read.
  *
  * Tensors are 1-D or 2-D for the model (vectors: ndim 1); a reader sees every
  * tensor as rows x cols (rows = 1 for a vector) and may ask for any rectangle. */
@@ -142,6 +143,22 @@ int ckpt_read_f32(CkptReader *r, const CkptEntry *e, int64_t row0, int64_t rows,
 int ckpt_read_raw(CkptReader *r, const CkptEntry *e, void *dst, char *err, size_t err_size);
 /* Streams a tensor and checks its CRC. */
 int ckpt_verify(CkptReader *r, const CkptEntry *e, char *err, size_t err_size);
+/* ckpt_verify, also counting the tensor's non-finite values (NaN, +-inf) and the index of the first (-1: none). */
+int ckpt_scan(CkptReader *r, const CkptEntry *e, int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size);
+/* The pass under ckpt_scan, for any file (safetensors too): bytes at offset of f read once, their CRC32
+ * into *crc, the count of non-finite values of dtype and the index of the first. 0, or -1 with err. */
+int ckpt_scan_bytes(FILE *f, const char *path, const char *name, int64_t offset, int64_t bytes, int dtype, uint32_t *crc,
+                    int64_t *n_nonfinite, int64_t *first, char *err, size_t err_size);
+
+/* Non-finite values are refused where tensors are read (ckpt_read_region, so every reader of
+ * weights or optimizer state: resume, init_from, sample, logits, export, Hugging Face import):
+ * a NaN loaded is a NaN trained on and saved again. Only `inspect --allow_nonfinite=1` shows them. */
+/* How many of count values of dtype at data are NaN or +-inf (f32, bf16, f16; other dtypes have none),
+ * the index of the first in *first (-1 when none). One pass over the bits. */
+int64_t ckpt_count_nonfinite(const void *data, int dtype, int64_t count, int64_t *first);
+/* The refusal: path, tensor, the value (nan, inf, -inf), element index and, for a matrix, its row and col. */
+void ckpt_nonfinite_message(const char *path, const char *name, int dtype, const void *value, int64_t index, int64_t rows,
+                            int64_t cols, char *err, size_t err_size);
 
 /* The shared slice reader (also used for safetensors, which have no CRC: crc_want
  * NULL skips the check). file_offset: the tensor's first byte; the tensor is

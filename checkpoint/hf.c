@@ -5,6 +5,7 @@
 #include "format.h"
 #include "json.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -77,16 +78,14 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     char state[1200], err[2048];
     checkpoint_state_path(checkpoint, state, sizeof state);
     CkptReader r;
-    if (ckpt_open(&r, state, err, sizeof err) != 0) die("%s", err);
     ModelConfig mc;
-    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) != 0) die("'%s': %s", state, err);
-    if (checkpoint_check_tensors(&r, &mc, err, sizeof err) != 0)   /* before anything is written */
-        die("export: %s\n  hint: the checkpoint was altered or damaged; export an earlier one", err);
-    char init_std[64] = "0.02", *end;
-    checkpoint_config_value(r.config_text, "init_std", init_std, sizeof init_std);
-    double std_value = strtod(init_std, &end);
-    if (end == init_std || *end || !isfinite(std_value)) snprintf(init_std, sizeof init_std, "0.02");   /* goes into config.json as a number */
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) die("cannot create export folder '%s': %s", out_dir, strerror(errno));
+    if (checkpoint_open_model(&r, state, &mc, err, sizeof err) != 0) die("export: %s", err);   /* before anything is written */
+    /* initializer_range: the run's init_std read as a number and written by float_text, never copied as text */
+    char init_text[64] = "0.02", init_std[64], why[256];
+    double std_value = 0.02;
+    checkpoint_config_value(r.config_text, "init_std", init_text, sizeof init_text);
+    if (option_number("init_std", init_text, 0, 1e30, 0, &std_value, why, sizeof why) != 0) std_value = 0.02;
+    float_text((float)std_value, init_std, sizeof init_std);
 
     /* the weights are the tensors without a "<prefix>/" */
     int n = 0;
@@ -97,6 +96,19 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
             w[n++] = &r.entries[i];
         }
     if (!n) die("'%s' holds no weights to export", state);
+    /* every weight read (CRC and NaN/inf checked) before anything is written: a refused export leaves no file */
+    float **values = mallocCheck((size_t)n * sizeof *values);
+    for (int i = 0; i < n; i++) {
+        int64_t rows, cols;
+        ckpt_entry_dims(w[i], &rows, &cols);
+        values[i] = mallocCheck((size_t)(rows * cols) * 4 + 1);
+        if (ckpt_read_f32(&r, w[i], 0, rows, 0, cols, values[i], err, sizeof err) != 0) die("export: %s", err);
+        for (int64_t k = 0; dtype == CKPT_F16 && k < rows * cols; k++)   /* past fp16's range it would be written as inf */
+            if ((ckpt_f32_to_f16(values[i][k]) & 0x7c00) == 0x7c00)
+                die("export: '%s': weight '%s' holds %g at element %lld, past fp16's largest value 65504: as f16 it would be inf\n"
+                    "  hint: export with --dtype=bf16 or --dtype=f32", state, w[i]->name, (double)values[i][k], (long long)k);
+    }
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) die("cannot create export folder '%s': %s", out_dir, strerror(errno));
 
     /* header: JSON, padded with spaces to a multiple of 8 bytes */
     /* per tensor at most: a 127-byte name escaped to 6 bytes each, 4 dims and 2 offsets of 20 digits, 60 of syntax */
@@ -134,8 +146,7 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
         int64_t rows, cols;
         ckpt_entry_dims(e, &rows, &cols);
         size_t count = (size_t)(rows * cols);
-        float *x = mallocCheck(count * 4);
-        if (ckpt_read_f32(&r, e, 0, rows, 0, cols, x, err, sizeof err) != 0) die("%s", err);
+        float *x = values[i];
         if (dtype != CKPT_F32) {
             uint16_t *h = (uint16_t *)x;    /* narrowing in place: element i is read before it is overwritten */
             for (size_t k = 0; k < count; k++) h[k] = dtype == CKPT_BF16 ? ckpt_f32_to_bf16(x[k]) : ckpt_f32_to_f16(x[k]);
@@ -150,6 +161,7 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     printf("export | %d tensors (%s) from %s -> %.*s/{model.safetensors,config.json}\n", n, st_dtype_name(dtype), state, shown, out_dir);
     free(json);
     free(w);
+    free(values);
     ckpt_close(&r);
 }
 
@@ -401,50 +413,83 @@ fail:
     return -1;
 }
 
-int hf_read_weights(const char *dir, const Model *m, float *host, char *err, size_t err_size) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    StFile s;
-    if (st_open(&s, path, err, err_size) != 0) return -1;
-    Json *j = &s.j;
-    int used = 0;
-    memset(host, 0, m->n_params * sizeof(float));   /* what lies in no tensor (vocabulary padding) is 0 */
-    for (int i = 0; i < m->n_tensors; i++) {
-        const ParamTensor *t = &m->tensors[i];
+/* config.json and the safetensors describe the same model, no more and no fewer tensors: every
+ * tensor of the whole model mc (every pipeline stage's) is there with its shape, and every tensor
+ * there is one of them (besides rotary_emb.inv_freq, a buffer older exports carry). A head stored
+ * beside tie_word_embeddings=true, or layers past num_hidden_layers, are refused, not dropped. */
+static int st_check_tensors(StFile *s, const ModelConfig *mc, char *err, size_t err_size) {
+    Json *j = &s->j;
+    Comm comm;
+    comm_init_one(&comm);
+    Model whole;
+    model_plan(&whole, mc, backend_cpu(), &comm, NULL, 1, 1, RECOMPUTE_NONE);   /* the tensor table alone */
+    int rc = 0;
+    char name[256], got[96];
+    for (int k = j->nodes[0].first; k >= 0 && !rc; k = j->nodes[j->nodes[k].next].next) {
+        json_string(j, k, name, sizeof name);
+        if (!strcmp(name, "__metadata__") || strstr(name, "rotary_emb.inv_freq")) continue;
+        if (!model_find_tensor(&whole, name)) {
+            snprintf(err, err_size, "'%s' holds the tensor '%s', which its config.json (num_hidden_layers=%d, tie_word_embeddings=%s) has no "
+                     "place for: config.json and the safetensors disagree\n  hint: fix config.json or use a matching copy of the model",
+                     s->path, name, mc->n_layers, mc->tie_embeddings ? "true" : "false");
+            rc = -1;
+        }
+    }
+    for (int i = 0; i < whole.n_tensors && !rc; i++) {
+        const ParamTensor *t = &whole.tensors[i];
         int node = json_get(j, 0, t->name);
-        if (node < 0) FAIL("'%s' has no tensor '%s'", path, t->name);
-        used++;
+        if (node < 0) {
+            snprintf(err, err_size, "'%s' has no tensor '%s', which its config.json (num_hidden_layers=%d, tie_word_embeddings=%s) needs: "
+                     "config.json and the safetensors disagree\n  hint: fix config.json or use a matching copy of the model", s->path,
+                     t->name, mc->n_layers, mc->tie_embeddings ? "true" : "false");
+            rc = -1;
+            break;
+        }
         char dt[32];
         json_string(j, json_get(j, node, "dtype"), dt, sizeof dt);
-        int dtype = st_dtype(dt);
-        if (dtype < 0) FAIL("'%s': tensor '%s' is %s; llm3d loads F32, BF16 or F16", path, t->name, dt);
+        if (st_dtype(dt) < 0) {
+            snprintf(err, err_size, "'%s': tensor '%s' is %s; llm3d loads F32, BF16 or F16", s->path, t->name, dt);
+            rc = -1;
+            break;
+        }
         int sn = json_get(j, node, "shape"), nd = j->nodes[sn].n_children;
         int64_t shape[2] = {-1, -1};
         for (int c = j->nodes[sn].first, q = 0; c >= 0 && q < 2; c = j->nodes[c].next) json_int64(j, c, 0, INT64_MAX / 2, &shape[q++]);
         int ok = t->global_rows == 1 ? (nd == 1 && shape[0] == t->global_cols)
                                      : (nd == 2 && shape[0] == t->global_rows && shape[1] == t->global_cols);
         if (!ok) {
-            char got[96];
-            st_shape_text(j, sn, ", ", got, sizeof got);
-            if (t->global_rows == 1) FAIL("'%s': tensor '%s' has shape [%s] but the model needs [%d]", path, t->name, got, t->global_cols);
-            FAIL("'%s': tensor '%s' has shape [%s] but the model needs [%d, %d]", path, t->name, got, t->global_rows, t->global_cols);
+            char want[64];
+            if (t->global_rows == 1) snprintf(want, sizeof want, "%d", t->global_cols);
+            else snprintf(want, sizeof want, "%d, %d", t->global_rows, t->global_cols);
+            snprintf(err, err_size, "'%s': tensor '%s' has shape [%s] but the model needs [%s]: config.json and the safetensors disagree",
+                     s->path, t->name, st_shape_text(j, sn, ", ", got, sizeof got), want);
+            rc = -1;
         }
+    }
+    model_plan_free(&whole);
+    return rc;
+}
+
+int hf_read_weights(const char *dir, const Model *m, float *host, char *err, size_t err_size) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    StFile s;
+    if (st_open(&s, path, err, err_size) != 0) return -1;
+    Json *j = &s.j;
+    if (st_check_tensors(&s, &m->cfg, err, err_size) != 0) goto fail;
+    memset(host, 0, m->n_params * sizeof(float));   /* what lies in no tensor (vocabulary padding) is 0 */
+    for (int i = 0; i < m->n_tensors; i++) {   /* this rank's slices; st_check_tensors has checked each name, dtype and shape */
+        const ParamTensor *t = &m->tensors[i];
+        int node = json_get(j, 0, t->name);
+        if (node < 0) FAIL("'%s' has no tensor '%s'", path, t->name);
+        char dt[32];
+        json_string(j, json_get(j, node, "dtype"), dt, sizeof dt);
         int64_t b;
         json_int64(j, j->nodes[json_get(j, node, "data_offsets")].first, 0, INT64_MAX / 2, &b);
-        if (ckpt_read_region(s.f, path, t->name, s.data_start + b, dtype, t->global_rows, t->global_cols, t->row0, t->rows, t->col0,
+        if (ckpt_read_region(s.f, path, t->name, s.data_start + b, st_dtype(dt), t->global_rows, t->global_cols, t->row0, t->rows, t->col0,
                              t->cols, host + t->offset, NULL, err, err_size) != 0)
             goto fail;
     }
-    /* say what was left unread: a tied head's copy is expected, anything else is worth a line */
-    for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
-        char name[256];
-        json_string(j, k, name, sizeof name);
-        if (!strcmp(name, "__metadata__") || model_find_tensor(m, name) || strstr(name, "rotary_emb.inv_freq")) continue;
-        int other_stage = !strncmp(name, "model.layers.", 13) || !strcmp(name, "model.embed_tokens.weight") ||
-                          !strcmp(name, "model.norm.weight") || (!strcmp(name, "lm_head.weight") && !m->cfg.tie_embeddings);
-        if (!other_stage) fprintf(stderr, "note: '%s': tensor '%s' is not part of this model; ignored\n", path, name);
-    }
-    (void)used;
     st_close(&s);
     return 0;
 fail:
@@ -460,25 +505,76 @@ int hf_load_weights(const char *dir, Model *m, char *err, size_t err_size) {
     return rc;
 }
 
-int hf_inspect(const char *path, FILE *out) {
+int hf_inspect(const char *path, FILE *out) { return hf_inspect_ex(path, 0, out); }
+
+/* One tensor of the header: its dtype as llm3d's (float ones; CKPT_U8 for any other: no value checked),
+ * its 2-D view (rows = all dims but the last multiplied) and its data span. */
+static void st_tensor(const Json *j, int t, int *dtype, int64_t *rows, int64_t *cols, int64_t *begin, int64_t *end) {
+    char dt[32];
+    json_string(j, json_get(j, t, "dtype"), dt, sizeof dt);
+    *dtype = st_dtype(dt) < 0 ? CKPT_U8 : st_dtype(dt);
+    int sn = json_get(j, t, "shape"), c0 = j->nodes[json_get(j, t, "data_offsets")].first;
+    int nd = j->nodes[sn].n_children, q = 0;
+    *rows = 1, *cols = 1;   /* st_open checked that the product of the dims is counted without overflow */
+    for (int c = j->nodes[sn].first; c >= 0; c = j->nodes[c].next, q++) {
+        int64_t d = 0;
+        json_int64(j, c, 0, INT64_MAX / 2, &d);
+        if (q < nd - 1) *rows *= d;
+        else *cols = d;
+    }
+    json_int64(j, c0, 0, INT64_MAX / 2, begin);
+    json_int64(j, j->nodes[c0].next, 0, INT64_MAX / 2, end);
+}
+
+int hf_inspect_ex(const char *path, int allow_nonfinite, FILE *out) {
     StFile s;
     char err[1600];
     if (st_open(&s, path, err, sizeof err) != 0) { fprintf(stderr, "error: %s\n", err); return 1; }
     Json *j = &s.j;
-    fprintf(out, "safetensors %s\n  %lld bytes, header %lld bytes\n  %-56s %-5s %-14s %s\n", path, (long long)s.file_bytes,
-            (long long)s.data_start - 8, "name", "dtype", "shape", "data_offsets");
+    int64_t total = 0;
+    /* every tensor's data read once first: NaN or inf is refused as every loader refuses it, unless allowed */
     for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
-        char name[256], dt[32], shape[96];
+        char name[256];
+        json_string(j, k, name, sizeof name);
+        if (!strcmp(name, "__metadata__")) continue;
+        int dtype;
+        int64_t rows, cols, b, e, bad, first;
+        uint32_t crc;
+        st_tensor(j, j->nodes[k].next, &dtype, &rows, &cols, &b, &e);
+        if (ckpt_scan_bytes(s.f, path, name, s.data_start + b, e - b, dtype, &crc, &bad, &first, err, sizeof err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            st_close(&s);
+            return 1;
+        }
+        total += bad;
+        if (bad && !allow_nonfinite) {
+            uint8_t value[4] = {0};
+            size_t es = ckpt_dtype_size(dtype);
+            if (fseeko(s.f, s.data_start + b + first * (int64_t)es, SEEK_SET) != 0 || fread(value, 1, es, s.f) != es) memset(value, 0xff, sizeof value);
+            ckpt_nonfinite_message(path, name, dtype, value, first, rows, cols, err, sizeof err);
+            fprintf(stderr, "error: %s\n", err);
+            st_close(&s);
+            return 1;
+        }
+    }
+    fprintf(out, "safetensors %s\n  %lld bytes, header %lld bytes\n  %-56s %-5s %-14s %s\n", path, (long long)s.file_bytes,
+            (long long)s.data_start - 8, "name", "dtype", "shape", allow_nonfinite ? "data_offsets  nonfinite" : "data_offsets");
+    for (int k = j->nodes[0].first; k >= 0; k = j->nodes[j->nodes[k].next].next) {
+        char name[256], dt[32], shape[96], count[32] = "";
         json_string(j, k, name, sizeof name);
         if (!strcmp(name, "__metadata__")) continue;
         int t = j->nodes[k].next;
         json_string(j, json_get(j, t, "dtype"), dt, sizeof dt);
         st_shape_text(j, json_get(j, t, "shape"), "x", shape, sizeof shape);
-        int64_t b = 0, e = 0, c0 = j->nodes[json_get(j, t, "data_offsets")].first;
-        json_int64(j, (int)c0, 0, INT64_MAX / 2, &b);
-        json_int64(j, j->nodes[c0].next, 0, INT64_MAX / 2, &e);
-        fprintf(out, "  %-56s %-5s %-14s [%lld, %lld)\n", name, dt, shape, (long long)b, (long long)e);
+        int dtype;
+        int64_t rows, cols, b, e, bad = 0, first;
+        uint32_t crc;
+        st_tensor(j, t, &dtype, &rows, &cols, &b, &e);
+        if (allow_nonfinite && ckpt_scan_bytes(s.f, path, name, s.data_start + b, e - b, dtype, &crc, &bad, &first, err, sizeof err) == 0)
+            snprintf(count, sizeof count, "  %lld", (long long)bad);
+        fprintf(out, "  %-56s %-5s %-14s [%lld, %lld)%s\n", name, dt, shape, (long long)b, (long long)e, count);
     }
+    if (total) fprintf(out, "nonfinite %lld values (NaN or inf): no loader takes this file\n", (long long)total);
     st_close(&s);
     return 0;
 }

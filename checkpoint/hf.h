@@ -23,5 +23,8 @@ int hf_check_config(const char *dir, const ModelConfig *run, char *err, size_t e
 int hf_load_weights(const char *dir, Model *m, char *err, size_t err_size);
 /* The same into host (n_params, laid out like m's buffer), the model untouched. */
 int hf_read_weights(const char *dir, const Model *m, float *host, char *err, size_t err_size);
-/* Prints a safetensors file's tensor table; returns 0, or 1 if it is malformed. */
+/* Prints a safetensors file's tensor table; returns 0, or 1 if it is malformed or a float
+ * tensor holds NaN or inf (named with its first bad element) — unless allow_nonfinite, which
+ * lists each tensor's count of them. */
 int hf_inspect(const char *path, FILE *out);
+int hf_inspect_ex(const char *path, int allow_nonfinite, FILE *out);

@@ -17,12 +17,21 @@ static int started;
 
 const LaunchInfo *launch_info(void) { return &info; }
 
+/* A launcher's rank count from the environment variable name (set), through the one number reader. */
+static int env_ranks(const char *name) {
+    char err[512];
+    double v;
+    if (option_number(name, getenv(name), 1, 1 << 24, 1, &v, err, sizeof err) != 0)
+        die("environment: %s\n  hint: the launcher sets %s to the number of ranks; unset it when not starting through one", err, name);
+    return (int)v;
+}
+
 /* The launcher's variables: Open MPI's mpirun, PMIx/PMI (srun --mpi=pmix, other MPIs), Slurm. */
 static int launched_by_mpi(void) {
-    const char *v;
-    if ((v = getenv("OMPI_COMM_WORLD_SIZE")) || (v = getenv("PMI_SIZE"))) return atoi(v) > 1;
+    if (getenv("OMPI_COMM_WORLD_SIZE")) return env_ranks("OMPI_COMM_WORLD_SIZE") > 1;
+    if (getenv("PMI_SIZE")) return env_ranks("PMI_SIZE") > 1;
     if (getenv("PMIX_RANK")) return 1;
-    if ((v = getenv("SLURM_NTASKS")) && getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID")) return atoi(v) > 1;
+    if (getenv("SLURM_NTASKS") && getenv("SLURM_PROCID") && getenv("SLURM_STEP_ID")) return env_ranks("SLURM_NTASKS") > 1;
     return 0;
 }
 
@@ -135,7 +144,7 @@ void launch_nproc(int argc, char **argv) {
     if (at < 0 || n <= 1) return;
     if (launched_by_mpi()) {
         const char *w = getenv("OMPI_COMM_WORLD_SIZE");
-        if (w && atoi(w) != n)
+        if (w && env_ranks("OMPI_COMM_WORLD_SIZE") != n)
             die("--nproc=%d, but this process was already launched as one of %s ranks\n"
                 "  hint: drop --nproc when starting through mpirun or srun", n, w);
         return;

@@ -14,7 +14,8 @@ int option_number(const char *key, const char *value, double lo, double hi, int 
     double v = *value && !isspace((unsigned char)*value) ? strtod(value, &end) : 0;
     const char *why = NULL;
     if (!*value) why = whole ? "is empty: give a whole number" : "is empty: give a number";
-    else if (!end || end == value || *end) why = whole ? "is not a whole number" : "is not a number";
+    else if (*value == '+') why = "has a '+': write the number alone";
+    else if (!end || end == value || *end || strpbrk(value, "xXpP")) why = whole ? "is not a whole number" : "is not a number";
     else if (!isfinite(v)) why = "is not a number (nan, inf and values past 1.8e308 have no meaning here)";
     else if (whole && v != floor(v)) why = "is not a whole number";
     if (why) {
@@ -28,6 +29,32 @@ int option_number(const char *key, const char *value, double lo, double hi, int 
     }
     *out = v;
     return 0;
+}
+
+int option_list(const char *key, const char *value, double lo, double hi, int whole, double *out, int max, char *err, size_t err_size) {
+    int n = 0;
+    char item[64], why[256];
+    for (const char *p = value;; p++) {
+        size_t len = strcspn(p, ",");
+        const char *problem = NULL;
+        if (!*value) problem = "is empty: give a comma-separated list";
+        else if (len == 0) problem = p[0] ? "has an empty item (two commas, or one first)" : "ends with a comma: drop it";
+        else if (n == max) problem = "has too many items";
+        if (problem) {
+            if (n == max && len) snprintf(err, err_size, "%s=%s: has more than %d items", key, value, max);
+            else snprintf(err, err_size, "%s=%s: %s", key, value, problem);
+            return -1;
+        }
+        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item - 1 ? len : sizeof item - 1), p);
+        if (len >= sizeof item - 1 || option_number(key, item, lo, hi, whole, &out[n], why, sizeof why) != 0) {
+            snprintf(err, err_size, "%s=%s: item %d ('%.*s') %s", key, value, n + 1, (int)(len < 40 ? len : 40), p,
+                     len >= sizeof item - 1 ? "is too long" : strstr(why, ": ") ? strstr(why, ": ") + 2 : why);
+            return -1;
+        }
+        n++;
+        p += len;
+        if (!*p) return n;
+    }
 }
 
 double option_number_or_die(const char *cmd, const char *key, const char *value, double lo, double hi, int whole) {

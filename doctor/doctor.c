@@ -8,6 +8,7 @@
 #include "../common/util.h"
 #include "../common/options.h"
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 static const char *usage =
@@ -102,7 +103,13 @@ int doctor_main(int argc, char **argv) {
         else if (!strcmp(key, "device")) device = !strcmp(v, "cpu") ? 0 : !strcmp(v, "cuda") ? 1 : !strcmp(v, "auto") ? -1 : -2;
         else if (!strcmp(key, "comm_backend")) backend = !strcmp(v, "nccl") ? COMM_NCCL : !strcmp(v, "mpi") ? COMM_MPI : !strcmp(v, "auto") ? COMM_AUTO : -1;
         else if (!strcmp(key, "timeout")) timeout = number(key, v, 0);
-        else if (!strcmp(key, "max_bytes")) so.max_bytes = (size_t)number(key, v, 1);
+        else if (!strcmp(key, "max_bytes")) {   /* bounded before the cast: 1e15G would not fit a size_t */
+            double bytes = number(key, v, 1);
+            if (bytes > (double)((size_t)1 << 50) || bytes != floor(bytes))
+                die("doctor: --max_bytes=%s is %s\n  hint: a size in bytes up to 1P (e.g. 64M, 1G)", v,
+                    bytes != floor(bytes) ? "not a whole number of bytes" : "past 2^50 bytes (1 PiB), more than any sweep can send");
+            so.max_bytes = (size_t)bytes;
+        }
         else if (!strcmp(key, "sweep_seconds")) so.seconds = number(key, v, 0);
         else if (!strcmp(key, "sweep")) do_sweep = (int)number(key, v, 0) != 0;
         else if (!strcmp(key, "pairs")) so.pairs = (int)number(key, v, 0) != 0;

@@ -14,6 +14,7 @@
 #include "../comm/launch.h"
 #include "../common/errors.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -123,7 +124,13 @@ static int parse_comm_id(const char *id, char *addr, size_t size, int *port, cha
     if (!colon || !colon[1]) { snprintf(err, err_size, "NCCL_COMM_ID='%.100s' is not host:port", id); return -1; }
     char host[256];
     snprintf(host, sizeof host, "%.*s", (int)(colon - id), id);
-    *port = atoi(colon + 1);
+    double v;
+    char why[256];
+    if (option_number("port", colon + 1, 1, 65535, 1, &v, why, sizeof why) != 0) {
+        snprintf(err, err_size, "NCCL_COMM_ID='%.60s': the %.60s", id, why);
+        return -1;
+    }
+    *port = (int)v;
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
     int e = getaddrinfo(host, NULL, &hints, &res);
     if (e != 0) { snprintf(err, err_size, "NCCL_COMM_ID host '%.60s' does not resolve: %.40s", host, gai_strerror(e)); return -1; }

@@ -2,6 +2,7 @@
 #include "partition.h"
 #include "schedule.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,19 +16,14 @@ static void stage_layers(const ModelConfig *cfg, const PartitionSpec *spec, int 
         for (int s = 0; s < p; s++) layers[s] = L / p + (s < L % p);
         return;
     }
-    const char *at = spec->pp_layers;
-    int n = 0, sum = 0;
-    while (*at) {
-        char *end;
-        long v = strtol(at, &end, 10);
-        if (end == at || (*end && *end != ',') || v < 1 || v > L)
-            die("pp_layers='%s': each entry must be a whole number of layers from 1 to %d, separated by commas (e.g. 4,4,3)",
-                spec->pp_layers, L);
-        if (n == p) die("pp_layers='%s' lists more than pp=%d stages", spec->pp_layers, p);
-        layers[n++] = (int)v;
-        sum += (int)v;
-        at = *end ? end + 1 : end;
-    }
+    double *v = mallocCheck(((size_t)p + 1) * sizeof *v);
+    char err[512];
+    int n = option_list("pp_layers", spec->pp_layers, 1, L, 1, v, p, err, sizeof err), sum = 0;
+    if (n < 0)
+        die("%s\n  hint: one entry per stage of pp=%d, each a whole number of layers from 1 to %d, separated by commas (e.g. 4,4,3)",
+            err, p, L);
+    for (int s = 0; s < n; s++) { layers[s] = (int)v[s]; sum += layers[s]; }
+    free(v);
     if (n != p) die("pp_layers='%s' lists %d stages, but pp=%d", spec->pp_layers, n, p);
     if (sum != L) die("pp_layers='%s' adds up to %d layers, but the model has n_layers=%d", spec->pp_layers, sum, L);
 }

@@ -6,7 +6,8 @@
 #     test_resume: damaged and half-written ones), the config file and command
 #     line (test_cli), the tokenizer and prepare (test_tokenizer), the data
 #     loader (test_train), hostile bytes for every reader (test_readers,
-#     test_hostile), vocabularies and models given to `sample` (test_sample),
+#     test_hostile), NaN/inf and self-contradicting files for every loader
+#     (test_load_checks), vocabularies and models given to `sample` (test_sample),
 #     the error table (test_errors);
 #   - the ops' CPU references (test_ops), the bf16/fp16 emulation's
 #     conversions (test_precision) and FP8's (test_fp8: its rounding is bit
@@ -38,8 +39,8 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0}
 stamp=$(mktemp)
 # LLM3D_TEST_PART=each: test_layouts runs one layout of each strategy, not its table
-runners=(test_checkpoint test_resume test_cli test_tokenizer test_train test_readers test_hostile test_sample test_errors
-         test_ops test_precision test_fp8 test_layouts test_mpi.sh)
+runners=(test_checkpoint test_resume test_cli test_tokenizer test_train test_readers test_hostile test_load_checks test_sample
+         test_errors test_ops test_precision test_fp8 test_layouts test_mpi.sh)
 LLM3D_SANITIZER_PASS=1 LLM3D_TEST_PART=each BUILD=$ASAN_BUILD tests/run.sh "${runners[@]}" 2>&1 | sed 's/^/  /; s/^  \([0-9]* passed, [0-9]* failed\)$/\1/'
 rc=${PIPESTATUS[0]}
 # clang's libomp registers each process in /dev/shm and children that end in

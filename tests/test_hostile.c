@@ -86,19 +86,6 @@ static void test_json_agreement(void) {
 /* issue 30, 6: a checkpoint whose config text and tensor table contradict each other is
  * refused before export writes anything (n_layers=1e1 with 2 layers stored, a key given twice,
  * a table entry renamed onto another or out of the model). */
-static void save_model_ckpt(const char *run, const char *config, char *ckpt, size_t size) {
-    ModelConfig mc;
-    CHECK(checkpoint_model_config(CONFIG, &mc, err, sizeof err) == 0, "fixture config: %s", err);
-    Comm comm;
-    comm_init_one(&comm);
-    Model m;
-    model_create(&m, &mc, backend_cpu(), &comm, NULL, 1, 4, RECOMPUTE_NONE);
-    model_init_weights(&m, 7, 0.02f);
-    CkptState s = {.kind = CKPT_KIND_TRAIN, .step = 1, .loss_scale = 1, .optimizer = CKPT_OPT_NONE};
-    checkpoint_save(run, 0, &m, NULL, 0, &s, config, ckpt, size);
-    model_free(&m);
-}
-
 static int open_and_check(const char *ckpt) {
     char state[1200];
     snprintf(state, sizeof state, "%s/state.bin", ckpt);
@@ -131,13 +118,13 @@ static void test_export_consistency(void) {
     char ckpt[1300], cmd[1200], args[3000], text[1024];
     const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
     snprintf(cmd, sizeof cmd, "timeout 20 %s/train", build);
-    save_model_ckpt(path_of("xrun"), CONFIG, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("xrun"), CONFIG, CONFIG, ckpt, sizeof ckpt);
     CHECK(open_and_check(ckpt) == 0, "a consistent checkpoint passes the config-table check: %s", err);
 
     snprintf(text, sizeof text, "%s", CONFIG);   /* n_layers=1e1: ten layers said, one stored */
     char *at = strstr(text, "n_layers=1");
     memmove(at + 12, at + 10, strlen(at + 10) + 1), memcpy(at, "n_layers=1e1", 12);
-    save_model_ckpt(path_of("xrun_layers"), text, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("xrun_layers"), CONFIG, text, ckpt, sizeof ckpt);
     REFUSED(open_and_check(ckpt), "disagree", "n_layers=1e1 with 1 layer stored");
     CHECK(strstr(err, "model.layers.1.") != NULL, "names the first missing weight: %s", err);
     snprintf(args, sizeof args, "export --checkpoint=%s --out=%s", ckpt, path_of("xout"));
@@ -146,10 +133,10 @@ static void test_export_consistency(void) {
           "export refuses it and writes nothing (rc %d): %s", rc, out);
 
     snprintf(text, sizeof text, "%sdim=8\n", CONFIG);   /* dim given twice: the first used to win */
-    save_model_ckpt(path_of("xrun_dup"), text, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("xrun_dup"), CONFIG, text, ckpt, sizeof ckpt);
     REFUSED(open_and_check(ckpt), "gives 'dim' twice", "a config key given twice");
 
-    save_model_ckpt(path_of("xrun_twice"), CONFIG, ckpt, sizeof ckpt);
+    scratch_save_checkpoint(path_of("xrun_twice"), CONFIG, CONFIG, ckpt, sizeof ckpt);
     char state[1400];
     snprintf(state, sizeof state, "%s/state.bin", ckpt);
     CkptReader r;

@@ -221,7 +221,8 @@ static void test_checkpoints(void) {
     ckpt_writer_add(&w, "wide", CKPT_F32, 4, shape4, NULL);
     ckpt_writer_finish(&w);
     FILE *devnull = fopen("/dev/null", "w");
-    CHECK(checkpoint_inspect(p, devnull) == 0, "inspect of a tensor with huge dims: %s", p);
+    /* its table disagrees with its config (no model has "wide"): listed in full, then refused (issue 50) */
+    CHECK(checkpoint_inspect(p, devnull) == 1, "inspect of a tensor with huge dims lists it and says the table disagrees: %s", p);
 
     /* names JSON must escape and long shapes (they overflowed export's safetensors header): since issue 30 export takes
      * only the model's own tensors, so such a table is refused in words before anything is written */
@@ -518,7 +519,8 @@ static void test_programs(void) {
     /* a token id past INT_MAX for `logits` wrapped to a negative index */
     snprintf(cmd, sizeof cmd, "timeout 20 %s", train);
     rc = test_run(cmd, "logits --model=/nonexistent --ids=1,99999999999999 --out=/dev/null", out, sizeof out);
-    CHECK(rc == 1 && strstr(out, "token ids from 0 to 2147483647"), "logits --ids past INT_MAX (rc %d): %s", rc, out);
+    CHECK(rc == 1 && strstr(out, "ids=1,99999999999999: item 2") && strstr(out, "out of range [0, 2147483647]"),
+          "logits --ids past INT_MAX (rc %d): %s", rc, out);
     /* a FIFO given as the vocabulary: refused at once (an fopen probe used to block on it) */
     snprintf(args, sizeof args, "sample --model=%s --tokenizer=%s", path_of("out"), path_of("fifo.bin"));
     rc = test_run(cmd, args, out, sizeof out);

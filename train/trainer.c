@@ -3,6 +3,7 @@
  * step logging. Checkpoints are train/checkpoints.c. */
 #include "trainer.h"
 #include "../common/util.h"
+#include "../common/options.h"
 #include "sample.h"
 #include "memory.h"
 #include "../checkpoint/checkpoint.h"
@@ -164,9 +165,14 @@ static void parse_fault(Trainer *tr) {
         int k;
         for (k = 1; k < 5 && strcmp(tok, kinds[k]); k++) {}
         if (k < 5) { tr->fault.kind = k; continue; }
-        if (!strncmp(tok, "rank=", 5)) tr->fault.rank = atoi(tok + 5);
-        else if (!strncmp(tok, "step=", 5)) tr->fault.step = atoi(tok + 5);
-        else if (!strncmp(tok, "ms=", 3)) tr->fault.ms = atoi(tok + 3);
+        char key[16], why[256];
+        const char *eq = strchr(tok, '=');
+        snprintf(key, sizeof key, "%.*s", eq ? (int)(eq - tok) : 0, tok);
+        int *field = !strcmp(key, "rank") ? &tr->fault.rank : !strcmp(key, "step") ? &tr->fault.step : !strcmp(key, "ms") ? &tr->fault.ms : NULL;
+        double v;
+        if (field && option_number(key, eq + 1, 0, 2147483647.0, 1, &v, why, sizeof why) != 0)
+            die("fault='%s': %s\n  hint: rank=R, step=S and ms=M take whole numbers >= 0 (e.g. fault=stall:rank=1:step=3)", f, why);
+        if (field) *field = (int)v;
         else die("fault='%s': '%s' is not stall|exit|nan|slow, rank=R, step=S or ms=M (e.g. fault=stall:rank=1:step=3)", f, tok);
     }
     if (!tr->fault.kind) die("fault='%s' names no fault: use stall, exit, nan or slow (e.g. fault=slow:rank=1)", f);

@@ -26,6 +26,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A count from the environment, read strictly (the whole text, digits only, 1..100000): this library is
+ * loaded into any CUDA program and links nothing of llm3d, so common/options.c's reader is not here. */
+static int env_count(const char *name, int fallback) {
+    const char *v = getenv(name);
+    if (!v) return fallback;
+    char *end;
+    long x = v[0] >= '0' && v[0] <= '9' ? strtol(v, &end, 10) : -1;
+    if (x < 1 || x > 100000 || *end) {
+        fprintf(stderr, "trace_gaps: %s=%s is not a whole number from 1 to 100000\n", name, v);
+        exit(1);
+    }
+    return (int)x;
+}
+
 typedef struct { uint64_t start, end; const char *name; } Span;   /* name: NULL for copies and fills */
 static Span *spans;
 static size_t n_spans, cap_spans;
@@ -85,7 +99,7 @@ static int by_busy(const void *a, const void *b) {
 
 /* The GPU time of each kernel name in spans (a, b], largest first, per step. */
 static void report_busy(size_t a, size_t b, int steps) {
-    int top = getenv("LLM3D_TRACE_TOP") ? atoi(getenv("LLM3D_TRACE_TOP")) : 30, n = 0;
+    int top = env_count("LLM3D_TRACE_TOP", 30), n = 0;
     Busy *busy = calloc(b - a, sizeof(Busy));
     double total = 0;
     for (size_t i = a + 1; i <= b; i++) {
@@ -109,7 +123,7 @@ static void report_busy(size_t a, size_t b, int steps) {
 static void report(void) {
     cuptiActivityFlushAll(1);
     const char *mark = getenv("LLM3D_TRACE_STEP") ? getenv("LLM3D_TRACE_STEP") : "adamw";
-    int last = getenv("LLM3D_TRACE_LAST") ? atoi(getenv("LLM3D_TRACE_LAST")) : 10;
+    int last = env_count("LLM3D_TRACE_LAST", 10);
     qsort(spans, n_spans, sizeof(Span), by_start);
     /* step ends: the end of each marker kernel */
     size_t n_marks = 0, *marks = malloc((n_spans + 1) * sizeof(size_t));

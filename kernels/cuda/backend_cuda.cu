@@ -16,6 +16,7 @@ extern "C" {
 #include "../backend.h"
 #include "../../common/util.h"
 #include "../../common/errors.h"
+#include "../../common/options.h"
 #include "cuda_extras.h"
 }
 
@@ -281,7 +282,11 @@ extern "C" const Backend *backend_cuda(DType act) {
         gpu_ordinal = dev; gpu_major = prop.major; gpu_minor = prop.minor;
         snprintf(gpu_name, sizeof gpu_name, "%s", prop.name);
         const char *t = getenv("LLM3D_TF32");
-        cuda_tf32 = t && atoi(t) != 0;
+        double tf32 = 0;
+        char why[256];
+        if (t && option_number("LLM3D_TF32", t, 0, 1, 1, &tf32, why, sizeof why) != 0)
+            die("environment: %s\n  hint: LLM3D_TF32=1 lets fp32 matmuls use TF32; 0 or unset keeps them fp32", why);
+        cuda_tf32 = tf32 != 0;
         /* attention path: wgmma (Hopper, the default where it runs), recompute (Hopper, the backward computes dS
          * again at every T), mma (portable tensor cores), simple (readable) */
         const char *a = getenv("LLM3D_ATTENTION");

@@ -5,15 +5,19 @@
  * state a run resumes with must not overflow in anything the run then does with
  * it (every later step's optimizer step, fp16 clean-step count and data
  * position), and a config text and tensor table that were accepted must name
- * each key and tensor once and agree with each other where the export checks
- * them (checkpoint_check_tensors). Multi-rank checkpoints use the same file
- * (whole tensors by name), so this covers them.
+ * each key and tensor once and agree with each other as every loader checks
+ * them (checkpoint_check_tensors: the model's tensors exactly, no more, no
+ * fewer), no two entries may overlap, the header's kind and reserved ints are
+ * as written, and a tensor reads exactly when it holds no NaN or inf (what
+ * reads is finite). Multi-rank checkpoints use the same file (whole tensors by
+ * name), so this covers them.
  *
  * Input: 1 control byte, then the file. With control bit 0 set, the harness
  * first recomputes every CRC the file's own layout lets it find (config text,
  * each tensor, the table, the header), so mutations get past the checksums
  * and reach the code behind them; with it clear, the CRCs are as mutated. */
 #include "fuzz.h"
+#include <math.h>
 #include "../../checkpoint/checkpoint.h"
 #include "../../checkpoint/format.h"
 #include "../../data/loader.h"
@@ -65,15 +69,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(file);
     CkptReader r;
     if (ckpt_open(&r, path, err, sizeof err) != 0) return 0;
+    /* what ckpt_open accepted: a training checkpoint, reserved header ints 0, no two tensors sharing a byte */
+    FUZZ_ASSERT(r.state.kind == CKPT_KIND_TRAIN, "kind %d accepted", r.state.kind);
+    for (int i = CKPT_H_TABLE_CRC + 1; i < CKPT_H_CRC; i++) FUZZ_ASSERT(r.header[i] == 0, "reserved header int %d is %d", i, r.header[i]);
+    for (int i = 0; i < r.n && i < 64; i++)
+        for (int k = 0; k < i; k++) {
+            const CkptEntry *a = &r.entries[i], *b = &r.entries[k];
+            FUZZ_ASSERT(!a->bytes || !b->bytes || a->offset + a->bytes <= b->offset || b->offset + b->bytes <= a->offset,
+                        "entries '%s' and '%s' overlap", a->name, b->name);
+        }
     for (int i = 0; i < r.n && i < 64; i++) {
         const CkptEntry *e = &r.entries[i];
         FUZZ_ASSERT(e->offset >= 1024 && e->bytes >= 0 && e->offset + e->bytes <= r.file_bytes, "entry %d outside the file", i);
-        if (ckpt_verify(&r, e, err, sizeof err) != 0 || e->bytes > (1 << 20)) continue;
+        int64_t bad, first;
+        if (ckpt_scan(&r, e, &bad, &first, err, sizeof err) != 0 || e->bytes > (1 << 20)) continue;
         int64_t rows, cols;
         ckpt_entry_dims(e, &rows, &cols);
         if (e->dtype <= CKPT_F16 && rows * cols > 0) {
             float *dst = malloc((size_t)(rows * cols) * sizeof(float));
-            FUZZ_ASSERT(ckpt_read_f32(&r, e, 0, rows, 0, cols, dst, err, sizeof err) == 0, "verified tensor unreadable: %s", err);
+            /* a verified tensor reads exactly when it holds no NaN or inf, and what reads is finite */
+            int read = ckpt_read_f32(&r, e, 0, rows, 0, cols, dst, err, sizeof err);
+            FUZZ_ASSERT(read == 0 || (bad && strstr(err, "non-finite")), "verified finite tensor unreadable: %s", err);
+            FUZZ_ASSERT(read != 0 || !bad, "tensor '%s' with %lld non-finite values read", e->name, (long long)bad);
+            for (int64_t k = 0; read == 0 && k < rows * cols; k++) FUZZ_ASSERT(isfinite(dst[k]), "non-finite value loaded at %lld", (long long)k);
             ckpt_read_f32(&r, e, rows / 2, rows - rows / 2, cols / 3, cols - cols / 3, dst, err, sizeof err);
             free(dst);
         }
@@ -91,11 +109,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < r.n && i < 64; i++)   /* each tensor named once */
         for (int k = 0; k < i; k++) FUZZ_ASSERT(strcmp(r.entries[i].name, r.entries[k].name), "tensor '%s' accepted twice", r.entries[i].name);
     ModelConfig mc;
-    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) == 0 && model_count_params(&mc) <= (1 << 16))
-        checkpoint_check_tensors(&r, &mc, err, sizeof err);   /* export's check of the config against the table */
+    if (checkpoint_model_config(r.config_text, &mc, err, sizeof err) == 0 && model_count_params(&mc) <= (1 << 16) &&
+        checkpoint_check_tensors(&r, &mc, err, sizeof err) == 0) {   /* every loader's check of the config against the table */
+        /* accepted: the table is the model's tensors exactly, each "<prefix>/" set whole */
+        Comm comm;
+        comm_init_one(&comm);
+        Model m;
+        model_plan(&m, &mc, backend_cpu(), &comm, NULL, 1, 1, RECOMPUTE_NONE);
+        int weights = 0;
+        for (int i = 0; i < r.n; i++) {
+            const char *name = r.entries[i].name, *slash = strrchr(name, '/');
+            if (!strcmp(name, FP8_CHECKPOINT_NAME)) continue;
+            FUZZ_ASSERT(model_find_tensor(&m, slash ? slash + 1 : name), "tensor '%s' accepted outside the model", name);
+            weights += !slash;
+        }
+        FUZZ_ASSERT(weights == m.n_tensors, "%d weights accepted for a model of %d", weights, m.n_tensors);
+        model_plan_free(&m);
+    }
     LoaderState at = {r.state.loader_epoch, r.state.loader_cursor};   /* any size: past the end starts the next epoch */
     ckpt_close(&r);
     checkpoint_inspect(path, fuzz_devnull());
+    checkpoint_inspect_ex(path, 1, fuzz_devnull());
     if (loader_try_set_state(&loader, at, err, sizeof err) == 0)
         for (int i = 0; i < 8; i++) {   /* 12 samples, 2 a step: through at least one more epoch rollover */
             int ids[8], targets[8];

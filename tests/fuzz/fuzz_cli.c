@@ -4,7 +4,9 @@
  * the number reader the subcommands share (option_number, common/options.h)
  * with the bounds of sample, plan, scale, prepare and the numeric config keys:
  * what it accepts must be a finite number in range (whole where asked) that is
- * all of the text, and what it refuses must say "KEY=VALUE: why".
+ * all of the text (no '+', no hex), and what it refuses must say "KEY=VALUE: why";
+ * and every value through the list reader (option_list): what it accepts has
+ * no empty item, blank or item starting with '+'.
  *
  * Input: arguments separated by newlines (at most 16; --config is skipped:
  * fuzz_ini.c covers files). */
@@ -21,13 +23,30 @@ static void check_number(const char *key, const char *value, double lo, double h
     if (option_number(key, value, lo, hi, whole, &v, err, sizeof err) == 0) {
         char *end;
         double again = strtod(value, &end);
-        FUZZ_ASSERT(*value && !isspace((unsigned char)*value) && !*end && again == v && isfinite(v) && v >= lo && v <= hi &&
+        FUZZ_ASSERT(*value && !isspace((unsigned char)*value) && *value != '+' && !strpbrk(value, "xX") && !*end && again == v && isfinite(v) && v >= lo && v <= hi &&
                     (!whole || v == floor(v)), "%s=%s accepted as %g outside [%g, %g] (whole %d) or not all of the text",
                     key, value, v, lo, hi, whole);
     } else {
         snprintf(want, sizeof want, "%s=%s: ", key, value);
         FUZZ_ASSERT(!strncmp(err, want, strlen(want)) && v == -12345, "%s=%s refused without naming it: %s", key, value, err);
     }
+}
+
+/* option_list's promise (pp_layers, logits --ids): what it accepts is 1 to max items, each one option_number
+ * accepts, split at single commas: no empty item, no blank, no item starting with '+'. */
+static void check_list(const char *key, const char *value) {
+    char err[512];
+    double v[8];
+    int n = option_list(key, value, 0, 1e6, 1, v, 8, err, sizeof err), commas = 0;
+    if (n < 0) {
+        FUZZ_ASSERT(!strncmp(err, key, strlen(key)) && err[strlen(key)] == '=', "%s=%s refused without naming it: %s", key, value, err);
+        return;
+    }
+    int signed_item = value[0] == '+';   /* a '+' starting an item; an exponent's sign (3e+4) is a number's own */
+    for (const char *p = value; *p; p++) commas += *p == ',', signed_item |= p[0] == ',' && p[1] == '+';
+    size_t len = strlen(value);
+    FUZZ_ASSERT(n >= 1 && n <= 8 && commas == n - 1 && value[0] != ',' && value[len - 1] != ',' && !strstr(value, ",,") &&
+                !signed_item && !strpbrk(value, " \t"), "%s=%s accepted as %d items", key, value, n);
 }
 
 /* The bounds the subcommands read their numbers with (train/sample.c, plan.c, scale.c, data/prepare.c). */
@@ -53,6 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char key[64];
         const char *value = option_split(argv[i], key, sizeof key);
         if (!value) continue;
+        check_list(key, value);
         const ConfigField *f = config_find(key);
         if (f && (f->type == FIELD_INT || f->type == FIELD_FLOAT)) check_number(key, value, f->min, f->max, f->type == FIELD_INT);
         for (size_t k = 0; k < sizeof subcommand_keys / sizeof subcommand_keys[0]; k++)

@@ -4,10 +4,12 @@
  * The two must agree with each other and with any other JSON reader: what the
  * JSON reader accepts names each key of an object once (Python's json takes the
  * last of two, a first-match lookup the first) and hands out no string holding
- * a NUL as a C string; weights that load also inspect clean.
+ * a NUL as a C string; weights that load also inspect clean, are finite, and
+ * come from a file holding the model's tensors and no others.
  *
  * Input: 2-byte length, config.json, then model.safetensors (fuzz.h: fuzz_split). */
 #include "fuzz.h"
+#include <math.h>
 #include "../../checkpoint/hf.h"
 #include "../../checkpoint/json.h"
 
@@ -37,7 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char path[128], err[4096];
     fuzz_write("config.json", config, n_config, path, sizeof path);
     fuzz_write("model.safetensors", st, n_st, path, sizeof path);
-    int inspected = hf_inspect(path, fuzz_devnull());
+    hf_inspect(path, fuzz_devnull());
+    int inspected = hf_inspect_ex(path, 1, fuzz_devnull());   /* a tensor no loader reads (rotary_emb.inv_freq) may hold NaN */
     check_keys_once((const char *)config, n_config);
     uint64_t header = 0;
     for (int i = 0; i < 8 && (size_t)i < n_st; i++) header |= (uint64_t)st[i] << (8 * i);
@@ -51,8 +54,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     comm_init_one(&comm);
     model_create(&m, &mc, backend_cpu(), &comm, NULL, 1, 2, RECOMPUTE_NONE);
     hf_check_config(fuzz_dir, &mc, err, sizeof err);
-    if (hf_load_weights(fuzz_dir, &m, err, sizeof err) == 0)
-        FUZZ_ASSERT(inspected == 0, "weights that load do not inspect clean");
+    float *host = malloc((m.n_params + 1) * sizeof(float));
+    if (hf_read_weights(fuzz_dir, &m, host, err, sizeof err) == 0) {
+        FUZZ_ASSERT(inspected == 0, "weights that load do not inspect clean (--allow_nonfinite=1)");
+        /* what loads is finite, and the file held the model's tensors and no others */
+        for (size_t i = 0; i < m.n_params; i++) FUZZ_ASSERT(isfinite(host[i]), "non-finite value loaded at %zu", i);
+            const char *h = (const char *)st + 8;
+        uint64_t len = 0;
+        for (int i = 0; i < 8; i++) len |= (uint64_t)st[i] << (8 * i);
+        Json hj;
+        char perr[256];
+        if (json_parse(&hj, h, (size_t)len, perr, sizeof perr) == 0) {
+            for (int k = hj.nodes[0].first; k >= 0; k = hj.nodes[hj.nodes[k].next].next) {
+                char name[256];
+                if (json_string(&hj, k, name, sizeof name) != 0 || !strcmp(name, "__metadata__") || strstr(name, "rotary_emb.inv_freq")) continue;
+                FUZZ_ASSERT(model_find_tensor(&m, name) != NULL, "tensor '%s' accepted, which config.json has no place for", name);
+            }
+            json_free(&hj);
+        }
+    }
+    free(host);
     model_free(&m);
     comm_free(&comm);
     return 0;

@@ -10,6 +10,7 @@
 #include "../../common/util.h"
 #include "../../data/shard.h"
 #include "../../data/tokenizer.h"
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -89,6 +90,17 @@ static void checkpoints_and_hf(void) {
     uint8_t *b = slurp(path, &n), fix = 1, keep = 0;
     seed("checkpoint", "tiny_model", &fix, 1, b, n, NULL, 0);
     seed("checkpoint", "tiny_model_crcs_as_is", &keep, 1, b, n, NULL, 0);
+    free(b);
+    /* a NaN in a weight, every CRC right (issue 50): mutations around it reach the non-finite check */
+    float kept = m.params[3];
+    m.params[3] = NAN;
+    char run_nan[1300], ckpt_nan[1400];
+    snprintf(run_nan, sizeof run_nan, "%s/tmp_run_nan", root);
+    checkpoint_save(run_nan, 0, &m, mirrors, 1, &s, CONFIG, ckpt_nan, sizeof ckpt_nan);
+    m.params[3] = kept;
+    snprintf(path, sizeof path, "%s/state.bin", ckpt_nan);
+    b = slurp(path, &n);
+    seed("checkpoint", "nan_weight", &fix, 1, b, n, NULL, 0);
     free(b);
     /* the largest run state a run can reach (issue 30): mutations around it find what overflows past the CRC */
     CkptState edge = {.kind = CKPT_KIND_TRAIN, .step = INT32_MAX, .loader_epoch = CKPT_MAX_POSITION, .loader_cursor = CKPT_MAX_POSITION,
@@ -200,7 +212,7 @@ int main(int argc, char **argv) {
     gpt2();
     text_seeds();
     char cmd[1200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'/tmp_run '%s'/tmp_run_edge '%s'/tmp_hf_f32 '%s'/tmp_hf_bf16", root, root, root, root);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/tmp_run '%s'/tmp_run_edge '%s'/tmp_run_nan '%s'/tmp_hf_f32 '%s'/tmp_hf_bf16", root, root, root, root, root);
     if (system(cmd) != 0) fprintf(stderr, "make_seeds: could not remove temporaries in %s\n", root);
     return 0;
 }
