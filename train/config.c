@@ -77,7 +77,7 @@ const ConfigField config_fields[] = {
     F(profile_out, FIELD_STRING, "", 0, 0, NULL, "logging", "one rank: write this run's step-time profile (median split after 2 warm-up steps) for `build/train plan --profile`"),
     F(log_jsonl, FIELD_STRING, "", 0, 0, NULL, "logging", "also write one JSON object per step/eval to this file"),
     F(run_dir, FIELD_STRING, "runs/default", 0, 0, NULL, "logging", "folder for this run's outputs"),
-    F(checkpoint_every, FIELD_INT, "0", -1, BIG, NULL, "checkpoint", "save a checkpoint to run_dir every N steps and at the end (and on SIGTERM/SIGINT); 0 = only at the end; -1 = never"),
+    F(checkpoint_every, FIELD_INT, "0", -1, BIG, NULL, "checkpoint", "save a checkpoint to run_dir every N steps and at the end (and on SIGTERM/SIGINT/SIGUSR1); 0 = only at the end; -1 = never"),
     F(keep_checkpoints, FIELD_INT, "3", 0, BIG, NULL, "checkpoint", "keep the newest N complete checkpoints in run_dir; 0 = keep all"),
     F(resume, FIELD_BOOL, "0", 0, 1, NULL, "checkpoint", "continue from the newest complete checkpoint in run_dir (a fresh start when there is none); a run already at max_steps says so and exits 0"),
     F(init_from, FIELD_STRING, "", 0, 0, NULL, "checkpoint", "start from these weights (optimizer fresh): a Hugging Face folder (config.json + model.safetensors) or a checkpoint folder"),
