@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -141,7 +142,8 @@ const char *launch_mpi_version(void) {
  * be forwarded instead (ess_base_forward_signals refuses it). It does forward SIGUSR1 to every rank
  * at once, and nothing else. So:
  *   - mpirun runs in a process group of its own (the ranks are in their own already), so Ctrl-C and
- *     `timeout`, which signal the launcher's whole group, reach the launcher alone;
+ *     `timeout`, which signal the launcher's whole group, reach the launcher alone; a launcher
+ *     killed outright gives mpirun a SIGTERM (PR_SET_PDEATHSIG), so no run goes on unwatched;
  *   - the launcher turns its first SIGTERM, SIGINT or SIGUSR1 into one SIGUSR1 to mpirun, which the
  *     ranks take as their stop (train/main.c); a repeat LAUNCH_STOP_REPEAT_S or more later goes to
  *     mpirun as SIGTERM, its abort sequence above;
@@ -171,10 +173,12 @@ static void run_mpirun(char **args, int n, const char *exe, const char *kill_tim
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
-    pid_t child = fork();
+    pid_t launcher = getpid(), child = fork();
     if (child < 0) die("--nproc=%d: cannot start mpirun: fork failed: %s\n  hint: is the machine out of processes or memory?", n, strerror(errno));
     if (child == 0) {
         setpgid(0, 0);   /* signals to the launcher's group stop here: the launcher passes them on (above) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);   /* a launcher killed outright (SIGKILL) still ends the run: mpirun's own stop */
+        if (getppid() != launcher) _exit(128 + SIGTERM);   /* it died before the line above */
         execvp("mpirun", args);
         fprintf(stderr, "error: --nproc=%d needs Open MPI's mpirun on the PATH, and it could not be started: %s\n"
                 "  hint: apt-get install openmpi-bin, or launch the ranks yourself: mpirun -np %d %s ...\n", n, strerror(errno), n, exe);

@@ -7,8 +7,9 @@
 #     to the next step;
 #   - the same with a checkpoint every step (keep_checkpoints=2), so the signal lands while one is
 #     written or pruned: no .tmp left, every checkpoint folder complete, it resumes;
-#   - SIGTERM to mpirun itself (its abort sequence, given a kill timeout by the launcher) and to one
-#     rank: a complete checkpoint each time;
+#   - SIGTERM to mpirun itself (its abort sequence, given a kill timeout by the launcher), SIGKILL to
+#     the launcher (mpirun gets SIGTERM as its parent dies) and SIGTERM to one rank: a complete
+#     checkpoint each time;
 #   - a signal during start-up (a resumed run): the checkpoint it started from is intact and the run
 #     ends with a complete one;
 #   - a run of one process under `timeout` (which signals the process and its group: the stop comes
@@ -87,6 +88,18 @@ if [ -n "$mpirun_pid" ]; then kill -TERM "$mpirun_pid"; else kill -TERM $job; fi
 wait $job
 check 'grep -q "^stop  | SIGTERM after step" "$dir/mpirun.log"' "mpirun: the ranks stop on mpirun's SIGTERM: $(grep -E '^(stop|error)' "$dir/mpirun.log" | tail -3)"
 complete mpirun
+
+# the launcher killed outright (SIGKILL): mpirun, its child, gets SIGTERM (PR_SET_PDEATHSIG) and stops the ranks its own way
+OMPI_MCA_odls_base_sigkill_timeout=2 "$BUILD"/train $common --log_every=1000 --dp=2 --max_steps=100000 --run_dir="$dir/orphan" \
+    --nproc=2 > "$dir/orphan.log" 2>&1 &
+job=$!
+for _ in $(seq 100); do [ -n "$(rank_pid "$dir/orphan" 1)" ] && break; sleep 0.1; done
+sleep 1
+kill -KILL $job; wait $job 2>/dev/null
+for _ in $(seq 300); do [ -z "$(pgrep -f "run_dir=$dir/orphan( |$)")" ] && break; sleep 0.1; done
+check '[ -z "$(pgrep -f "run_dir=$dir/orphan( |$)")" ] && grep -q "^stop  | SIGTERM after step" "$dir/orphan.log"' \
+      "orphan: a launcher killed by SIGKILL takes mpirun and the ranks with it, which stop and save: $(grep -E '^(stop|error)' "$dir/orphan.log" | tail -2)"
+complete orphan
 
 # SIGTERM to one rank, under the launcher
 timeout 300 "$BUILD"/train $common --dp=2 --max_steps=100000 --run_dir="$dir/rank" --nproc=2 > "$dir/rank.log" 2>&1 &
