@@ -27,7 +27,7 @@
  * many ignores every repeat: nothing but SIGKILL cuts its save short (mpirun's kill timeout, or a
  * repeat to the launcher). A run of one process takes a repeat LAUNCH_STOP_REPEAT_S or more after the
  * first as "stop now": it ends unsaved, the last complete checkpoint untouched. */
-static volatile sig_atomic_t stop_signal, repeat_ends_now;
+static volatile sig_atomic_t stop_signal, repeat_ends_now = 1;   /* until launch_init says how many ranks: nothing is written before */
 static struct timespec stop_signal_at;
 static void on_stop_signal(int sig) {
     struct timespec now;
