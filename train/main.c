@@ -20,7 +20,10 @@
 #include <time.h>
 
 /* SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal, and what the --nproc launcher sends: comm/launch.h):
- * finish the current step, save a checkpoint, exit 0. The handler only sets a flag, so a signal
+ * finish the current step, save a checkpoint, exit 0. The step in flight is finished, not abandoned:
+ * the ranks agree to stop only at a step's end (the comm_max below), since a rank that left a step
+ * alone would leave the others waiting in its collectives; the cost is one step's time in the window
+ * the run needs (README, "Stopping and resuming"). The handler only sets a flag, so a signal
  * during a checkpoint's writing or pruning lets it complete (SA_RESTART: no call fails with EINTR).
  * One stop often arrives more than once: to a process group (timeout sends to the process and to its
  * group), from Slurm to every process of a job and from mpirun's abort sequence after it. A rank of
