@@ -114,10 +114,16 @@ complete rank
 
 # a signal during start-up, resuming the launcher_TERM run (which now holds steps S and S+1)
 start=$(ls -d "$dir/launcher_TERM"/ckpt_* | tail -1)
-timeout 300 "$BUILD"/train $common --dp=2 --max_steps=100000 --run_dir="$dir/launcher_TERM" --resume=1 --nproc=2 > "$dir/startup.log" 2>&1 &
+# (mpirun's kill timeout short: should the stop come before mpirun has ranks to pass it to, a second one ends the run)
+OMPI_MCA_odls_base_sigkill_timeout=2 timeout 300 "$BUILD"/train $common --dp=2 --max_steps=100000 --run_dir="$dir/launcher_TERM" \
+    --resume=1 --nproc=2 > "$dir/startup.log" 2>&1 &
 job=$!
-for _ in $(seq 100); do [ -n "$(rank_pid "$dir/launcher_TERM" 1)" ] && break; sleep 0.05; done
-kill -TERM "$(launcher $job)"; wait $job; rc=$?
+for _ in $(seq 300); do [ -n "$(rank_pid "$dir/launcher_TERM" 1)" ] && break; sleep 0.05; done
+started=$(launcher $job)
+kill -TERM "$started"
+for _ in $(seq 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+kill -0 $job 2>/dev/null && kill -TERM "$started"
+wait $job; rc=$?
 check '[ -f "$start/DONE" ] && [ -s "$start/state.bin" ]' "startup: the checkpoint the run started from is intact ($start; rc $rc): $(grep -E '^(stop|launch|ckpt|resume|error)' "$dir/startup.log" | tail -4)"
 check '[ -z "$(ls -d "$dir/launcher_TERM"/*.tmp 2>/dev/null)" ] && for c in "$dir/launcher_TERM"/ckpt_*; do [ -f "$c/DONE" ] || exit 1; done' \
       "startup: every checkpoint folder is complete: $(ls "$dir/launcher_TERM" | tr '\n' ' ')"
