@@ -4,8 +4,13 @@
 #include "../common/util.h"
 #include "../common/options.h"
 #include "../common/errors.h"
+#include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <omp.h>
 #ifdef LLM3D_MPI
@@ -137,6 +142,81 @@ const char *launch_mpi_version(void) {
 #endif
 }
 
+/* --nproc=N's launcher stays the parent of mpirun, so that a signal to it (kill, timeout, a batch
+ * scheduler, Ctrl-C) ends the run the way a signal to a rank does: every rank finishes its step,
+ * saves a checkpoint and exits 0. Why not let mpirun have the signal: Open MPI 4's mpirun answers a
+ * SIGTERM or SIGINT of its own with its abort sequence: SIGCONT to the ranks, a sleep of
+ * odls_base_sigkill_timeout seconds (1 by default) in which it forwards no output, SIGTERM, the same
+ * sleep, SIGKILL; too little time for a step and a checkpoint on a busy machine, and SIGTERM cannot
+ * be forwarded instead (ess_base_forward_signals refuses it). It does forward SIGUSR1 to every rank
+ * at once, and nothing else. So:
+ *   - mpirun runs in a process group of its own (the ranks are in their own already), so Ctrl-C and
+ *     `timeout`, which signal the launcher's whole group, reach the launcher alone; a launcher
+ *     killed outright gives mpirun a SIGTERM (PR_SET_PDEATHSIG), so no run goes on unwatched;
+ *   - the launcher turns its first SIGTERM, SIGINT or SIGUSR1 into one SIGUSR1 to mpirun, which the
+ *     ranks take as their stop (train/main.c); a repeat LAUNCH_STOP_REPEAT_S or more later goes to
+ *     mpirun as SIGTERM, its abort sequence above;
+ *   - a SIGTERM that reaches mpirun directly (kill of its pid; Slurm signals every process of a job,
+ *     the ranks too) gets the ranks' stop LAUNCH_KILL_TIMEOUT_S seconds later and SIGKILL as long
+ *     again after that: the launcher sets that timeout unless OMPI_MCA_odls_base_sigkill_timeout is
+ *     set, and says so as it starts. Its output waits in the pipes meanwhile; a rank that fills its
+ *     pipe blocks until mpirun wakes (with log_every >= 10 a pipe holds hundreds of steps). */
+static volatile sig_atomic_t launcher_signal, launcher_repeat;
+static struct timespec launcher_signal_at;
+static void on_launcher_signal(int sig) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!launcher_signal) { launcher_signal_at = now; launcher_signal = sig; }
+    else if (now.tv_sec - launcher_signal_at.tv_sec >= LAUNCH_STOP_REPEAT_S) launcher_repeat = sig;
+}
+
+static const char *signal_name(int sig) {
+    return sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : sig == SIGUSR1 ? "SIGUSR1" : "a signal";
+}
+
+/* Starts mpirun (args) as a child, passes stop signals on as above, and exits with mpirun's status. */
+static void run_mpirun(char **args, int n, const char *exe, const char *kill_timeout_s) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_launcher_signal;   /* installed before fork: exec gives mpirun the default actions back */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+    pid_t launcher = getpid(), child = fork();
+    if (child < 0) die("--nproc=%d: cannot start mpirun: fork failed: %s\n  hint: is the machine out of processes or memory?", n, strerror(errno));
+    if (child == 0) {
+        setpgid(0, 0);   /* signals to the launcher's group stop here: the launcher passes them on (above) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);   /* a launcher killed outright (SIGKILL) still ends the run: mpirun's own stop */
+        if (getppid() != launcher) _exit(128 + SIGTERM);   /* it died before the line above */
+        execvp("mpirun", args);
+        fprintf(stderr, "error: --nproc=%d needs Open MPI's mpirun on the PATH, and it could not be started: %s\n"
+                "  hint: apt-get install openmpi-bin, or launch the ranks yourself: mpirun -np %d %s ...\n", n, strerror(errno), n, exe);
+        _exit(127);
+    }
+    int forwarded = 0, status = 0;
+    for (;;) {
+        pid_t got = waitpid(child, &status, 0);
+        if (got == child) break;
+        if (got < 0 && errno != EINTR) die("--nproc=%d: waiting for mpirun failed: %s", n, strerror(errno));
+        if (launcher_signal && forwarded == 0) {
+            printf("launch | %s: every rank finishes its step, saves a checkpoint and stops (SIGUSR1 to mpirun, which passes it on)\n",
+                   signal_name(launcher_signal));
+            fflush(stdout);
+            kill(child, SIGUSR1);
+            forwarded = 1;
+        }
+        if (launcher_repeat && forwarded == 1) {
+            printf("launch | %s again: SIGTERM to mpirun, which kills the ranks within %s s; the last complete checkpoint stays\n",
+                   signal_name(launcher_repeat), kill_timeout_s);
+            fflush(stdout);
+            kill(child, SIGTERM);
+            forwarded = 2;
+        }
+    }
+    if (WIFEXITED(status)) exit(WEXITSTATUS(status));
+    exit(128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0));
+}
+
 void launch_nproc(int argc, char **argv) {
     int n = 0, at = -1;
     for (int i = 1; i < argc; i++)
@@ -153,11 +233,16 @@ void launch_nproc(int argc, char **argv) {
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) snprintf(exe, sizeof exe, "%s", argv[0]);
     else exe[len] = 0;
-    char **args = callocCheck((size_t)argc + 8, sizeof(char *));
-    char np[32];
+    char **args = callocCheck((size_t)argc + 12, sizeof(char *));
+    char np[32], kill_timeout[32];
     snprintf(np, sizeof np, "%d", n);
+    snprintf(kill_timeout, sizeof kill_timeout, "%d", LAUNCH_KILL_TIMEOUT_S);
     int k = 0;
     args[k++] = "mpirun";
+    const char *own_timeout = getenv("OMPI_MCA_odls_base_sigkill_timeout");
+    if (!own_timeout) { args[k++] = "--mca"; args[k++] = "odls_base_sigkill_timeout"; args[k++] = kill_timeout; }
+    args[k++] = "--stdin";   /* no rank reads it, and mpirun, in a group of its own, is not the terminal's foreground */
+    args[k++] = "none";
     if (geteuid() == 0) args[k++] = "--allow-run-as-root";       /* containers run as root; Open MPI refuses it unasked */
     if (n > sysconf(_SC_NPROCESSORS_ONLN)) args[k++] = "--oversubscribe";
     args[k++] = "-np";
@@ -167,10 +252,12 @@ void launch_nproc(int argc, char **argv) {
     args[k] = NULL;
     printf("launch | ");
     for (int i = 0; i < k; i++) printf("%s%s", args[i], i + 1 < k ? " " : "\n");
+    printf("launch | SIGTERM, SIGINT or SIGUSR1 to this process: every rank finishes its step, saves and stops; a SIGTERM to mpirun "
+           "itself stops the ranks %s s later and kills them %s s after that (odls_base_sigkill_timeout%s)\n",
+           own_timeout ? own_timeout : kill_timeout, own_timeout ? own_timeout : kill_timeout,
+           own_timeout ? ", from OMPI_MCA_odls_base_sigkill_timeout" : "");
     fflush(stdout);
-    execvp("mpirun", args);
-    die("--nproc=%d needs Open MPI's mpirun on the PATH, and it could not be started\n"
-        "  hint: apt-get install openmpi-bin, or launch the ranks yourself: mpirun -np %d %s ...", n, n, exe);
+    run_mpirun(args, n, exe, own_timeout ? own_timeout : kill_timeout);
 }
 
 #ifdef LLM3D_MPI

@@ -36,8 +36,15 @@ void launch_init(int *argc, char ***argv);
 const LaunchInfo *launch_info(void);
 /* With rank0_only, die() is printed by rank 0 alone: for errors every rank meets alike. */
 void launch_errors_rank0_only(int on);
-/* `--nproc=N` anywhere in argv and not launched yet: exec `mpirun -np N` with
- * the same arguments (without --nproc). Returns when there is nothing to do. */
+/* `--nproc=N` anywhere in argv and not launched yet: run `mpirun -np N` with
+ * the same arguments (without --nproc) as a child, and exit with its status.
+ * Returns when there is nothing to do. The launcher stays mpirun's parent: its
+ * first SIGTERM, SIGINT or SIGUSR1 reaches every rank as SIGUSR1 (a clean stop
+ * with a checkpoint), a repeat LAUNCH_STOP_REPEAT_S or more later as SIGTERM
+ * to mpirun (its own kill of the ranks); mpirun is given a kill timeout of LAUNCH_KILL_TIMEOUT_S seconds
+ * for a SIGTERM that reaches it directly (comm/launch.c says why). */
+#define LAUNCH_KILL_TIMEOUT_S 30   /* Slurm's default KillWait: mpirun kills no sooner than Slurm would */
+#define LAUNCH_STOP_REPEAT_S 2
 void launch_nproc(int argc, char **argv);
 /* Every rank must run the same config: compares every "key=value" line of
  * config_text, and the switch LLM3D_NCCL_HOSTS_ON_ONE_GPU, across the world

@@ -36,7 +36,7 @@ wait $job; rc=$?
 check '[ $rc -eq 0 ]' "after SIGTERM to rank 1 the job exits 0 (got $rc): $(tail -5 "$dir/c.log")"
 stopped=$(sed -n 's/^stop  | SIGTERM after step \([0-9]*\)$/\1/p' "$dir/c.log")
 check '[ -n "$stopped" ] && [ -f "$dir/c/ckpt_$(printf %08d "$stopped")/DONE" ]' "a complete checkpoint at the step the job stopped ($stopped)"
-check '[ "$(grep -c "^stop  |" "$dir/c.log")" -eq 1 ]' "the stop is announced once"
+check '[ "$(grep -c "^stop  | .* after step" "$dir/c.log")" -eq 1 ]' "the stop is announced once"
 timeout 120 mpirun -np 2 "$BUILD"/train $common --dp=2 --max_steps=$((stopped + 2)) --run_dir="$dir/c" --resume=1 > "$dir/d.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "^resume | step $stopped from" "$dir/d.log" && grep -q "^step *$((stopped + 2))/" "$dir/d.log"' \
       "the stopped job resumes and continues: $(tail -3 "$dir/d.log")"

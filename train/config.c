@@ -44,7 +44,8 @@ const ConfigField config_fields[] = {
     F(train_data, FIELD_STRING, "data/corpus/train_*.bin", 0, 0, NULL, "data", "training shards: a file, a glob or a comma list"),
     F(val_data, FIELD_STRING, "data/corpus/val_*.bin", 0, 0, NULL, "data", "validation shards; empty = no eval"),
     F(eval_every, FIELD_INT, "100", 0, BIG, NULL, "data", "evaluate every N steps (and at the end); 0 = never"),
-    F(eval_batches, FIELD_INT, "20", 1, BIG, NULL, "data", "micro-batches per evaluation"),
+    F(eval_tokens, FIELD_INT, "40960", 1, BIG, NULL, "data", "validation tokens per evaluation, from the start of the val split in whole sequences (eval_tokens/seq_len, at least 1): the same sequences on every layout and batch size, the loss their token-weighted mean"),
+    F(eval_batches, FIELD_INT, "0", 0, BIG, NULL, "data", "deprecated (0 = unset): evaluate eval_batches x batch_size sequences instead of eval_tokens, an amount that changes with batch_size; say so, use eval_tokens"),
     F(device, FIELD_CHOICE, "cpu", 0, 0, "cpu|cuda", "system", "where the model runs"),
     F(precision, FIELD_CHOICE, "fp32", 0, 0, "fp32|bf16|fp16|fp8", "system", "compute dtype (master weights and gradients stay fp32); fp8: bf16 with the block matmuls in FP8 (Hopper, Ada); on cpu, bf16/fp16/fp8 are emulated"),
     F(recompute, FIELD_CHOICE, "none", 0, 0, "none|selective|full", "system", "activations the backward recomputes instead of keeping: selective = norms, attention output, SwiGLU; full = everything but each block's input"),
@@ -78,7 +79,7 @@ const ConfigField config_fields[] = {
     F(profile_out, FIELD_STRING, "", 0, 0, NULL, "logging", "one rank: write this run's step-time profile (median split after 2 warm-up steps) for `build/train plan --profile`"),
     F(log_jsonl, FIELD_STRING, "", 0, 0, NULL, "logging", "also write one JSON object per step/eval to this file"),
     F(run_dir, FIELD_STRING, "runs/default", 0, 0, NULL, "logging", "folder for this run's outputs"),
-    F(checkpoint_every, FIELD_INT, "0", -1, BIG, NULL, "checkpoint", "save a checkpoint to run_dir every N steps and at the end (and on SIGTERM/SIGINT); 0 = only at the end; -1 = never"),
+    F(checkpoint_every, FIELD_INT, "0", -1, BIG, NULL, "checkpoint", "save a checkpoint to run_dir every N steps and at the end (and on SIGTERM/SIGINT/SIGUSR1); 0 = only at the end; -1 = never"),
     F(keep_checkpoints, FIELD_INT, "3", 0, BIG, NULL, "checkpoint", "keep the newest N complete checkpoints in run_dir; 0 = keep all"),
     F(resume, FIELD_BOOL, "0", 0, 1, NULL, "checkpoint", "continue from the newest complete checkpoint in run_dir (a fresh start when there is none); a run already at max_steps says so and exits 0"),
     F(init_from, FIELD_STRING, "", 0, 0, NULL, "checkpoint", "start from these weights (optimizer fresh): a Hugging Face folder (config.json + model.safetensors) or a checkpoint folder"),
@@ -307,6 +308,12 @@ int config_head_dim(const Config *c) { return c->dim / c->n_heads; }
 int config_grad_accum_steps(const Config *c) {
     long per_micro = (long)c->batch_size * c->seq_len * c->dp;
     return c->total_batch_tokens ? (int)(c->total_batch_tokens / per_micro) : 1;
+}
+
+long config_eval_sequences(const Config *c) {
+    if (c->eval_batches > 0) return (long)c->eval_batches * c->batch_size;
+    long n = c->eval_tokens / c->seq_len;
+    return n > 0 ? n : 1;
 }
 
 #define FAIL(...) do { snprintf(err, err_size, __VA_ARGS__); return -1; } while (0)

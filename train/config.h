@@ -30,7 +30,7 @@ typedef struct {
     float lr, min_lr_ratio, weight_decay, beta1, beta2, adam_eps, grad_clip;
     /* data */
     char train_data[1024], val_data[1024];
-    int eval_every, eval_batches;
+    int eval_every, eval_tokens, eval_batches;   /* eval_batches: deprecated, 0 unless given (config_eval_sequences) */
     /* system */
     int device, precision, recompute, compute_weights;
     float loss_scale_init;
@@ -100,6 +100,9 @@ const ConfigField *config_find(const char *key);
 int config_head_dim(const Config *c);
 /* Micro-batches each data-parallel rank runs per step: total_batch_tokens / (batch_size*seq_len*dp). */
 int config_grad_accum_steps(const Config *c);
+/* Validation sequences an evaluation scores (before the val split's size caps it): eval_tokens/seq_len,
+ * at least 1; eval_batches x batch_size where the deprecated eval_batches is given. */
+long config_eval_sequences(const Config *c);
 /* The activation dtype of a precision: fp32, bf16 (bf16 and fp8: FP8 only multiplies, kernels/fp8.h) or fp16; as kernels/dtype.h's DType. */
 int config_act_dtype(int precision);
 /* "fp32", "bf16", "fp16" or "fp8". */

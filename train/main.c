@@ -17,10 +17,62 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-/* SIGTERM / SIGINT: finish the current step, save a checkpoint, exit 0. A second signal kills as usual. */
-static volatile sig_atomic_t stop_signal;
-static void on_stop_signal(int sig) { stop_signal = sig; }
+/* SIGTERM, SIGINT, SIGUSR1 (Slurm's --signal, and what the --nproc launcher sends: comm/launch.h):
+ * finish the current step, save a checkpoint, exit 0. The step in flight is finished, not abandoned:
+ * the ranks agree to stop only at a step's end (the comm_max below), since a rank that left a step
+ * alone would leave the others waiting in its collectives; the cost is one step's time in the window
+ * the run needs (README, "Stopping and resuming"). The handler only sets a flag, so a signal
+ * during a checkpoint's writing or pruning lets it complete (SA_RESTART: no call fails with EINTR).
+ * One stop often arrives more than once: to a process group (timeout sends to the process and to its
+ * group), from Slurm to every process of a job and from mpirun's abort sequence after it. A rank of
+ * many ignores every repeat: nothing but SIGKILL cuts its save short (mpirun's kill timeout, or a
+ * repeat to the launcher). A run of one process takes a repeat LAUNCH_STOP_REPEAT_S or more after the
+ * first as "stop now": it ends unsaved, the last complete checkpoint untouched. */
+static volatile sig_atomic_t stop_signal, repeat_ends_now = 1;   /* until launch_init says how many ranks: nothing is written before */
+static struct timespec stop_signal_at;
+static void on_stop_signal(int sig) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (!stop_signal) { stop_signal_at = now; stop_signal = sig; return; }
+    if (!repeat_ends_now || now.tv_sec - stop_signal_at.tv_sec < LAUNCH_STOP_REPEAT_S) return;
+    signal(sig, SIG_DFL);
+    raise(sig);   /* delivered as the handler returns */
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
+}
+
+static const char *stop_reason(int stop) {
+    return stop == SIGTERM ? "SIGTERM" : stop == SIGINT ? "SIGINT" : stop == SIGUSR1 ? "SIGUSR1" : "the log failed";
+}
+
+/* After a stop by a signal, every rank: how long the slowest rank took from its signal to the end of the
+ * save (the window the run needs between SIGTERM and SIGKILL: README, "Stopping and resuming"). */
+static void report_stop(Trainer *tr, int stop) {
+    double ms = -1;
+    if (stop_signal) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        ms = (double)(now.tv_sec - stop_signal_at.tv_sec) * 1e3 + (double)(now.tv_nsec - stop_signal_at.tv_nsec) / 1e6;
+    }
+    ms = comm_max(&tr->comm, GROUP_WORLD, ms);
+    if (tr->comm.rank != 0) return;
+    if (tr->cfg.checkpoint_every < 0)
+        printf("stop  | checkpoint_every=-1: no checkpoint saved; %s holds what it held\n", tr->cfg.run_dir);
+    else
+        printf("stop  | %s to checkpoint: %.0f ms (from the signal to the end of the save of step %d, slowest rank)\n", stop_reason(stop), ms,
+               tr->saved_step);
+    fflush(stdout);
+}
 
 static void print_banner(const Trainer *tr) {
     const Model *m = &tr->model;
@@ -96,9 +148,11 @@ int main(int argc, char **argv) {
     }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { config_print_help(stdout); return 0; }
+    catch_stop_signals();              /* from the start: a stop during start-up is kept for after the first step */
     check_before_launch(argc, argv);
-    launch_nproc(argc, argv);          /* --nproc=N: re-run under mpirun with N ranks */
+    launch_nproc(argc, argv);          /* --nproc=N: run this under mpirun with N ranks (the launcher has its own handlers) */
     launch_init(&argc, &argv);
+    repeat_ends_now = launch_info()->world == 1;
     long rss_before_kib = memory_rss_peak_kib();
     Config cfg;
     launch_errors_rank0_only(1);       /* a bad config is the same on every rank: say it once */
@@ -128,11 +182,7 @@ int main(int argc, char **argv) {
         trainer_free(&tr);
         return 0;
     }
-    struct sigaction sa = {0};
-    sa.sa_handler = on_stop_signal;
-    sa.sa_flags = SA_RESETHAND;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    int stop = 0;
     while (tr.step < cfg.max_steps) {
         StepStats s = trainer_step(&tr);
         trainer_log_step(&tr, &s);
@@ -143,13 +193,14 @@ int main(int argc, char **argv) {
         if ((cfg.sample_every && tr.step % cfg.sample_every == 0) || tr.step == cfg.max_steps) trainer_sample(&tr);
         if (cfg.checkpoint_every > 0 && tr.step % cfg.checkpoint_every == 0) trainer_save_checkpoint(&tr);
         /* a signal to any rank stops every rank; so does a failed write of the log (1) */
-        int stop = (int)comm_max(&tr.comm, GROUP_WORLD, stop_signal ? (double)stop_signal : tr.log_error[0] ? 1 : 0);
+        stop = (int)comm_max(&tr.comm, GROUP_WORLD, stop_signal ? (double)stop_signal : tr.log_error[0] ? 1 : 0);
         if (stop) {
-            if (lead) printf("stop  | %s after step %d\n", stop == SIGTERM ? "SIGTERM" : stop == SIGINT ? "SIGINT" : "the log failed", tr.step);
+            if (lead) printf("stop  | %s after step %d\n", stop_reason(stop), tr.step);
             break;
         }
     }
     if (cfg.checkpoint_every >= 0 && tr.saved_step != tr.step) trainer_save_checkpoint(&tr);
+    if (stop > 1) report_stop(&tr, stop);
     if (cfg.profile_out[0]) plan_write_profile(&tr, cfg.profile_out);
     trainer_free(&tr);
     if (tr.log_error[0]) {   /* after the checkpoint above: the weights are kept, the run says what went wrong */

@@ -235,8 +235,12 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     tr->train.vocab_size = vocab;
     tr->cfg.vocab_size = vocab;
     if (c->val_data[0] && c->eval_every > 0) {
-        loader_open(&tr->val, c->val_data, c->batch_size, c->seq_len, 0, 1, c->seed, 0, vocab);
+        loader_open(&tr->val, c->val_data, 1, c->seq_len, 0, 1, c->seed, 0, vocab);   /* one sequence a fetch: trainer_eval */
         tr->has_val = 1;
+        if (c->eval_batches && tr->comm.rank == 0)
+            fprintf(stderr, "warning: eval_batches=%d is deprecated: it scores eval_batches x batch_size sequences, which change with "
+                    "batch_size; use --eval_tokens=%ld (the same %ld sequences of %d tokens here)\n", c->eval_batches,
+                    config_eval_sequences(c) * c->seq_len, config_eval_sequences(c), c->seq_len);
     }
 
     model_config_from(&tr->model_cfg, c, vocab);
@@ -456,24 +460,33 @@ StepStats trainer_step(Trainer *tr) {
     return s;
 }
 
-/* The first eval_batches micro-batches of the val split, the same for every
- * layout: micro-batch j runs on data-parallel rank j % dp, through the
- * pipeline with a forwards-only schedule. */
+/* The first config_eval_sequences() sequences of the val split (eval_tokens of them in tokens), the same
+ * on every layout and batch size: they make micro-batches of batch_size in order, micro-batch j runs on
+ * data-parallel rank j % dp, through the pipeline with a forwards-only schedule. Every rank runs the same
+ * number of micro-batches (with zero=3 each one gathers weights over the data-parallel group), so the
+ * places past the last sequence are padding: token 0 in, IGNORE_INDEX out, counted nowhere. The loss is
+ * the sum over every scored token of every rank over their count: the token-weighted mean, whatever the
+ * layout; only the order of the fp32 sums differs. */
 double trainer_eval(Trainer *tr) {
     if (!tr->has_val) return NAN;
     const Config *c = &tr->cfg;
     int B = c->batch_size, T = c->seq_len, dp = tr->comm.dp, me = tr->comm.dp_rank;
     size_t BT = (size_t)B * T;
-    int64_t avail = tr->val.n_samples / B;
-    int total = c->eval_batches < avail ? c->eval_batches : (int)avail, mine = 0;
-    for (int j = me; j < total; j += dp) mine++;
+    long n = config_eval_sequences(c);
+    if (n > tr->val.n_samples) n = (long)tr->val.n_samples;
+    long batches = (n + B - 1) / B;
+    int mine = (int)((batches + dp - 1) / dp);
     int *ids = mallocCheck((mine + 1) * BT * sizeof(int)), *targets = mallocCheck((mine + 1) * BT * sizeof(int));
     loader_reset(&tr->val);
     double count = 0;
-    for (int k = 0; k < mine; k++) {
-        loader_fetch(&tr->val, (int64_t)(me + k * dp) * B, ids + k * BT, targets + k * BT);
-        for (size_t i = 0; i < BT; i++) count += targets[k * BT + i] != IGNORE_INDEX;
-    }
+    for (int k = 0; k < mine; k++)
+        for (int b = 0; b < B; b++) {
+            long sequence = ((long)k * dp + me) * B + b;
+            int *in = ids + k * BT + (size_t)b * T, *out = targets + k * BT + (size_t)b * T;
+            if (sequence < n) loader_fetch(&tr->val, sequence, in, out);   /* the val loader reads one sequence at a time */
+            else for (int t = 0; t < T; t++) { in[t] = 0; out[t] = IGNORE_INDEX; }
+            for (int t = 0; t < T; t++) count += out[t] != IGNORE_INDEX;
+        }
     Schedule ev;
     eval_schedule(&ev, tr, mine);
     if (ev.slots[tr->comm.pp_rank] > tr->model.part.n_slots) die("internal: evaluation needs %d activation slots", ev.slots[tr->comm.pp_rank]);

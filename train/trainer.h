@@ -113,7 +113,7 @@ uint32_t trainer_run_id(const Config *c);
 /* Writes run_dir/ckpt_<step>/ (weights, AdamW m and v, loader, RNG, loss scale, config). */
 void trainer_save_checkpoint(Trainer *tr);
 StepStats trainer_step(Trainer *tr);
-/* Mean loss over eval_batches validation micro-batches (from the start of the val split). */
+/* Mean loss over the first eval_tokens of the val split in whole sequences (train/config.h's config_eval_sequences), on every layout the same. */
 double trainer_eval(Trainer *tr);
 /* fp16 dynamic loss scaling, PyTorch GradScaler's rule: x0.5 and the step
  * skipped on any inf/nan, x2 after LOSS_SCALE_WINDOW clean steps in a row.
