@@ -145,14 +145,13 @@ int checkpoint_logits_main(int argc, char **argv) {
     if (!dir || !ids_text || !out) die("logits needs --model, --ids and --out\n%s", usage);
     size_t cap = strlen(ids_text) / 2 + 1;   /* items are at least one digit and a comma */
     double *values = mallocCheck(cap * sizeof *values);
-    char err[512];
+    char err[4400];
     int T = option_list("ids", ids_text, 0, INT_MAX, 1, values, (int)cap, err, sizeof err);
     if (T < 0) die("logits: %s\n  hint: --ids takes comma-separated token ids, e.g. --ids=1,2,3", err);
     int *ids = mallocCheck(((size_t)T + 1) * sizeof(int));
     for (int t = 0; t < T; t++) ids[t] = (int)values[t];
     free(values);
     if (T == 0) die("logits: --ids is empty");
-    char err[4400];
     if (check_writable(out, 0, "--out", err, sizeof err) != 0) die("logits: %s", err);   /* a regular file only, said before the work */
     Model m;
     checkpoint_load_model(dir, &m, T);

@@ -7,7 +7,7 @@
 # runs/, data/ and hf/ are made by the commands themselves.
 #   - a line of several commands joined by && runs as its parts;
 #   - a training command (build/train --key=..., under mpirun or not) runs with
-#     --max_steps=2 --eval_batches=2 added (unless it names its own max_steps of
+#     --max_steps=2 --eval_tokens=4096 added (unless it names its own max_steps of
 #     at most 20: a profile needs its steps), the doctor with --sweep=0 (its sweep
 #     is tests/test_doctor.sh's); an `export` line holds for the block's later lines;
 #   - skipped, saying so: scripts/setup.sh (its --check runs instead), make
@@ -71,7 +71,7 @@ while IFS= read -r line; do
         cmd="$part"
         own_steps=$(echo "$part" | sed -n 's/.*--max_steps=\([0-9]*\).*/\1/p')
         if [[ "$part" =~ build/train\ -- && "$part" != *--help* ]]; then
-            if [ -n "$own_steps" ] && [ "$own_steps" -le 20 ]; then cmd="$part --eval_batches=2"; else cmd="$part --max_steps=2 --eval_batches=2"; fi
+            if [ -n "$own_steps" ] && [ "$own_steps" -le 20 ]; then cmd="$part --eval_tokens=4096"; else cmd="$part --max_steps=2 --eval_tokens=4096"; fi
         elif [[ "$part" =~ build/train\ doctor ]]; then cmd="$part --sweep=0"; fi
         n=$((n + 1))
         log="$dir/cmd$n.log"
