@@ -7,7 +7,10 @@
  * runs that list on the model, and `build/train schedule` prints and checks
  * the very same list without a model. A pipeline builder (1F1B, GPipe,
  * interleaved 1F1B) lays out forwards, backwards and the send/receive that
- * join stages; the data-parallel pass then splits the last backward of each
+ * join stages (zb1, the zero-bubble ZB-H1, splits each backward into B, the
+ * input gradients the previous stage waits for, and W, the weight gradients
+ * nobody waits for, and places W in the bubbles); the data-parallel pass then
+ * splits the last backward (zb1: the last W) of each
  * chunk where a bucket of gradients becomes complete and starts that bucket's
  * reduction right there, so it runs while the backward goes on.
  *
@@ -19,12 +22,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-enum { PP_1F1B, PP_GPIPE, PP_INTERLEAVED };   /* config key pp_schedule: 1f1b|gpipe|interleaved */
+enum { PP_1F1B, PP_GPIPE, PP_INTERLEAVED, PP_ZB1 };   /* config key pp_schedule: 1f1b|gpipe|interleaved|zb1 */
 
 typedef enum {
     ACT_FORWARD,      /* mb, chunk: [embedding], the chunk's layers, [head, loss and the head's backward];
                        * to > 0 (zero=3): only forward steps [from, to) (model_forward_chunk_steps) */
     ACT_BACKWARD,     /* mb, chunk, steps [from, to) of the chunk's backward (model_backward_chunk) */
+    ACT_BACKWARD_INPUT,  /* zb1: mb, chunk, steps [from, to) of B, the backward's input gradients (model_backward_input_chunk) */
+    ACT_BACKWARD_WEIGHT, /* zb1: mb, chunk, steps [from, to) of W, its weight gradients (model_backward_weight_chunk) */
     ACT_SEND_ACT,     /* mb, chunk: the chunk's output to the stage that runs the next chunk */
     ACT_RECV_ACT,     /* mb, chunk: the chunk's input from the stage that runs the previous chunk */
     ACT_SEND_GRAD,    /* mb, chunk: d(chunk input) to the stage of the previous chunk */
@@ -38,6 +43,10 @@ typedef enum {
     ACT_KINDS
 } ActionKind;
 extern const char *const action_names[ACT_KINDS];
+/* A forward, backward, B or W: work on the model (the kinds before the sends and receives). */
+static inline int action_is_compute(ActionKind k) { return k <= ACT_BACKWARD_WEIGHT; }
+/* The action that writes weight gradients in this schedule's backward: W when it splits the backward, else the backward. */
+static inline int schedule_splits_backward(int kind) { return kind == PP_ZB1; }
 
 typedef struct {
     ActionKind kind;
@@ -58,6 +67,7 @@ typedef struct {
     int micro_batches;  /* m: micro-batches per step (per data-parallel rank) */
     int chunks;         /* v: chunks per stage (1 unless interleaved) */
     int forward_only;   /* evaluation: no backward, no optimizer */
+    int split;          /* the backward runs as B and W (schedule_splits_backward) */
     int *steps;         /* (stages * chunks) backward steps of each chunk (model_backward_steps) */
     Action **list;      /* (stages) each stage's actions */
     int *n, *cap;       /* (stages) */
@@ -71,7 +81,12 @@ typedef struct {
 
 /* The pipeline part of a step: p stages, m micro-batches, v chunks per stage;
  * steps (p*v, stage-major) gives each chunk's backward steps. Dies in words on
- * a layout the schedule cannot run (m < p; interleaved with m not a multiple of p). */
+ * a layout the schedule cannot run (m < p; interleaved with m not a multiple of p).
+ * PP_ZB1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", ZB-H1): 1F1B's
+ * warm-up and order with each backward split into B and W; in the steady state
+ * each B is followed by its W (1F1B's memory: the slot is held until W), and
+ * in the cool-down the W's are put off while a B waits for its gradient, so
+ * they fill what is 1F1B's drain bubble. */
 void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps);
 /* Forwards only (evaluation): every micro-batch through every chunk, with its sends and receives. */
 void schedule_build_forward(Schedule *s, int p, int m, int v);
@@ -113,7 +128,7 @@ void schedule_free(Schedule *s);
 /* Action lists are sound: every send meets its receive in the same order on
  * the same pair of stages, every action finds what it needs done before it,
  * and the groups complete without deadlock when run (a simulation with
- * forward = 1 and backward = 2 time units a chunk). Returns 0, or -1 with the
+ * forward = 1 and backward = 2 time units a chunk; B = W = 1 where it is split). Returns 0, or -1 with the
  * first problem in words in err. Fills the simulated timeline's figures. */
 typedef struct {
     double makespan;        /* simulated step time (forward of a chunk = 1) */
@@ -135,5 +150,6 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
 void schedule_print_zero(const Schedule *s, const ScheduleSim *sim, size_t param_bytes, FILE *out);
 /* Every stage's whole action list, a line per compute with what prepares and follows it. */
 void schedule_print_actions(const Schedule *s, FILE *out);
-/* The textbook bubble of the schedule: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1) — idle over step time. */
+/* The textbook bubble of the schedule: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1) — idle over step time;
+ * zb1 (ZB-H1 with F = B = W): (p-1)/(3m+p-1), each stage idle (p-1)(F+B-W) of m(F+B+W) + (p-1)(F+B-W). */
 double schedule_bubble_formula(const Schedule *s);
