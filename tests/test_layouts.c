@@ -124,6 +124,8 @@ static void nccl_data_and_pipeline(void) {
     layout("ref", "dp2pp2", 4, "--dp=2 --pp=2 --zero=1", fp32);
     layout("refbf", "pp2bf", 2, "--pp=2 --precision=bf16 --recompute=full", bf16);
     layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
+    layout("ref", "pp4zb", 4, "--pp=4 --pp_schedule=zb1", fp32);
+    layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
     resume("ref", "r21", 2, "--dp=2", 1, "");
     resume("ref", "rp", 2, "--pp=2", 4, "--pp=4");
     resume("ref", "rpi", 2, "--pp=2 --pp_schedule=interleaved", 2, "--dp=2 --zero=1");
