@@ -152,30 +152,27 @@ static void build_layout(Model *m) {
  *    scratch with NaN, so a change that breaks this fails the CPU tests.
  *  - tmp is scratch1: the forward's tmp is dead whenever the backward's
  *    scratch1 is live, and vice versa. */
-/* split_backward: what W of layer j of slot S reads (llama.h WKeep). The slot's own activation where it stays as B
- * left it until W: without recompute every one does (the backward writes none of them, the next forward into this slot
- * comes after W), except the norm outputs with sequence parallelism, which W needs gathered. Recompute brings its
- * activations back into the shared buffers, which the next layer's recompute overwrites: those are copied. The
- * output gradients are always copies (B's scratch and dres move on; h13, holding dh13, is the attention backward's
- * work space). */
-static void layout_keep(Model *m, ActSlot *S, int j, char *base, size_t *cursor) {
+/* split_backward: store K of what W reads (llama.h WKeep): a copy of each tensor the slot does not keep unchanged
+ * until W. Without recompute the slot keeps every input and rstd (the backward writes none of them, and the slot's
+ * next forward comes after W), except the norm outputs with sequence parallelism, which W needs gathered. Recompute
+ * brings its activations back into the shared buffers, which the next layer's recompute overwrites: those are
+ * copied (full recompute: res_mid too). The output gradients are always copies (B's scratch and dres move on; h13,
+ * holding dh13, is the attention backward's work space). */
+static void layout_keep(Model *m, WKeep *K, char *base, size_t *cursor) {
     size_t N = (size_t)m->B * m->T, Ns = m->sp ? N / m->part.tp : N, a = act_size(m), at = *cursor, C = m->C, F = m->F;
     int own = m->recompute == RECOMPUTE_NONE, full = m->recompute == RECOMPUTE_FULL;
-    LayerActs *L = &S->acts[j];
-    WKeep *K = &S->keep[j];
 #define TAKE(bytes) (at += ((bytes) + 255) & ~(size_t)255, base ? (void *)(base + at - (((bytes) + 255) & ~(size_t)255)) : NULL)
-    K->x[FP8_QKV] = own && !m->sp ? L->ln1 : TAKE(N * C * a);
-    K->x[FP8_O] = own ? L->att : TAKE(N * m->NH * m->HD * a);
-    K->x[FP8_W13] = own && !m->sp ? L->ln2 : TAKE(N * C * a);
-    K->x[FP8_W2] = own ? L->hs : TAKE(N * F * a);
+    memset(K, 0, sizeof *K);
+    if (!own || m->sp) K->x[FP8_QKV] = TAKE(N * C * a);
+    if (!own) K->x[FP8_O] = TAKE(N * m->NH * m->HD * a);
+    if (!own || m->sp) K->x[FP8_W13] = TAKE(N * C * a);
+    if (!own) K->x[FP8_W2] = TAKE(N * F * a);
     K->dy[FP8_QKV] = TAKE(N * m->QKV * a);
     K->dy[FP8_O] = TAKE(N * C * a);
     K->dy[FP8_W13] = TAKE(N * 2 * F * a);
     K->dy[FP8_W2] = TAKE(N * C * a);
-    K->norm_in[0] = S->res[j];
-    K->norm_in[1] = full ? TAKE(Ns * C * a) : L->res_mid;
-    K->rstd[0] = own ? L->ln1_rstd : TAKE(Ns * sizeof(float));
-    K->rstd[1] = own ? L->ln2_rstd : TAKE(Ns * sizeof(float));
+    if (full) K->norm_in[1] = TAKE(Ns * C * a);   /* norm_in[0], the block's input res[j], is always the slot's */
+    if (!own) for (int k = 0; k < 2; k++) K->rstd[k] = TAKE(Ns * sizeof(float));
     for (int k = 0; k < 2; k++) K->dnorm[k] = TAKE(Ns * C * a);
 #undef TAKE
     *cursor = at;
@@ -247,8 +244,8 @@ static size_t layout_activations(Model *m, char *base, size_t *head_past) {
         }
         if (m->part.has_embedding) S->ids = TAKE(N * 4);
         S->dres = TAKE(Ns * m->C * a);
-        for (int j = 0; m->part.split_backward && j < m->chunk_layers; j++) layout_keep(m, S, j, base, &at);
     }
+    for (int k = 0; m->part.split_backward && k < m->part.n_keeps * m->chunk_layers; k++) layout_keep(m, &m->keeps[k], base, &at);
     m->scratch1 = TAKE(N * S1 * a);
     m->tmp = m->scratch1;
     m->scratch2 = (sel || full) && m->QKV <= m->F ? sh->hs : TAKE(N * m->QKV * a);
@@ -378,8 +375,8 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     for (int s = 0; s < p->n_slots; s++) {
         m->slots[s].res = callocCheck((size_t)m->chunk_layers + 1, sizeof(void *));
         m->slots[s].acts = callocCheck(m->chunk_layers ? m->chunk_layers : 1, sizeof(LayerActs));
-        if (p->split_backward) m->slots[s].keep = callocCheck(m->chunk_layers ? m->chunk_layers : 1, sizeof(WKeep));
     }
+    if (p->split_backward) m->keeps = callocCheck((size_t)(p->n_keeps > 0 ? p->n_keeps : 1) * (m->chunk_layers ? m->chunk_layers : 1), sizeof(WKeep));
     m->slot_B = callocCheck(p->n_slots, sizeof(int));
     m->slot_T = callocCheck(p->n_slots, sizeof(int));
     plan_weights(m);
@@ -416,7 +413,8 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
 }
 
 void model_plan_free(Model *m) {
-    for (int s = 0; m->slots && s < m->part.n_slots; s++) { free(m->slots[s].res); free(m->slots[s].acts); free(m->slots[s].keep); }
+    for (int s = 0; m->slots && s < m->part.n_slots; s++) { free(m->slots[s].res); free(m->slots[s].acts); }
+    free(m->keeps);
     free(m->slots); free(m->slot_B); free(m->slot_T);
     free(m->tensors); free(m->layer); free(m->units); free(m->chunk_first); free(m->grads_at); free(m->weights_at);
     free(m->fp8.history); free(m->fp8.scale); free(m->fp8.global_layer);

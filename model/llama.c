@@ -435,9 +435,10 @@ static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     swiglu_forward_of(m, i, L->hs, L->h13, N, m->F);
 }
 
-/* split_backward: W of this layer will read t (bytes) as it is now; copy it into its keep unless it is the same buffer */
+/* split_backward: W of this layer will read t (bytes) as it is now: copy it into the store, unless the store has no
+ * copy of it (NULL: W reads the slot's own, which stays) */
 static void keep(Model *m, void *kept, const void *t, size_t bytes) {
-    if (kept != t) m->be->copy(kept, t, bytes);
+    if (kept) m->be->copy(kept, t, bytes);
 }
 
 /* Backward of one block: S->dres holds d(res[j+1]) and becomes d(res[j]).
@@ -499,13 +500,22 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T, WKe
 #undef KEEP
 }
 
-/* W of one block: its weight gradients from what its B kept in K, in the fused backward's order. The norms' come from
- * the backend's norm backward, whose input gradient (into scratch1) is not wanted: it reads a weight only for that, so
- * it is given the incoming gradient's first row as one (finite values; W holds no weights: ZeRO-3 gathers none for it). */
-static void block_weights(Model *m, int i, int B, int T, const WKeep *K) {
+/* W of one block: its weight gradients from what its B kept in K (or, where K has no copy, the slot's own), in the
+ * fused backward's order. The norms' come from the backend's norm backward, whose input gradient (into scratch1) is
+ * not wanted: it reads a weight only for that, so it is given the incoming gradient's first row as one (finite
+ * values; W holds no weights: ZeRO-3 gathers none for it). */
+static void block_weights(Model *m, ActSlot *S, int i, int j, int B, int T, const WKeep *kept) {
     const Backend *be = m->be;
     int N = B * T, Ns = stream_tokens(m, N), C = m->C, F = m->F, u = layer_unit(m, i);
     const LayerOffsets *o = &m->layer[i];
+    const LayerActs *L = &S->acts[j];
+    WKeep own = {.x = {L->ln1, L->att, L->ln2, L->hs}, .norm_in = {S->res[j], L->res_mid}, .rstd = {L->ln1_rstd, L->ln2_rstd}}, k = *kept;
+    for (int w = 0; w < FP8_MATMULS; w++) if (!k.x[w]) k.x[w] = own.x[w];
+    for (int n = 0; n < 2; n++) {
+        if (!k.norm_in[n]) k.norm_in[n] = own.norm_in[n];
+        if (!k.rstd[n]) k.rstd[n] = own.rstd[n];
+    }
+    const WKeep *K = &k;
     be->matmul_backward(NULL, grad_at(m, u, o->w2), K->dy[FP8_W2], K->x[FP8_W2], NULL, N, F, C, accumulate_into(m, layer_grad(i, GRAD_W2)));
     be->matmul_backward(NULL, grad_at(m, u, o->w13), K->dy[FP8_W13], K->x[FP8_W13], NULL, N, C, 2 * F,
                         accumulate_into(m, layer_grad(i, GRAD_W13)));
@@ -538,22 +548,27 @@ void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {
     }
 }
 
-void model_backward_input_chunk(Model *m, int chunk, int slot, int from, int to) {
-    if (!m->part.split_backward) die("internal: a backward split into B and W on a model laid out without the slots' W tensors");
+static WKeep *keep_of(Model *m, int keep, int j) {
+    if (!m->part.split_backward || keep < 0 || keep >= m->part.n_keeps)
+        die("internal: W store %d of a model laid out with %d (split backward %d)", keep, m->part.n_keeps, m->part.split_backward);
+    return &m->keeps[(size_t)keep * m->chunk_layers + j];
+}
+
+void model_backward_input_chunk(Model *m, int chunk, int slot, int keep, int from, int to) {
     ActSlot *S = &m->slots[slot];
     int B = m->slot_B[slot], T = m->slot_T[slot], nl = m->part.chunks[chunk].n_layers;
     for (int step = from; step < to && step < nl; step++) {   /* the embedding's step has no input gradient: all W */
         int j = nl - 1 - step;
-        block_backward(m, S, m->chunk_first[chunk] + j, j, B, T, &S->keep[j]);
+        block_backward(m, S, m->chunk_first[chunk] + j, j, B, T, keep_of(m, keep, j));
     }
 }
 
-void model_backward_weight_chunk(Model *m, int chunk, int slot, int from, int to) {
-    if (!m->part.split_backward) die("internal: a backward split into B and W on a model laid out without the slots' W tensors");
+void model_backward_weight_chunk(Model *m, int chunk, int slot, int keep, int from, int to) {
     ActSlot *S = &m->slots[slot];
     int B = m->slot_B[slot], T = m->slot_T[slot], nl = m->part.chunks[chunk].n_layers;
     for (int step = from; step < to; step++) {
-        if (step < nl) block_weights(m, m->chunk_first[chunk] + nl - 1 - step, B, T, &S->keep[nl - 1 - step]);
+        int j = nl - 1 - step;
+        if (step < nl) block_weights(m, S, m->chunk_first[chunk] + j, j, B, T, keep_of(m, keep, j));
         else embedding_backward(m, S, B, T);
     }
 }

@@ -62,7 +62,8 @@ typedef struct {            /* which part of the model this rank holds, and how 
                              * weights gathered at weights_at[u] (parallel/ddp.h) */
     int fp8;                /* 1 (precision=fp8, act bf16): the block matmuls run in FP8 with delayed scales (model/fp8.h) */
     int split_backward;     /* 1 (pp_schedule=zb1): the backward runs as B then W (model_backward_input_chunk, model_backward_weight_chunk),
-                             * each slot keeping, per layer, what W reads (WKeep) from its B until its W */
+                             * what W reads kept from B to W in one of n_keeps stores (WKeep per layer) */
+    int n_keeps;            /* split_backward: (micro-batch, chunk)s between their B and their W at once (the schedule's keeps) */
 } ModelPart;
 
 typedef struct {            /* one named tensor of the parameter buffer */
@@ -104,9 +105,10 @@ typedef struct {            /* the activations one layer keeps for its backward 
 
 /* What the weight gradients of one layer (a zero-bubble pipeline's W) read, kept from the layer's B: each block
  * matmul's input x (N,IC) and output gradient dy (N,OC), indexed FP8_QKV .. FP8_W2 (model/fp8.h), and each norm's
- * input, rstd and incoming gradient (Ns rows; [0] the attention norm, [1] the ffn norm). An x, input or rstd that the
- * slot itself keeps unchanged until W (no recompute; the norm outputs also without sequence parallelism) is that
- * activation; everything else is a copy B writes (model/layout.c sizes both). */
+ * input, rstd and incoming gradient (Ns rows; [0] the attention norm, [1] the ffn norm). NULL where the slot itself
+ * keeps that tensor unchanged until W (no recompute; the norm outputs also without sequence parallelism): W reads
+ * the slot's activation; everything else is a copy B writes (model/layout.c). A store is held from a B to its W
+ * only, so a stage needs as many as it has micro-batches between the two at once, not one per slot. */
 typedef struct {
     void *x[FP8_MATMULS], *dy[FP8_MATMULS];
     void *norm_in[2], *dnorm[2];
@@ -120,7 +122,6 @@ typedef struct {            /* one micro-batch in flight through one chunk */
     float *lnf_rstd;        /* (Ns) */
     float *losses;          /* (N)       per-token loss (head chunk) */
     void *dres;             /* (Ns,C)    gradient of the residual stream: d(output) in, d(input) out */
-    WKeep *keep;            /* (chunk_layers) part.split_backward: what each layer's W reads; else NULL */
     int *ids, *targets;     /* (N) on the device */
 } ActSlot;
 
@@ -182,6 +183,7 @@ typedef struct Model {
     Fp8State fp8;                       /* part.fp8: the scales and the amax record (model/fp8.h); amax, scratch in act_memory */
     void *gathered;                     /* (N,C) sequence parallel: a norm output or gradient gathered over tp, or a reduce-scatter's result */
     float *norm_dw_discard;             /* (C) part.split_backward: B's norm backward writes its weight gradient here, unread (W writes it) */
+    WKeep *keeps;                       /* (part.n_keeps * chunk_layers) split_backward: store k's layer j at [k * chunk_layers + j] */
     /* generation */
     void **kcache, **vcache;            /* (n_local_layers) x (1,T,NKV*HD), made by the first model_decode */
     float *host_logits;                 /* (V) */
@@ -269,11 +271,12 @@ double model_take_losses(Model *m);
 void model_backward_chunk(Model *m, int chunk, int slot, int from, int to);
 /* The same backward in two halves (part.split_backward; docs/pipeline-parallel.md): B, the input gradients — steps
  * [from, to) as above, dres in and out the same, the matmuls' input gradients, the norms' and the attention's, and the
- * tensor-parallel sums — writing no gradient and keeping in the slot what W reads; then W, the weight gradients of the
+ * tensor-parallel sums — writing no gradient and keeping what W reads in store `keep` (< n_keeps) and the slot;
+ * then W (the same slot and store), the weight gradients of the
  * same steps from what B kept (the embedding's step: its scatter of dres), ADDING into grads as the fused form does.
  * W of a step runs after B of that step and before the slot's next forward. */
-void model_backward_input_chunk(Model *m, int chunk, int slot, int from, int to);
-void model_backward_weight_chunk(Model *m, int chunk, int slot, int from, int to);
+void model_backward_input_chunk(Model *m, int chunk, int slot, int keep, int from, int to);
+void model_backward_weight_chunk(Model *m, int chunk, int slot, int keep, int from, int to);
 int model_backward_steps(const Model *m, int chunk);
 /* Where a pipeline stage receives a chunk's input / sends its output: (Ns,C) act dtype,
  * model_boundary_elements of them (also the size of the slot's dres). */

@@ -68,10 +68,10 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
             if (e->ddp && e->ddp->zero >= 2 && a->writes >= 0) ddp_open_grads(e->ddp, a->writes, a->accumulate);
             model_backward_chunk(m, a->chunk, a->slot, a->from, a->to);
             break;
-        case ACT_BACKWARD_INPUT: model_backward_input_chunk(m, a->chunk, a->slot, a->from, a->to); break;   /* writes no gradient */
+        case ACT_BACKWARD_INPUT: model_backward_input_chunk(m, a->chunk, a->slot, a->keep, a->from, a->to); break;   /* writes no gradient */
         case ACT_BACKWARD_WEIGHT:   /* zb1's W: the only writer of the chunk's weight gradients */
             if (e->ddp && e->ddp->zero >= 2 && a->writes >= 0) ddp_open_grads(e->ddp, a->writes, a->accumulate);
-            model_backward_weight_chunk(m, a->chunk, a->slot, a->from, a->to);
+            model_backward_weight_chunk(m, a->chunk, a->slot, a->keep, a->from, a->to);
             break;
         case ACT_SEND_ACT: case ACT_RECV_ACT: case ACT_SEND_GRAD: case ACT_RECV_GRAD: used = run_p2p(e, actions, i, n, B, T); break;
         case ACT_REDUCE: ddp_reduce_start(e->ddp, a->bucket); break;

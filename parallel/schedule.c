@@ -11,6 +11,7 @@
  * come out as one group by themselves. */
 #include "schedule.h"
 #include "../common/util.h"
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,7 +26,7 @@ static void push_at(Schedule *s, int stage, int at, Action a) {
     }
     Action *l = s->list[stage];
     memmove(l + at + 1, l + at, (size_t)(s->n[stage] - at) * sizeof(Action));
-    a.slot = -1;
+    a.slot = a.keep = -1;
     l[at] = a;
     s->n[stage]++;
 }
@@ -219,47 +220,57 @@ void schedule_add_data_parallel(Schedule *s, int st, const BucketReady *ready, i
 }
 
 static int uses_slot(const Action *a) { return a->kind <= ACT_RECV_GRAD; }
+static int uses_keep(const Action *a) { return a->kind == ACT_BACKWARD_INPUT || a->kind == ACT_BACKWARD_WEIGHT; }
+
+/* Numbers the (micro-batch, chunk) pairs' intervals on stage st — from the first action `uses` takes to the last —
+ * with the lowest index free at each start: writes each action's index into *field, returns the most held at once. */
+static int assign(Schedule *s, int st, int (*uses)(const Action *), size_t field, int *first, int *last, int *index_of, int *taken) {
+    int pairs = s->micro_batches * s->chunks, held = 0, most = 0;
+    for (int q = 0; q < pairs; q++) { first[q] = last[q] = index_of[q] = -1; }
+    for (int i = 0; i < s->n[st]; i++) {
+        const Action *a = &s->list[st][i];
+        if (!uses(a)) continue;
+        int q = a->mb * s->chunks + a->chunk;
+        if (first[q] < 0) first[q] = i;
+        last[q] = i;
+    }
+    memset(taken, 0, ((size_t)pairs + 1) * sizeof(int));
+    for (int i = 0; i < s->n[st]; i++) {
+        Action *a = &s->list[st][i];
+        if (!uses(a)) continue;
+        int q = a->mb * s->chunks + a->chunk, *at = (int *)((char *)a + field);
+        if (first[q] == i) {
+            int k = 0;
+            while (taken[k]) k++;
+            taken[k] = 1;
+            index_of[q] = k;
+            if (++held > most) most = held;
+        }
+        *at = index_of[q];
+        if (last[q] == i) { taken[index_of[q]] = 0; held--; }
+        if (field == offsetof(Action, slot)) a->frees_slot = last[q] == i;
+    }
+    return most;
+}
 
 void schedule_assign_slots(Schedule *s) {
     int pairs = s->micro_batches * s->chunks;
     int *first = mallocCheck((size_t)pairs * sizeof(int)), *last = mallocCheck((size_t)pairs * sizeof(int));
-    int *slot_of = mallocCheck((size_t)pairs * sizeof(int)), *taken = callocCheck((size_t)pairs + 1, sizeof(int));
+    int *index_of = mallocCheck((size_t)pairs * sizeof(int)), *taken = callocCheck((size_t)pairs + 1, sizeof(int));
+    if (!s->keeps) s->keeps = callocCheck(s->stages, sizeof(int));
     for (int st = 0; st < s->stages; st++) {
-        for (int q = 0; q < pairs; q++) { first[q] = last[q] = slot_of[q] = -1; }
-        for (int i = 0; i < s->n[st]; i++) {
-            const Action *a = &s->list[st][i];
-            if (!uses_slot(a)) continue;
-            int q = a->mb * s->chunks + a->chunk;
-            if (first[q] < 0) first[q] = i;
-            last[q] = i;
-        }
-        memset(taken, 0, ((size_t)pairs + 1) * sizeof(int));
-        int held = 0, most = 0;
-        for (int i = 0; i < s->n[st]; i++) {
-            Action *a = &s->list[st][i];
-            if (!uses_slot(a)) continue;
-            int q = a->mb * s->chunks + a->chunk;
-            if (first[q] == i) {
-                int k = 0;
-                while (taken[k]) k++;
-                taken[k] = 1;
-                slot_of[q] = k;
-                if (++held > most) most = held;
-            }
-            a->slot = slot_of[q];
-            a->frees_slot = last[q] == i;
-            if (a->frees_slot) { taken[slot_of[q]] = 0; held--; }
-        }
+        int most = assign(s, st, uses_slot, offsetof(Action, slot), first, last, index_of, taken);
         s->slots[st] = most > 0 ? most : 1;
+        s->keeps[st] = assign(s, st, uses_keep, offsetof(Action, keep), first, last, index_of, taken);
     }
-    free(first); free(last); free(slot_of); free(taken);
+    free(first); free(last); free(index_of); free(taken);
 }
 
 void schedule_free(Schedule *s) {
     for (int st = 0; st < s->stages; st++) free(s->list[st]);
     for (int st = 0; s->place && st < s->stages; st++) { free(s->place[st]); free(s->elements[st]); }
     free(s->place); free(s->elements); free(s->n_buckets); free(s->fsteps);
-    free(s->list); free(s->n); free(s->cap); free(s->slots); free(s->steps);
+    free(s->list); free(s->n); free(s->cap); free(s->slots); free(s->keeps); free(s->steps);
     memset(s, 0, sizeof *s);
 }
 

@@ -55,6 +55,7 @@ typedef struct {
     int bucket;         /* ACT_REDUCE, ACT_GATHER and their waits */
     int peer;           /* SEND/RECV: the pipeline stage at the other end */
     int slot;           /* the activation slot of (mb, chunk) on this stage */
+    int keep;           /* split backward, on B and W: the store of what W reads (model/llama.h WKeep), held from B to W */
     int frees_slot;     /* 1: the slot is free after this action */
     /* zero=2/3, on ACT_FORWARD and ACT_BACKWARD (-1: none): the bucket whose gathered weights it reads (zero=3), and
      * the bucket whose gradient it writes — its place opened first, with the sum of earlier micro-batches when accumulate */
@@ -72,6 +73,7 @@ typedef struct {
     Action **list;      /* (stages) each stage's actions */
     int *n, *cap;       /* (stages) */
     int *slots;         /* (stages) activation slots each stage needs: its most micro-batches in flight */
+    int *keeps;         /* (stages) split: W stores each stage needs, its most (micro-batch, chunk)s between B and W at once */
     int zero;           /* 2 or 3: schedule_add_zero made the data-parallel part */
     int *fsteps;        /* (stages * chunks) zero=3: forward steps of each chunk (model_forward_steps); else NULL */
     int *n_buckets;     /* (stages) zero=2/3 */
@@ -121,7 +123,8 @@ typedef struct {
 } ZeroUnits;
 void schedule_add_zero(Schedule *s, int stage, const ZeroUnits *z, int zero);
 /* Gives each (micro-batch, chunk) of each stage a slot from its first action
- * to its last and records the most each stage holds at once. */
+ * to its last and records the most each stage holds at once; a split backward
+ * also a W store (keep) from its first B to its last W, and the most at once. */
 void schedule_assign_slots(Schedule *s);
 void schedule_free(Schedule *s);
 

@@ -25,7 +25,7 @@ static void add(List *l, Action a) {
         l->a = realloc(l->a, (size_t)l->cap * sizeof(Action));
         if (!l->a) die("out of host memory for a schedule");
     }
-    a.slot = -1;
+    a.slot = a.keep = -1;
     l->a[l->n++] = a;
 }
 

@@ -162,6 +162,7 @@ static void zero_bubble(void) {
     zb_layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
     zb_layout("ref", "tp2pp2zb", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective --pp_schedule=zb1", fp32);
     zb_layout("refbf", "pp2zbbf", 2, "--pp=2 --pp_schedule=zb1 --precision=bf16 --compute_weights=per_layer", bf16);
+    zb_layout("ref16", "pp4zbf16", 4, "--pp=4 --pp_schedule=zb1 --precision=fp16 --recompute=selective", bf16);   /* loss scaling */
     resume("ref", "rzb", 2, "--pp=2 --pp_schedule=zb1", 4, "--pp=4");
     resume("ref", "rzb2", 2, "--pp=2", 4, "--pp=2 --pp_schedule=zb1 --dp=2 --zero=1");
     memory_same(2, "--pp=2 --pp_schedule=zb1 --recompute=selective");

@@ -11,7 +11,7 @@
  *     with a wait, a free or a reduction's wait removed are caught;
  *   - zb1 (ZB-H1, the backward split into B and W): sound for many (p, m),
  *     each W after its B, a bubble between ZB-H1's formula and 1F1B's, the
- *     micro-batches in flight, the buckets and ZeRO's reductions after the W
+ *     micro-batches in flight, one store of what W reads (B to W), the buckets and ZeRO's reductions after the W
  *     that completes them (never after a B), ZeRO-3's gathers before B alone;
  *     a W before its B, a missing W and a fused backward in it are caught;
  *   - `build/train schedule` prints the same list's timeline and bubble,
@@ -253,7 +253,7 @@ static void test_cli(void) {
     rc = test_run("build/train", args, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "stage 3|            F0  B0  W0  F1  B1  W1") &&
           strstr(out, "simulated 20.00% of the step idle (forward 1, B 1, W 1 time units)") && strstr(out, "(p-1)/(3m+p-1) = 11.11%") &&
-          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 4 4 3 2"),
+          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 4 4 3 2; W stores (micro-batches between B and W at once): 1 1 1 1"),
           "zb1's dry run: its timeline in F, B and W, its bubble beside ZB-H1's formula and 1F1B's:\n%s", out);
     f = fopen(svg, "r");
     static char picture[1 << 18];
@@ -293,6 +293,14 @@ static void test_zb1(void) {
             CHECK(n[ACT_BACKWARD_INPUT] == m && n[ACT_BACKWARD_WEIGHT] == m && n[ACT_BACKWARD] == 0,
                   "zb1 p=%d m=%d stage %d: %d B, %d W, %d fused backwards", p, m, st, n[ACT_BACKWARD_INPUT], n[ACT_BACKWARD_WEIGHT], n[ACT_BACKWARD]);
             CHECK(s.slots[st] == (want < m ? want : m), "zb1 p=%d m=%d: stage %d holds %d micro-batches, want %d", p, m, st, s.slots[st], want);
+            /* each W right after its B: one store of what W reads, shared by the B and the W of a micro-batch */
+            int b_keep[64], same = 1;
+            for (int i = 0; i < s.n[st]; i++) {
+                const Action *a = &s.list[st][i];
+                if (a->kind == ACT_BACKWARD_INPUT && a->mb < 64) b_keep[a->mb] = a->keep;
+                if (a->kind == ACT_BACKWARD_WEIGHT && a->mb < 64) same &= a->keep == b_keep[a->mb] && a->keep >= 0;
+            }
+            CHECK(s.keeps[st] == 1 && same, "zb1 p=%d m=%d stage %d: %d W stores (want 1), each W on its B's: %d", p, m, st, s.keeps[st], same);
         }
         if (rc == 0 && p == 4 && m == 8)
             printf("zb1 p=4 m=8: bubble %.4f (ZB-H1's formula %.4f, 1F1B's %.4f), makespan %.0f\n", sim.bubble, zb, f1b, sim.makespan);

@@ -81,6 +81,10 @@ int schedule_main(int argc, char **argv) {
     if (v > 1) printf("; over the ideal compute time, Megatron's (p-1)/(v*m) = %.2f%%", 100 * (p - 1) / (v * m));
     printf("\nin flight| micro-batches each stage holds at once:");
     for (int st = 0; st < s.stages; st++) printf(" %d", s.slots[st]);
+    if (s.split) {   /* what W reads, held from each B to its W (model/llama.h WKeep) */
+        printf("; W stores (micro-batches between B and W at once):");
+        for (int st = 0; st < s.stages; st++) printf(" %d", s.keeps[st]);
+    }
     printf("\n");
     if (svg) {
         char title[256];
