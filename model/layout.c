@@ -1,7 +1,7 @@
 /* model/layout.c — where everything of a Model lives: the parameter layout of
  * this rank's part (named tensors, per-layer offsets, gradient units), the
  * activation slots carved out of one allocation (buffers whose lives never
- * overlap sharing memory), the places per-layer compute weights are cast
+ * overlap sharing memory; with a split backward, the W stores), the places per-layer compute weights are cast
  * into, init and host copies.
  *
  * The parameter buffer holds, in forward order: the embedding (first chunk of

@@ -3,7 +3,8 @@
  * schedule_check (parallel/schedule.h).
  *
  * A column is one time unit (a chunk's forward); a backward takes two. F3 is
- * the forward of micro-batch 3, B3 its backward; with interleaving, F3.1 is
+ * the forward of micro-batch 3, B3 its backward (zb1: B3 its input gradients
+ * and W3 its weight gradients, a column each); with interleaving, F3.1 is
  * micro-batch 3 through the stage's chunk 1. A backward the data-parallel pass
  * split around a bucket's reduction shows as its parts; the reductions
  * themselves take no simulated time and are listed under the timeline (in the
@@ -191,8 +192,7 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
         }
     }
     int yl = y[s->stages] + 20;
-    fprintf(f, "<text x='%d' y='%d'>grey: idle (the bubble) — simulated with a forward = 1, a backward = 2 time units%s%s</text>\n", left, yl,
-            s->split ? " (B, green, = 1; W, red, = 1)" : "",
+    fprintf(f, "<text x='%d' y='%d'>grey: idle (the bubble) — simulated with a forward = 1, a backward = 2 time units%s</text>\n", left, yl,
             s->zero ? "; ticks: gather starts (orange), reduce-scatter starts (red), weights released (dark grey)" : "");
     if (any) {
         int gathers = 0;
