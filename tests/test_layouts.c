@@ -159,6 +159,7 @@ static void zero_bubble(void) {
     zb_layout("ref", "pp3zb", 3, "--pp=3 --pp_schedule=zb1", fp32);                       /* uneven: 2,1,1 */
     zb_layout("ref", "pp2zbu", 2, "--pp=2 --pp_layers=1,3 --pp_schedule=zb1 --recompute=full", fp32);
     zb_layout("ref", "dp2pp2zb", 4, "--dp=2 --pp=2 --zero=1 --pp_schedule=zb1 --bucket_mb=0.004", fp32);
+    zb_layout("ref", "dp2pp2zb2", 4, "--dp=2 --pp=2 --zero=2 --pp_schedule=zb1", fp32);
     zb_layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
     zb_layout("ref", "tp2pp2zb", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective --pp_schedule=zb1", fp32);
     zb_layout("refbf", "pp2zbbf", 2, "--pp=2 --pp_schedule=zb1 --precision=bf16 --compute_weights=per_layer", bf16);
