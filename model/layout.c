@@ -1,7 +1,7 @@
 /* model/layout.c — where everything of a Model lives: the parameter layout of
  * this rank's part (named tensors, per-layer offsets, gradient units), the
  * activation slots carved out of one allocation (buffers whose lives never
- * overlap sharing memory), the places per-layer compute weights are cast
+ * overlap sharing memory; with a split backward, the W stores), the places per-layer compute weights are cast
  * into, init and host copies.
  *
  * The parameter buffer holds, in forward order: the embedding (first chunk of
@@ -152,6 +152,32 @@ static void build_layout(Model *m) {
  *    scratch with NaN, so a change that breaks this fails the CPU tests.
  *  - tmp is scratch1: the forward's tmp is dead whenever the backward's
  *    scratch1 is live, and vice versa. */
+/* split_backward: store K of what W reads (llama.h WKeep): a copy of each tensor the slot does not keep unchanged
+ * until W. Without recompute the slot keeps every input and rstd (the backward writes none of them, and the slot's
+ * next forward comes after W), except the norm outputs with sequence parallelism, which W needs gathered. Recompute
+ * brings its activations back into the shared buffers, which the next layer's recompute overwrites: those are
+ * copied (full recompute: res_mid too). The output gradients are always copies (B's scratch and dres move on; h13,
+ * holding dh13, is the attention backward's work space). */
+static void layout_keep(Model *m, WKeep *K, char *base, size_t *cursor) {
+    size_t N = (size_t)m->B * m->T, Ns = m->sp ? N / m->part.tp : N, a = act_size(m), at = *cursor, C = m->C, F = m->F;
+    int own = m->recompute == RECOMPUTE_NONE, full = m->recompute == RECOMPUTE_FULL;
+#define TAKE(bytes) (at += ((bytes) + 255) & ~(size_t)255, base ? (void *)(base + at - (((bytes) + 255) & ~(size_t)255)) : NULL)
+    memset(K, 0, sizeof *K);
+    if (!own || m->sp) K->x[FP8_QKV] = TAKE(N * C * a);
+    if (!own) K->x[FP8_O] = TAKE(N * m->NH * m->HD * a);
+    if (!own || m->sp) K->x[FP8_W13] = TAKE(N * C * a);
+    if (!own) K->x[FP8_W2] = TAKE(N * F * a);
+    K->dy[FP8_QKV] = TAKE(N * m->QKV * a);
+    K->dy[FP8_O] = TAKE(N * C * a);
+    K->dy[FP8_W13] = TAKE(N * 2 * F * a);
+    K->dy[FP8_W2] = TAKE(N * C * a);
+    if (full) K->norm_in[1] = TAKE(Ns * C * a);   /* norm_in[0], the block's input res[j], is always the slot's */
+    if (!own) for (int k = 0; k < 2; k++) K->rstd[k] = TAKE(Ns * sizeof(float));
+    for (int k = 0; k < 2; k++) K->dnorm[k] = TAKE(Ns * C * a);
+#undef TAKE
+    *cursor = at;
+}
+
 static size_t layout_activations(Model *m, char *base, size_t *head_past) {
     size_t B = m->B, T = m->T, N = B * T, a = act_size(m), at = 0;
     size_t Ns = m->sp ? N / m->part.tp : N;   /* the stream tokens: sequence parallelism keeps N/tp */
@@ -219,10 +245,12 @@ static size_t layout_activations(Model *m, char *base, size_t *head_past) {
         if (m->part.has_embedding) S->ids = TAKE(N * 4);
         S->dres = TAKE(Ns * m->C * a);
     }
+    for (int k = 0; m->part.split_backward && k < m->part.n_keeps * m->chunk_layers; k++) layout_keep(m, &m->keeps[k], base, &at);
     m->scratch1 = TAKE(N * S1 * a);
     m->tmp = m->scratch1;
     m->scratch2 = (sel || full) && m->QKV <= m->F ? sh->hs : TAKE(N * m->QKV * a);
     m->gathered = m->sp ? TAKE(N * m->C * a) : NULL;
+    m->norm_dw_discard = m->part.split_backward ? TAKE((size_t)m->C * sizeof(float)) : NULL;
     if (m->part.fp8) m->fp8.amax = TAKE((size_t)m->n_local_layers * FP8_MATMULS * FP8_ROLES * 4);   /* the record: lives a step */
 #undef TAKE
     return at;
@@ -323,6 +351,7 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     if (p->tp_rank < 0 || p->tp_rank >= tp) die("internal: tp rank %d of %d", p->tp_rank, tp);
     if (p->n_chunks < 1 || p->n_chunks > MODEL_MAX_CHUNKS) die("internal: a model part of %d chunks", p->n_chunks);
     if (p->n_slots < 1) die("internal: a model part with %d activation slots", p->n_slots);
+    if (p->split_backward && p->fp8) die("internal: precision=fp8 with a backward split into B and W");
     m->C = cfg->dim;
     m->HD = cfg->dim / cfg->n_heads;
     m->NH = cfg->n_heads / tp;
@@ -347,6 +376,7 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
         m->slots[s].res = callocCheck((size_t)m->chunk_layers + 1, sizeof(void *));
         m->slots[s].acts = callocCheck(m->chunk_layers ? m->chunk_layers : 1, sizeof(LayerActs));
     }
+    if (p->split_backward) m->keeps = callocCheck((size_t)(p->n_keeps > 0 ? p->n_keeps : 1) * (m->chunk_layers ? m->chunk_layers : 1), sizeof(WKeep));
     m->slot_B = callocCheck(p->n_slots, sizeof(int));
     m->slot_T = callocCheck(p->n_slots, sizeof(int));
     plan_weights(m);
@@ -384,6 +414,7 @@ void model_create(Model *m, const ModelConfig *cfg, const Backend *be, const Com
 
 void model_plan_free(Model *m) {
     for (int s = 0; m->slots && s < m->part.n_slots; s++) { free(m->slots[s].res); free(m->slots[s].acts); }
+    free(m->keeps);
     free(m->slots); free(m->slot_B); free(m->slot_T);
     free(m->tensors); free(m->layer); free(m->units); free(m->chunk_first); free(m->grads_at); free(m->weights_at);
     free(m->fp8.history); free(m->fp8.scale); free(m->fp8.global_layer);

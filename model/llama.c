@@ -140,7 +140,7 @@ static void linear_forward(Model *m, int i, int which, void *out, const void *x,
 static void linear_backward(Model *m, int i, int which, void *dx, float *dw, const void *dy, const void *x, const void *w, int N, int IC,
                             int OC) {
     static const int kind[FP8_MATMULS] = {[FP8_QKV] = GRAD_QKV, [FP8_O] = GRAD_O, [FP8_W13] = GRAD_W13, [FP8_W2] = GRAD_W2};
-    int acc = accumulate_into(m, layer_grad(i, kind[which]));
+    int acc = dw ? accumulate_into(m, layer_grad(i, kind[which])) : 0;   /* dw NULL: B's input gradient alone (split_backward) */
     if (!m->part.fp8) { m->be->matmul_backward(dx, dw, dy, x, w, N, IC, OC, acc); return; }
     Fp8Matmul q;
     model_fp8_args(m, i, which, &q);
@@ -435,41 +435,104 @@ static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     swiglu_forward_of(m, i, L->hs, L->h13, N, m->F);
 }
 
+/* split_backward: W of this layer will read t (bytes) as it is now: copy it into the store, unless the store has no
+ * copy of it (NULL: W reads the slot's own, which stays) */
+static void keep(Model *m, void *kept, const void *t, size_t bytes) {
+    if (kept) m->be->copy(kept, t, bytes);
+}
+
 /* Backward of one block: S->dres holds d(res[j+1]) and becomes d(res[j]).
  * Each operator's backward is the other operator: g's is tp_all_tokens, f's
  * tp_sum_tokens. With sequence parallelism the norm outputs were kept for the
- * stream's tokens only and are gathered again for the weight gradients. */
-static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T) {
+ * stream's tokens only and are gathered again for the weight gradients.
+ * K not NULL (split_backward): B alone — no gradient is written (the norms'
+ * weight gradients go to norm_dw_discard), and each matmul's input and output
+ * gradient and each norm's input, rstd and incoming gradient are kept in K for
+ * block_weights. */
+static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T, WKeep *K) {
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
     int N = B * T, Ns = stream_tokens(m, N), C = m->C, NH = m->NH, NKV = m->NKV, HD = m->HD, F = m->F, QKV = m->QKV;
     void *s1 = m->scratch1, *s2 = m->scratch2, *dres = S->dres, *dy, *x, *dx;
     int u = layer_unit(m, i);
+    size_t a = act_size(m);
     const LayerOffsets *o = &m->layer[i];
     LayerActs *L = &S->acts[j];
+#define DW(off) (K ? NULL : grad_at(m, u, off))
+#define KEEP(field, t, bytes) do { if (K) keep(m, K->field, t, bytes); } while (0)
     recompute_block(m, S, i, j, B, T);
     UnitWeights W = unit_weights(m, u);   /* held since the recompute: no second cast */
     /* MLP: dres is d(res[j+1]) */
     dy = tp_all_tokens(m, dres, N);                                                                  /* g's backward */
-    linear_backward(m, i, FP8_W2, s1, grad_at(m, u, o->w2), dy, L->hs, tensor_at(m, W, o->w2), N, F, C);                /* s1 = dhs (N,F) */
+    KEEP(dy[FP8_W2], dy, (size_t)N * C * a);
+    KEEP(x[FP8_W2], L->hs, (size_t)N * F * a);
+    linear_backward(m, i, FP8_W2, s1, DW(o->w2), dy, L->hs, tensor_at(m, W, o->w2), N, F, C);                           /* s1 = dhs (N,F) */
     swiglu_backward_of(m, i, L->h13, s1, N, F);                      /* dh13 (N,2F) over h13 (its last use), or FP8 copies */
+    KEEP(dy[FP8_W13], L->h13, (size_t)N * 2 * F * a);
     x = tp_all_tokens(m, L->ln2, N);
-    linear_backward(m, i, FP8_W13, s1, grad_at(m, u, o->w13), L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);         /* s1 = dln2, this rank's share (N,C) */
+    KEEP(x[FP8_W13], x, (size_t)N * C * a);
+    linear_backward(m, i, FP8_W13, s1, DW(o->w13), L->h13, x, tensor_at(m, W, o->w13), N, C, 2 * F);                    /* s1 = dln2, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);                                                                    /* f's backward */
-    be->rmsnorm_backward(dres, grad_at(m, u, o->ffn_norm), dx, L->res_mid, tensor_at(m, W, o->ffn_norm), L->ln2_rstd, Ns, C,
-                         accumulate_into(m, layer_grad(i, GRAD_FFN_NORM)));
+    KEEP(dnorm[1], dx, (size_t)Ns * C * a);
+    KEEP(norm_in[1], L->res_mid, (size_t)Ns * C * a);
+    KEEP(rstd[1], L->ln2_rstd, (size_t)Ns * sizeof(float));
+    be->rmsnorm_backward(dres, K ? m->norm_dw_discard : grad_at(m, u, o->ffn_norm), dx, L->res_mid, tensor_at(m, W, o->ffn_norm),
+                         L->ln2_rstd, Ns, C, K ? 0 : accumulate_into(m, layer_grad(i, GRAD_FFN_NORM)));
     /* attention: dres is now d(res_mid) */
     dy = tp_all_tokens(m, dres, N);
-    linear_backward(m, i, FP8_O, s1, grad_at(m, u, o->wo), dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);         /* s1 = datt (N,NH*HD) */
+    KEEP(dy[FP8_O], dy, (size_t)N * C * a);
+    KEEP(x[FP8_O], L->att, (size_t)N * NH * HD * a);
+    linear_backward(m, i, FP8_O, s1, DW(o->wo), dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);                    /* s1 = datt (N,NH*HD) */
     be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD, c->rope_theta,       /* s2 = dqkv (N,QKV), before RoPE */
                            L->h13, model_attention_work_bytes(m, B, T));                           /* lent: h13 is dead since w13's gradient */
+    KEEP(dy[FP8_QKV], s2, (size_t)N * QKV * a);
     if (L->ln1 == L->ln2)   /* recompute on: ln1 shares the buffer ln2 held until w13's gradient (model/layout.c) */
         rmsnorm_forward_of(m, i, FP8_QKV, L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns);
     x = tp_all_tokens(m, L->ln1, N);
-    linear_backward(m, i, FP8_QKV, s1, grad_at(m, u, o->wqkv), s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);              /* s1 = dln1, this rank's share (N,C) */
+    KEEP(x[FP8_QKV], x, (size_t)N * C * a);
+    linear_backward(m, i, FP8_QKV, s1, DW(o->wqkv), s2, x, tensor_at(m, W, o->wqkv), N, C, QKV);                         /* s1 = dln1, this rank's share (N,C) */
     dx = tp_sum_tokens(m, s1, N);
-    be->rmsnorm_backward(dres, grad_at(m, u, o->attn_norm), dx, S->res[j], tensor_at(m, W, o->attn_norm), L->ln1_rstd, Ns, C,
+    KEEP(dnorm[0], dx, (size_t)Ns * C * a);
+    KEEP(rstd[0], L->ln1_rstd, (size_t)Ns * sizeof(float));
+    be->rmsnorm_backward(dres, K ? m->norm_dw_discard : grad_at(m, u, o->attn_norm), dx, S->res[j], tensor_at(m, W, o->attn_norm),
+                         L->ln1_rstd, Ns, C, K ? 0 : accumulate_into(m, layer_grad(i, GRAD_ATTN_NORM)));
+#undef DW
+#undef KEEP
+}
+
+/* W of one block: its weight gradients from what its B kept in K (or, where K has no copy, the slot's own), in the
+ * fused backward's order. The norms' come from the backend's norm backward, whose input gradient (into scratch1) is
+ * not wanted: it reads a weight only for that, so it is given the incoming gradient's first row as one (finite
+ * values; W holds no weights: ZeRO-3 gathers none for it). */
+static void block_weights(Model *m, ActSlot *S, int i, int j, int B, int T, const WKeep *kept) {
+    const Backend *be = m->be;
+    int N = B * T, Ns = stream_tokens(m, N), C = m->C, F = m->F, u = layer_unit(m, i);
+    const LayerOffsets *o = &m->layer[i];
+    const LayerActs *L = &S->acts[j];
+    WKeep own = {.x = {L->ln1, L->att, L->ln2, L->hs}, .norm_in = {S->res[j], L->res_mid}, .rstd = {L->ln1_rstd, L->ln2_rstd}}, k = *kept;
+    for (int w = 0; w < FP8_MATMULS; w++) if (!k.x[w]) k.x[w] = own.x[w];
+    for (int n = 0; n < 2; n++) {
+        if (!k.norm_in[n]) k.norm_in[n] = own.norm_in[n];
+        if (!k.rstd[n]) k.rstd[n] = own.rstd[n];
+    }
+    const WKeep *K = &k;
+    be->matmul_backward(NULL, grad_at(m, u, o->w2), K->dy[FP8_W2], K->x[FP8_W2], NULL, N, F, C, accumulate_into(m, layer_grad(i, GRAD_W2)));
+    be->matmul_backward(NULL, grad_at(m, u, o->w13), K->dy[FP8_W13], K->x[FP8_W13], NULL, N, C, 2 * F,
+                        accumulate_into(m, layer_grad(i, GRAD_W13)));
+    be->rmsnorm_backward(m->scratch1, grad_at(m, u, o->ffn_norm), K->dnorm[1], K->norm_in[1], K->dnorm[1], K->rstd[1], Ns, C,
+                         accumulate_into(m, layer_grad(i, GRAD_FFN_NORM)));
+    be->matmul_backward(NULL, grad_at(m, u, o->wo), K->dy[FP8_O], K->x[FP8_O], NULL, N, m->NH * m->HD, C,
+                        accumulate_into(m, layer_grad(i, GRAD_O)));
+    be->matmul_backward(NULL, grad_at(m, u, o->wqkv), K->dy[FP8_QKV], K->x[FP8_QKV], NULL, N, C, m->QKV,
+                        accumulate_into(m, layer_grad(i, GRAD_QKV)));
+    be->rmsnorm_backward(m->scratch1, grad_at(m, u, o->attn_norm), K->dnorm[0], K->norm_in[0], K->dnorm[0], K->rstd[0], Ns, C,
                          accumulate_into(m, layer_grad(i, GRAD_ATTN_NORM)));
+}
+
+/* The embedding's backward: the rows of this rank's block gather the gradient of the first residual, every token's */
+static void embedding_backward(Model *m, ActSlot *S, int B, int T) {
+    void *dy = tp_all_tokens(m, S->dres, B * T);
+    m->be->embedding_backward(grad_at(m, EMBEDDING_UNIT, m->off_embedding), dy, S->ids, B * T, m->C, m->v0, m->v_valid);
 }
 
 void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {
@@ -478,11 +541,35 @@ void model_backward_chunk(Model *m, int chunk, int slot, int from, int to) {
     for (int step = from; step < to; step++) {
         if (step < nl) {
             int j = nl - 1 - step;
-            block_backward(m, S, m->chunk_first[chunk] + j, j, B, T);
-        } else {   /* the embedding: the rows of this rank's block gather the gradient of the first residual, every token's */
-            void *dy = tp_all_tokens(m, S->dres, B * T);
-            m->be->embedding_backward(grad_at(m, EMBEDDING_UNIT, m->off_embedding), dy, S->ids, B * T, m->C, m->v0, m->v_valid);
+            block_backward(m, S, m->chunk_first[chunk] + j, j, B, T, NULL);
+        } else {
+            embedding_backward(m, S, B, T);
         }
+    }
+}
+
+static WKeep *keep_of(Model *m, int keep, int j) {
+    if (!m->part.split_backward || keep < 0 || keep >= m->part.n_keeps)
+        die("internal: W store %d of a model laid out with %d (split backward %d)", keep, m->part.n_keeps, m->part.split_backward);
+    return &m->keeps[(size_t)keep * m->chunk_layers + j];
+}
+
+void model_backward_input_chunk(Model *m, int chunk, int slot, int keep, int from, int to) {
+    ActSlot *S = &m->slots[slot];
+    int B = m->slot_B[slot], T = m->slot_T[slot], nl = m->part.chunks[chunk].n_layers;
+    for (int step = from; step < to && step < nl; step++) {   /* the embedding's step has no input gradient: all W */
+        int j = nl - 1 - step;
+        block_backward(m, S, m->chunk_first[chunk] + j, j, B, T, keep_of(m, keep, j));
+    }
+}
+
+void model_backward_weight_chunk(Model *m, int chunk, int slot, int keep, int from, int to) {
+    ActSlot *S = &m->slots[slot];
+    int B = m->slot_B[slot], T = m->slot_T[slot], nl = m->part.chunks[chunk].n_layers;
+    for (int step = from; step < to; step++) {
+        int j = nl - 1 - step;
+        if (step < nl) block_weights(m, S, m->chunk_first[chunk] + j, j, B, T, keep_of(m, keep, j));
+        else embedding_backward(m, S, B, T);
     }
 }
 

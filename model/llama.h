@@ -61,6 +61,9 @@ typedef struct {            /* which part of the model this rank holds, and how 
     int weights_elsewhere;  /* 1 (zero=3): no weights at all here, neither master nor compute copy; unit u runs with the
                              * weights gathered at weights_at[u] (parallel/ddp.h) */
     int fp8;                /* 1 (precision=fp8, act bf16): the block matmuls run in FP8 with delayed scales (model/fp8.h) */
+    int split_backward;     /* 1 (pp_schedule=zb1): the backward runs as B then W (model_backward_input_chunk, model_backward_weight_chunk),
+                             * what W reads kept from B to W in one of n_keeps stores (WKeep per layer) */
+    int n_keeps;            /* split_backward: (micro-batch, chunk)s between their B and their W at once (the schedule's keeps) */
 } ModelPart;
 
 typedef struct {            /* one named tensor of the parameter buffer */
@@ -99,6 +102,18 @@ typedef struct {            /* the activations one layer keeps for its backward 
     void *h13;              /* (N,2F)    gate|up */
     void *hs;               /* (N,F)     silu(gate)*up */
 } LayerActs;
+
+/* What the weight gradients of one layer (a zero-bubble pipeline's W) read, kept from the layer's B: each block
+ * matmul's input x (N,IC) and output gradient dy (N,OC), indexed FP8_QKV .. FP8_W2 (model/fp8.h), and each norm's
+ * input, rstd and incoming gradient (Ns rows; [0] the attention norm, [1] the ffn norm). NULL where the slot itself
+ * keeps that tensor unchanged until W (no recompute; the norm outputs also without sequence parallelism): W reads
+ * the slot's activation; everything else is a copy B writes (model/layout.c). A store is held from a B to its W
+ * only, so a stage needs as many as it has micro-batches between the two at once, not one per slot. */
+typedef struct {
+    void *x[FP8_MATMULS], *dy[FP8_MATMULS];
+    void *norm_in[2], *dnorm[2];
+    float *rstd[2];
+} WKeep;
 
 typedef struct {            /* one micro-batch in flight through one chunk */
     void **res;             /* (chunk_layers+1) x (Ns,C) residual stream at each layer boundary: res[0] is the chunk's input */
@@ -167,6 +182,8 @@ typedef struct Model {
     void *tmp;                          /* (N,C) forward: a row-parallel matmul's or the embedding's partial output (aliases scratch1) */
     Fp8State fp8;                       /* part.fp8: the scales and the amax record (model/fp8.h); amax, scratch in act_memory */
     void *gathered;                     /* (N,C) sequence parallel: a norm output or gradient gathered over tp, or a reduce-scatter's result */
+    float *norm_dw_discard;             /* (C) part.split_backward: B's norm backward writes its weight gradient here, unread (W writes it) */
+    WKeep *keeps;                       /* (part.n_keeps * chunk_layers) split_backward: store k's layer j at [k * chunk_layers + j] */
     /* generation */
     void **kcache, **vcache;            /* (n_local_layers) x (1,T,NKV*HD), made by the first model_decode */
     float *host_logits;                 /* (V) */
@@ -252,6 +269,14 @@ double model_take_losses(Model *m);
  * step 0 (the head chunk's forward leaves it there; a pipeline stage receives
  * it); after the last layer's step it holds d(chunk input). ADDS into grads. */
 void model_backward_chunk(Model *m, int chunk, int slot, int from, int to);
+/* The same backward in two halves (part.split_backward; docs/pipeline-parallel.md): B, the input gradients — steps
+ * [from, to) as above, dres in and out the same, the matmuls' input gradients, the norms' and the attention's, and the
+ * tensor-parallel sums — writing no gradient and keeping what W reads in store `keep` (< n_keeps) and the slot;
+ * then W (the same slot and store), the weight gradients of the
+ * same steps from what B kept (the embedding's step: its scatter of dres), ADDING into grads as the fused form does.
+ * W of a step runs after B of that step and before the slot's next forward. */
+void model_backward_input_chunk(Model *m, int chunk, int slot, int keep, int from, int to);
+void model_backward_weight_chunk(Model *m, int chunk, int slot, int keep, int from, int to);
 int model_backward_steps(const Model *m, int chunk);
 /* Where a pipeline stage receives a chunk's input / sends its output: (Ns,C) act dtype,
  * model_boundary_elements of them (also the size of the slot's dres). */

@@ -68,6 +68,11 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
             if (e->ddp && e->ddp->zero >= 2 && a->writes >= 0) ddp_open_grads(e->ddp, a->writes, a->accumulate);
             model_backward_chunk(m, a->chunk, a->slot, a->from, a->to);
             break;
+        case ACT_BACKWARD_INPUT: model_backward_input_chunk(m, a->chunk, a->slot, a->keep, a->from, a->to); break;   /* writes no gradient */
+        case ACT_BACKWARD_WEIGHT:   /* zb1's W: the only writer of the chunk's weight gradients */
+            if (e->ddp && e->ddp->zero >= 2 && a->writes >= 0) ddp_open_grads(e->ddp, a->writes, a->accumulate);
+            model_backward_weight_chunk(m, a->chunk, a->slot, a->keep, a->from, a->to);
+            break;
         case ACT_SEND_ACT: case ACT_RECV_ACT: case ACT_SEND_GRAD: case ACT_RECV_GRAD: used = run_p2p(e, actions, i, n, B, T); break;
         case ACT_REDUCE: ddp_reduce_start(e->ddp, a->bucket); break;
         case ACT_REDUCE_WAIT: ddp_reduce_wait(e->ddp, a->bucket); break;
@@ -92,7 +97,7 @@ double executor_run(Executor *e, const Action *actions, int n, const int *ids, c
         double start = be->event_seconds(ev[0], ev[2 * i]), end = be->event_seconds(ev[0], ev[2 * i + 1]), d = end - start;
         for (int k = 0; k < used; k++) log_event(e, &actions[i + k], start, end);
         switch (a->kind) {
-        case ACT_FORWARD: case ACT_BACKWARD: s->compute_s += d; break;
+        case ACT_FORWARD: case ACT_BACKWARD: case ACT_BACKWARD_INPUT: case ACT_BACKWARD_WEIGHT: s->compute_s += d; break;
         case ACT_SEND_ACT: case ACT_RECV_ACT: case ACT_SEND_GRAD: case ACT_RECV_GRAD: s->bubble_s += d; break;
         /* starting a reduction costs the compute too (MPI's staging copies the gradients down first) */
         case ACT_REDUCE: case ACT_GATHER: case ACT_REDUCE_WAIT: case ACT_GATHER_WAIT: case ACT_FREE: s->exposed_s += d; break;

@@ -7,7 +7,10 @@
  * runs that list on the model, and `build/train schedule` prints and checks
  * the very same list without a model. A pipeline builder (1F1B, GPipe,
  * interleaved 1F1B) lays out forwards, backwards and the send/receive that
- * join stages; the data-parallel pass then splits the last backward of each
+ * join stages (zb1, the zero-bubble ZB-H1, splits each backward into B, the
+ * input gradients the previous stage waits for, and W, the weight gradients
+ * nobody waits for, and places W in the bubbles); the data-parallel pass then
+ * splits the last backward (zb1: the last W) of each
  * chunk where a bucket of gradients becomes complete and starts that bucket's
  * reduction right there, so it runs while the backward goes on.
  *
@@ -19,12 +22,14 @@
 #include <stddef.h>
 #include <stdio.h>
 
-enum { PP_1F1B, PP_GPIPE, PP_INTERLEAVED };   /* config key pp_schedule: 1f1b|gpipe|interleaved */
+enum { PP_1F1B, PP_GPIPE, PP_INTERLEAVED, PP_ZB1 };   /* config key pp_schedule: 1f1b|gpipe|interleaved|zb1 */
 
 typedef enum {
     ACT_FORWARD,      /* mb, chunk: [embedding], the chunk's layers, [head, loss and the head's backward];
                        * to > 0 (zero=3): only forward steps [from, to) (model_forward_chunk_steps) */
     ACT_BACKWARD,     /* mb, chunk, steps [from, to) of the chunk's backward (model_backward_chunk) */
+    ACT_BACKWARD_INPUT,  /* zb1: mb, chunk, steps [from, to) of B, the backward's input gradients (model_backward_input_chunk) */
+    ACT_BACKWARD_WEIGHT, /* zb1: mb, chunk, steps [from, to) of W, its weight gradients (model_backward_weight_chunk) */
     ACT_SEND_ACT,     /* mb, chunk: the chunk's output to the stage that runs the next chunk */
     ACT_RECV_ACT,     /* mb, chunk: the chunk's input from the stage that runs the previous chunk */
     ACT_SEND_GRAD,    /* mb, chunk: d(chunk input) to the stage of the previous chunk */
@@ -38,6 +43,10 @@ typedef enum {
     ACT_KINDS
 } ActionKind;
 extern const char *const action_names[ACT_KINDS];
+/* A forward, backward, B or W: work on the model (the kinds before the sends and receives). */
+static inline int action_is_compute(ActionKind k) { return k <= ACT_BACKWARD_WEIGHT; }
+/* The action that writes weight gradients in this schedule's backward: W when it splits the backward, else the backward. */
+static inline int schedule_splits_backward(int kind) { return kind == PP_ZB1; }
 
 typedef struct {
     ActionKind kind;
@@ -46,6 +55,7 @@ typedef struct {
     int bucket;         /* ACT_REDUCE, ACT_GATHER and their waits */
     int peer;           /* SEND/RECV: the pipeline stage at the other end */
     int slot;           /* the activation slot of (mb, chunk) on this stage */
+    int keep;           /* split backward, on B and W: the store of what W reads (model/llama.h WKeep), held from B to W */
     int frees_slot;     /* 1: the slot is free after this action */
     /* zero=2/3, on ACT_FORWARD and ACT_BACKWARD (-1: none): the bucket whose gathered weights it reads (zero=3), and
      * the bucket whose gradient it writes — its place opened first, with the sum of earlier micro-batches when accumulate */
@@ -58,10 +68,12 @@ typedef struct {
     int micro_batches;  /* m: micro-batches per step (per data-parallel rank) */
     int chunks;         /* v: chunks per stage (1 unless interleaved) */
     int forward_only;   /* evaluation: no backward, no optimizer */
+    int split;          /* the backward runs as B and W (schedule_splits_backward) */
     int *steps;         /* (stages * chunks) backward steps of each chunk (model_backward_steps) */
     Action **list;      /* (stages) each stage's actions */
     int *n, *cap;       /* (stages) */
     int *slots;         /* (stages) activation slots each stage needs: its most micro-batches in flight */
+    int *keeps;         /* (stages) split: W stores each stage needs, its most (micro-batch, chunk)s between B and W at once */
     int zero;           /* 2 or 3: schedule_add_zero made the data-parallel part */
     int *fsteps;        /* (stages * chunks) zero=3: forward steps of each chunk (model_forward_steps); else NULL */
     int *n_buckets;     /* (stages) zero=2/3 */
@@ -71,7 +83,12 @@ typedef struct {
 
 /* The pipeline part of a step: p stages, m micro-batches, v chunks per stage;
  * steps (p*v, stage-major) gives each chunk's backward steps. Dies in words on
- * a layout the schedule cannot run (m < p; interleaved with m not a multiple of p). */
+ * a layout the schedule cannot run (m < p; interleaved with m not a multiple of p).
+ * PP_ZB1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", ZB-H1): 1F1B's
+ * warm-up and order with each backward split into B and W; in the steady state
+ * each B is followed by its W (1F1B's memory: the slot is held until W), and
+ * in the cool-down the W's are put off while a B waits for its gradient, so
+ * they fill what is 1F1B's drain bubble. */
 void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps);
 /* Forwards only (evaluation): every micro-batch through every chunk, with its sends and receives. */
 void schedule_build_forward(Schedule *s, int p, int m, int v);
@@ -106,14 +123,15 @@ typedef struct {
 } ZeroUnits;
 void schedule_add_zero(Schedule *s, int stage, const ZeroUnits *z, int zero);
 /* Gives each (micro-batch, chunk) of each stage a slot from its first action
- * to its last and records the most each stage holds at once. */
+ * to its last and records the most each stage holds at once; a split backward
+ * also a W store (keep) from its first B to its last W, and the most at once. */
 void schedule_assign_slots(Schedule *s);
 void schedule_free(Schedule *s);
 
 /* Action lists are sound: every send meets its receive in the same order on
  * the same pair of stages, every action finds what it needs done before it,
  * and the groups complete without deadlock when run (a simulation with
- * forward = 1 and backward = 2 time units a chunk). Returns 0, or -1 with the
+ * forward = 1 and backward = 2 time units a chunk; B = W = 1 where it is split). Returns 0, or -1 with the
  * first problem in words in err. Fills the simulated timeline's figures. */
 typedef struct {
     double makespan;        /* simulated step time (forward of a chunk = 1) */
@@ -135,5 +153,6 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
 void schedule_print_zero(const Schedule *s, const ScheduleSim *sim, size_t param_bytes, FILE *out);
 /* Every stage's whole action list, a line per compute with what prepares and follows it. */
 void schedule_print_actions(const Schedule *s, FILE *out);
-/* The textbook bubble of the schedule: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1) — idle over step time. */
+/* The textbook bubble of the schedule: (p-1)/(m+p-1), interleaved (p-1)/(v*m+p-1) — idle over step time;
+ * zb1 (ZB-H1 with F = B = W): (p-1)/(3m+p-1), each stage idle (p-1)(F+B-W) of m(F+B+W) + (p-1)(F+B-W). */
 double schedule_bubble_formula(const Schedule *s);

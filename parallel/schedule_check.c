@@ -29,7 +29,7 @@ static int fail(char *err, size_t size, const char *fmt, ...) {
 static void describe(const Schedule *s, int st, const Action *a, char *out, size_t size) {
     if (a->kind == ACT_FORWARD && a->to > 0)
         snprintf(out, size, "%s of micro-batch %d, chunk %d, step %d", action_names[a->kind], a->mb, a->chunk, a->from);
-    else if (a->kind == ACT_BACKWARD) snprintf(out, size, "%s of micro-batch %d, chunk %d, steps %d..%d", action_names[a->kind], a->mb, a->chunk, a->from, a->to);
+    else if (a->kind >= ACT_BACKWARD && a->kind <= ACT_BACKWARD_WEIGHT) snprintf(out, size, "%s of micro-batch %d, chunk %d, steps %d..%d", action_names[a->kind], a->mb, a->chunk, a->from, a->to);
     else if (a->mb >= 0) snprintf(out, size, "%s of micro-batch %d, chunk %d (virtual stage %d)", action_names[a->kind], a->mb, a->chunk,
                                   a->chunk * s->stages + st);
     else snprintf(out, size, "%s of bucket %d", action_names[a->kind], a->bucket);
@@ -51,6 +51,7 @@ static int check_order(const Schedule *s, int st, char *err, size_t size) {
     int pairs = m * v;
     int *fwd = callocCheck(pairs, sizeof(int)), *got_act = callocCheck(pairs, sizeof(int)), *got_grad = callocCheck(pairs, sizeof(int));
     int *next = callocCheck(pairs, sizeof(int)), *fnext = callocCheck(pairs, sizeof(int)), rc = 0, optimizer = 0;
+    int *wnext = callocCheck(pairs, sizeof(int));   /* split: the W steps done */
     char what[160];
     for (int i = 0; i < s->n[st] && rc == 0; i++) {
         const Action *a = &s->list[st][i];
@@ -75,12 +76,21 @@ static int check_order(const Schedule *s, int st, char *err, size_t size) {
         case ACT_SEND_ACT:
             if (!fwd[q]) rc = fail(err, size, "stage %d: %s sends an output its forward has not made yet", st, what);
             break;
-        case ACT_BACKWARD:
-            if (!fwd[q]) rc = fail(err, size, "stage %d: %s runs before its forward", st, what);
+        case ACT_BACKWARD: case ACT_BACKWARD_INPUT:
+            if ((a->kind == ACT_BACKWARD) == s->split)
+                rc = fail(err, size, "stage %d: %s in a schedule that %s the backward", st, what, s->split ? "splits" : "does not split");
+            else if (!fwd[q]) rc = fail(err, size, "stage %d: %s runs before its forward", st, what);
             else if (vs < last_vs && !got_grad[q]) rc = fail(err, size, "stage %d: %s runs before its output's gradient was received", st, what);
             else if (a->from != next[q] || a->to > steps || a->to <= a->from)
                 rc = fail(err, size, "stage %d: %s does not continue the backward at step %d of %d", st, what, next[q], steps);
             else next[q] = a->to;
+            break;
+        case ACT_BACKWARD_WEIGHT:
+            if (!s->split) rc = fail(err, size, "stage %d: %s in a schedule that does not split the backward", st, what);
+            else if (a->from != wnext[q] || a->to <= a->from || a->to > next[q])
+                rc = fail(err, size, "stage %d: %s does not continue the weight gradients at step %d, after B's %d steps", st, what,
+                          wnext[q], next[q]);
+            else wnext[q] = a->to;
             break;
         case ACT_SEND_GRAD:
             if (next[q] != steps) rc = fail(err, size, "stage %d: %s sends a gradient its backward has not finished", st, what);
@@ -92,9 +102,11 @@ static int check_order(const Schedule *s, int st, char *err, size_t size) {
         if (!fwd[q]) rc = fail(err, size, "stage %d never runs the forward of micro-batch %d, chunk %d", st, q / v, q % v);
         else if (!s->forward_only && next[q] != s->steps[st * v + q % v])
             rc = fail(err, size, "stage %d never finishes the backward of micro-batch %d, chunk %d", st, q / v, q % v);
+        else if (!s->forward_only && s->split && wnext[q] != s->steps[st * v + q % v])
+            rc = fail(err, size, "stage %d never finishes the weight gradients (W) of micro-batch %d, chunk %d", st, q / v, q % v);
     }
     if (rc == 0 && !s->forward_only && optimizer != 1) rc = fail(err, size, "stage %d runs the optimizer %d times, not once", st, optimizer);
-    free(fwd); free(got_act); free(got_grad); free(next); free(fnext);
+    free(fwd); free(got_act); free(got_grad); free(next); free(fnext); free(wnext);
     return rc;
 }
 
@@ -119,7 +131,7 @@ static int check_zero(const Schedule *s, int st, size_t *high, char *err, size_t
             break;
         }
         switch (a->kind) {
-        case ACT_FORWARD: case ACT_BACKWARD:
+        case ACT_FORWARD: case ACT_BACKWARD: case ACT_BACKWARD_INPUT: case ACT_BACKWARD_WEIGHT:
             if (a->reads >= 0 && state[a->reads] != 2)
                 rc = fail(err, size, "stage %d: %s reads bucket %d's weights before they are gathered", st, what, a->reads);
             else if (a->writes >= 0 && pending[s->place[st][a->writes]] >= 0)
@@ -227,7 +239,9 @@ int schedule_check(const Schedule *s, ScheduleSim *sim, char *err, size_t size) 
                 double *start = &sim->start[(size_t)st * most + pc[st]], *end = &sim->end[(size_t)st * most + pc[st]];
                 if (!is_comm(a->kind)) {
                     double d = a->kind == ACT_FORWARD ? (a->to > 0 ? (double)(a->to - a->from) / s->fsteps[st * s->chunks + a->chunk] : 1.0)
-                             : a->kind == ACT_BACKWARD ? 2.0 * (a->to - a->from) / s->steps[st * s->chunks + a->chunk] : 0.0;
+                             : a->kind == ACT_BACKWARD ? 2.0 * (a->to - a->from) / s->steps[st * s->chunks + a->chunk]
+                             : a->kind == ACT_BACKWARD_INPUT || a->kind == ACT_BACKWARD_WEIGHT
+                                 ? 1.0 * (a->to - a->from) / s->steps[st * s->chunks + a->chunk] : 0.0;
                     *start = t[st]; t[st] += d; *end = t[st];
                     sim->busy[st] += d;
                     pc[st]++; moved = 1;

@@ -3,7 +3,8 @@
  * schedule_check (parallel/schedule.h).
  *
  * A column is one time unit (a chunk's forward); a backward takes two. F3 is
- * the forward of micro-batch 3, B3 its backward; with interleaving, F3.1 is
+ * the forward of micro-batch 3, B3 its backward (zb1: B3 its input gradients
+ * and W3 its weight gradients, a column each); with interleaving, F3.1 is
  * micro-batch 3 through the stage's chunk 1. A backward the data-parallel pass
  * split around a bucket's reduction shows as its parts; the reductions
  * themselves take no simulated time and are listed under the timeline (in the
@@ -16,7 +17,7 @@
 #include <string.h>
 
 static void label(const Schedule *s, const Action *a, char *out, size_t size) {
-    char k = a->kind == ACT_FORWARD ? 'F' : 'B';
+    char k = a->kind == ACT_FORWARD ? 'F' : a->kind == ACT_BACKWARD_WEIGHT ? 'W' : 'B';   /* zb1: B the input gradients, W the weights' */
     if (s->chunks > 1) snprintf(out, size, "%c%d.%d", k, a->mb, a->chunk);
     else snprintf(out, size, "%c%d", k, a->mb);
 }
@@ -32,7 +33,7 @@ void schedule_print(const Schedule *s, const ScheduleSim *sim, FILE *out) {
         row[(size_t)cols * width] = 0;
         for (int i = 0; i < s->n[st]; i++) {
             const Action *a = &s->list[st][i];
-            if (a->kind != ACT_FORWARD && a->kind != ACT_BACKWARD) continue;
+            if (!action_is_compute(a->kind)) continue;
             double t0 = sim->start[(size_t)st * sim->max_actions + i], t1 = sim->end[(size_t)st * sim->max_actions + i];
             int c0 = (int)(t0 + 1e-9), c1 = (int)(t1 - 1e-9);
             char l[16];
@@ -63,9 +64,9 @@ void schedule_print(const Schedule *s, const ScheduleSim *sim, FILE *out) {
 /* One action as a short word: F0/2 = forward of micro-batch 0, step 2 (zero=3); B0/1 = backward step 1; gather(5) = bucket 5. */
 static void word(const Schedule *s, const Action *a, char *out, size_t size) {
     char l[16];
-    if (a->kind == ACT_FORWARD || a->kind == ACT_BACKWARD) {
+    if (action_is_compute(a->kind)) {
         label(s, a, l, sizeof l);
-        if (a->kind == ACT_BACKWARD || a->to > 0) snprintf(out, size, "%s/%d", l, a->from);
+        if (a->kind != ACT_FORWARD || a->to > 0) snprintf(out, size, "%s/%d", l, a->from);
         else snprintf(out, size, "%s", l);
     } else if (a->mb >= 0) snprintf(out, size, "%s(mb %d)", action_names[a->kind], a->mb);
     else if (a->kind == ACT_OPTIMIZER) snprintf(out, size, "optimizer");
@@ -79,11 +80,11 @@ void schedule_print_zero(const Schedule *s, const ScheduleSim *sim, size_t param
         for (int i = 0; i < s->n[st]; i++) {
             const Action *a = &s->list[st][i];
             n[a->kind]++;
-            if ((a->kind != ACT_FORWARD && a->kind != ACT_BACKWARD) || a->reads < 0) continue;
+            if (!action_is_compute(a->kind) || a->reads < 0) continue;
             reads++;
             /* its gather (if it needed one) came before the previous compute: it ran while that computed */
             int k = i - 1;
-            while (k >= 0 && s->list[st][k].kind != ACT_FORWARD && s->list[st][k].kind != ACT_BACKWARD &&
+            while (k >= 0 && !action_is_compute(s->list[st][k].kind) &&
                    !(s->list[st][k].kind == ACT_GATHER && s->list[st][k].bucket == a->reads)) k--;
             prefetched += k < 0 || s->list[st][k].kind != ACT_GATHER;
         }
@@ -102,7 +103,7 @@ void schedule_print_zero(const Schedule *s, const ScheduleSim *sim, size_t param
 
 /* 0: prepares the next compute (waits, gathers, receives, the optimizer); 1: a compute; 2: follows one (reductions, frees, sends). */
 static int phase(ActionKind k) {
-    if (k == ACT_FORWARD || k == ACT_BACKWARD) return 1;
+    if (action_is_compute(k)) return 1;
     return k == ACT_REDUCE || k == ACT_FREE || k == ACT_SEND_ACT || k == ACT_SEND_GRAD ? 2 : 0;
 }
 
@@ -180,11 +181,11 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
         fprintf(f, "<rect x='%d' y='%d' width='%d' height='%d' fill='#eeeeee'/>\n", left, yy + 2, (int)(sim->makespan * unit), lane - 4);
         for (int i = 0; i < s->n[st]; i++) {
             const Action *a = &s->list[st][i];
-            if (a->kind != ACT_FORWARD && a->kind != ACT_BACKWARD) continue;
+            if (!action_is_compute(a->kind)) continue;
             double t0 = sim->start[(size_t)st * sim->max_actions + i], t1 = sim->end[(size_t)st * sim->max_actions + i];
-            /* forwards blue, backwards green; later chunks darker */
+            /* forwards blue, backwards (and zb1's B) green, zb1's W red; later chunks darker */
             int shade = 200 - 60 * a->chunk / (s->chunks > 1 ? s->chunks - 1 : 1);
-            const char *fmt = a->kind == ACT_FORWARD ? "rgb(90,%d,240)" : "rgb(70,200,%d)";
+            const char *fmt = a->kind == ACT_FORWARD ? "rgb(90,%d,240)" : a->kind == ACT_BACKWARD_WEIGHT ? "rgb(220,%d,90)" : "rgb(70,200,%d)";
             char colour[32], l[16];
             snprintf(colour, sizeof colour, fmt, shade - 40);
             label(s, a, l, sizeof l);

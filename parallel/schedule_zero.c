@@ -25,12 +25,12 @@ static void add(List *l, Action a) {
         l->a = realloc(l->a, (size_t)l->cap * sizeof(Action));
         if (!l->a) die("out of host memory for a schedule");
     }
-    a.slot = -1;
+    a.slot = a.keep = -1;
     l->a[l->n++] = a;
 }
 
 static Action bucket_action(ActionKind kind, int b) { return (Action){.kind = kind, .bucket = b, .mb = -1, .chunk = -1, .reads = -1, .writes = -1}; }
-static int is_compute(const Action *a) { return a->kind == ACT_FORWARD || a->kind == ACT_BACKWARD; }
+static int is_compute(const Action *a) { return action_is_compute(a->kind); }
 
 /* Every compute cut into single steps (zero=3 forwards; every backward), each marked with what it reads and writes. */
 static List cut_steps(const Schedule *s, int st, const ZeroUnits *z, int zero) {
@@ -56,12 +56,12 @@ static List cut_steps(const Schedule *s, int st, const ZeroUnits *z, int zero) {
                 f.writes = head && j == n - 1 ? z->head_bucket : -1;
                 add(&l, f);
             }
-        } else if (a.kind == ACT_BACKWARD) {
-            for (int j = a.from; j < a.to; j++) {
+        } else if (a.kind == ACT_BACKWARD || a.kind == ACT_BACKWARD_INPUT || a.kind == ACT_BACKWARD_WEIGHT) {
+            for (int j = a.from; j < a.to; j++) {   /* split (zb1): B reads the unit's weights, W writes its gradient */
                 Action b = a;
                 b.from = j; b.to = j + 1;
-                b.reads = zero == 3 ? z->backward_reads[a.chunk * z->max_steps + j] : -1;
-                b.writes = z->backward_writes[a.chunk * z->max_steps + j];
+                b.reads = zero == 3 && a.kind != ACT_BACKWARD_WEIGHT ? z->backward_reads[a.chunk * z->max_steps + j] : -1;
+                b.writes = a.kind != ACT_BACKWARD_INPUT ? z->backward_writes[a.chunk * z->max_steps + j] : -1;
                 add(&l, b);
             }
         } else if (a.kind != ACT_OPTIMIZER && !(a.kind >= ACT_REDUCE && a.kind <= ACT_FREE)) {

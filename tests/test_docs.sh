@@ -33,6 +33,7 @@ pictures=(
     "pipeline-1f1b --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=1f1b"
     "pipeline-gpipe --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=gpipe"
     "pipeline-interleaved --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=interleaved"
+    "pipeline-zb1 --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1"
     "data-parallel-buckets --dp=2 --micro_batches=2 --bucket_mb=0.05 --n_layers=4"
     "data-parallel-pipeline --pp=2 --dp=2 --micro_batches=4 --n_layers=4 --bucket_mb=0.05"
     "zero-step --dp=2 --zero=3 --n_layers=4 --micro_batches=2 --actions"

@@ -124,6 +124,8 @@ static void nccl_data_and_pipeline(void) {
     layout("ref", "dp2pp2", 4, "--dp=2 --pp=2 --zero=1", fp32);
     layout("refbf", "pp2bf", 2, "--pp=2 --precision=bf16 --recompute=full", bf16);
     layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
+    layout("ref", "pp4zb", 4, "--pp=4 --pp_schedule=zb1", fp32);
+    layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
     resume("ref", "r21", 2, "--dp=2", 1, "");
     resume("ref", "rp", 2, "--pp=2", 4, "--pp=4");
     resume("ref", "rpi", 2, "--pp=2 --pp_schedule=interleaved", 2, "--dp=2 --zero=1");
@@ -142,6 +144,31 @@ static void nccl_tensor(void) {
     layout_tol("ref16", "tp2f16", 2, "--tp=2 --precision=fp16 --recompute=selective", bf16, 5e-2);
     resume("ref84", "rt24", 2, "--tp=2 " H84, 4, "--tp=4 --sequence_parallel=1 " H84);
     resume("ref", "r3d", 8, "--dp=2 --tp=2 --pp=2", 2, "--tp=2 --sequence_parallel=1");
+}
+
+/* Zero-bubble ZB-H1 (pp_schedule=zb1): the backward split into B and W is the fused backward's gradients, to
+ * rounding, under every strategy beside it (each run accumulates 8 micro-batches, 4 with dp=2); the banner names the
+ * schedule, so the split path is the one that ran. */
+static void zb_layout(const char *ref, const char *name, int ranks, const char *args, double tol) {
+    layout(ref, name, ranks, args, tol);
+    CHECK(strstr(out, "| zb1, "), "%s: the run says it ran pp_schedule=zb1:\n%.3000s", name, out);
+}
+static void zero_bubble(void) {
+    zb_layout("ref", "pp2zb", 2, "--pp=2 --pp_schedule=zb1", fp32);
+    zb_layout("ref", "pp4zb", 4, "--pp=4 --pp_schedule=zb1", fp32);
+    zb_layout("ref", "pp3zb", 3, "--pp=3 --pp_schedule=zb1", fp32);                       /* uneven: 2,1,1 */
+    zb_layout("ref", "pp2zbu", 2, "--pp=2 --pp_layers=1,3 --pp_schedule=zb1 --recompute=full", fp32);
+    zb_layout("ref", "dp2pp2zb", 4, "--dp=2 --pp=2 --zero=1 --pp_schedule=zb1 --bucket_mb=0.004", fp32);
+    zb_layout("ref", "dp2pp2zb2", 4, "--dp=2 --pp=2 --zero=2 --pp_schedule=zb1", fp32);
+    zb_layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
+    zb_layout("ref", "tp2pp2zb", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective --pp_schedule=zb1", fp32);
+    zb_layout("refbf", "pp2zbbf", 2, "--pp=2 --pp_schedule=zb1 --precision=bf16 --compute_weights=per_layer", bf16);
+    zb_layout("ref16", "pp4zbf16", 4, "--pp=4 --pp_schedule=zb1 --precision=fp16 --recompute=selective", bf16);   /* loss scaling */
+    resume("ref", "rzb", 2, "--pp=2 --pp_schedule=zb1", 4, "--pp=4");
+    resume("ref", "rzb2", 2, "--pp=2", 4, "--pp=2 --pp_schedule=zb1 --dp=2 --zero=1");
+    memory_same(2, "--pp=2 --pp_schedule=zb1 --recompute=selective");
+    refused(4, "--pp=4 --pp_schedule=zb1 --total_batch_tokens=64", "needs at least 4 micro-batches");
+    refused(2, "--pp=2 --pp_schedule=zb1 --precision=fp8", "pp_schedule=zb1 splits the backward into B and W, and precision=fp8");
 }
 
 /* Bad launches: one clear line, every rank out. */
@@ -193,10 +220,15 @@ int main(int argc, char **argv) {
     int tp_only = argc > 1 && !strcmp(argv[1], "--device=cuda");
     if (tp_only) setenv("LLM3D_TEST_ARGS", "--device=cuda --comm_backend=mpi", 1);
     const char *part = getenv("LLM3D_TEST_PART"), *sw = getenv("LLM3D_NCCL_HOSTS_ON_ONE_GPU");
-    int nccl_table = sw && !strcmp(sw, "1"), each = part && !strcmp(part, "each");
-    if (part && !(nccl_table ? !strcmp(part, "dp") || !strcmp(part, "tp") : each))
-        die("test: LLM3D_TEST_PART=%s: want %s", part, nccl_table ? "dp or tp (a half of the NCCL table)" : "each (one layout of each strategy)");
+    int nccl_table = sw && !strcmp(sw, "1"), each = part && !strcmp(part, "each"), zb = part && !strcmp(part, "zb");
+    if (part && !(nccl_table ? !strcmp(part, "dp") || !strcmp(part, "tp") : each || zb))
+        die("test: LLM3D_TEST_PART=%s: want %s", part, nccl_table ? "dp or tp (a half of the NCCL table)" : "each (one layout of each strategy) or zb");
     layouts_begin();
+    if (zb) {   /* LLM3D_TEST_PART=zb: the zero-bubble layouts alone */
+        layouts_references();
+        zero_bubble();
+        return layouts_end();
+    }
     if (each) {
         if (train("ref", 1, "")) die("test: the one-rank reference run failed:\n%s", out);
         one_of_each();
@@ -209,6 +241,7 @@ int main(int argc, char **argv) {
         if (!part || !strcmp(part, "tp")) nccl_tensor();
     } else {
         if (!tp_only) data_parallel_and_pipeline();
+        if (!tp_only && !on_gpu) zero_bubble();
         tensor_parallel();
         if (!on_gpu) launches_refused();
     }

@@ -9,6 +9,11 @@
  *   - ZeRO-2/3's pass: every gather before its read, every free after its last
  *     read, every place reduced before it is written again; the same lists
  *     with a wait, a free or a reduction's wait removed are caught;
+ *   - zb1 (ZB-H1, the backward split into B and W): sound for many (p, m),
+ *     each W after its B, a bubble between ZB-H1's formula and 1F1B's, the
+ *     micro-batches in flight, one store of what W reads (B to W), the buckets and ZeRO's reductions after the W
+ *     that completes them (never after a B), ZeRO-3's gathers before B alone;
+ *     a W before its B, a missing W and a fused backward in it are caught;
  *   - `build/train schedule` prints the same list's timeline and bubble,
  *     draws it, and refuses a pipeline it cannot run; with zero=3 it sums up
  *     and lists the gathers. */
@@ -244,10 +249,122 @@ static void test_cli(void) {
     CHECK(rc == 1 && strstr(out, "equal chunks"), "interleaved with n_layers not divisible by pp*v refused: rc %d\n%s", rc, out);
     rc = test_run("build/train", "schedule --pp=5 --micro_batches=8 --n_layers=4", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "every stage needs at least one layer"), "pp > n_layers refused: rc %d\n%s", rc, out);
+    snprintf(args, sizeof args, "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1 --svg=%s", svg);
+    rc = test_run("build/train", args, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "stage 3|            F0  B0  W0  F1  B1  W1") &&
+          strstr(out, "simulated 20.00% of the step idle (forward 1, B 1, W 1 time units)") && strstr(out, "(p-1)/(3m+p-1) = 11.11%") &&
+          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 4 4 3 2; W stores (micro-batches between B and W at once): 1 1 1 1"),
+          "zb1's dry run: its timeline in F, B and W, its bubble beside ZB-H1's formula and 1F1B's:\n%s", out);
+    f = fopen(svg, "r");
+    static char picture[1 << 18];
+    size_t got = f ? fread(picture, 1, sizeof picture - 1, f) : 0;
+    picture[got] = 0;
+    CHECK(strstr(picture, ">W0<") && strstr(picture, "rgb(220,") && strstr(picture, "rgb(70,200,") && strstr(picture, "rgb(90,"),
+          "zb1's picture draws F, B and W in three colours");
+    if (f) fclose(f);
+    unlink(svg);
+    rc = test_run("build/train", "schedule --pp=4 --micro_batches=3 --n_layers=8 --pp_schedule=zb1", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "needs at least 4 micro-batches"), "zb1 with m < p refused naming the smallest m: rc %d\n%s", rc, out);
     rc = test_run("build/train", "schedule --dp=2 --zero=3 --n_layers=4 --micro_batches=2 --actions", out, sizeof out);
     CHECK(rc == 0 && strstr(out, "dp=2 ZeRO-3") && strstr(out, "every unit's weights are gathered and waited for before a compute reads them") &&
           strstr(out, "19 of 20 weight reads gathered a compute ahead") && strstr(out, "gather-wait(4) gather(3) [F0/1] free(4)"),
           "zero=3's dry run checks, sums up and lists its gathers:\n%s", out);
+}
+
+/* zb1: sound for many (p, m); every W after its B and before the stage's next use of the slot; its simulated bubble
+ * below 1F1B's and at least ZB-H1's formula; stage 0 holds 1F1B's p micro-batches, the others one more (the next
+ * forward's receive is posted before the W, a group that waits for nothing else). */
+static void test_zb1(void) {
+    int cases[][2] = {{2, 2}, {2, 4}, {2, 8}, {3, 3}, {3, 7}, {4, 4}, {4, 8}, {4, 16}, {8, 8}, {8, 24}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int p = cases[c][0], m = cases[c][1];
+        Schedule s;
+        build(&s, PP_ZB1, p, m, 1, 2);
+        ScheduleSim sim;
+        char err[512] = "";
+        int rc = schedule_check(&s, &sim, err, sizeof err);
+        CHECK(rc == 0, "zb1 p=%d m=%d: %s", p, m, err);
+        double zb = schedule_bubble_formula(&s), f1b = (p - 1.0) / (m + p - 1.0);
+        CHECK(rc == 0 && sim.bubble < f1b - 1e-9 && sim.bubble >= zb - 1e-9, "zb1 p=%d m=%d: simulated bubble %.4f, want in [%.4f, %.4f)", p, m,
+              sim.bubble, zb, f1b);
+        for (int st = 0; st < p; st++) {
+            int n[ACT_KINDS] = {0}, want = st == 0 ? p : p - st + 1;
+            for (int i = 0; i < s.n[st]; i++) n[s.list[st][i].kind]++;
+            CHECK(n[ACT_BACKWARD_INPUT] == m && n[ACT_BACKWARD_WEIGHT] == m && n[ACT_BACKWARD] == 0,
+                  "zb1 p=%d m=%d stage %d: %d B, %d W, %d fused backwards", p, m, st, n[ACT_BACKWARD_INPUT], n[ACT_BACKWARD_WEIGHT], n[ACT_BACKWARD]);
+            CHECK(s.slots[st] == (want < m ? want : m), "zb1 p=%d m=%d: stage %d holds %d micro-batches, want %d", p, m, st, s.slots[st], want);
+            /* each W right after its B: one store of what W reads, shared by the B and the W of a micro-batch */
+            int b_keep[64], same = 1;
+            for (int i = 0; i < s.n[st]; i++) {
+                const Action *a = &s.list[st][i];
+                if (a->kind == ACT_BACKWARD_INPUT && a->mb < 64) b_keep[a->mb] = a->keep;
+                if (a->kind == ACT_BACKWARD_WEIGHT && a->mb < 64) same &= a->keep == b_keep[a->mb] && a->keep >= 0;
+            }
+            CHECK(s.keeps[st] == 1 && same, "zb1 p=%d m=%d stage %d: %d W stores (want 1), each W on its B's: %d", p, m, st, s.keeps[st], same);
+        }
+        if (rc == 0 && p == 4 && m == 8)
+            printf("zb1 p=4 m=8: bubble %.4f (ZB-H1's formula %.4f, 1F1B's %.4f), makespan %.0f\n", sim.bubble, zb, f1b, sim.makespan);
+        schedule_sim_free(&sim);
+        schedule_free(&s);
+    }
+    /* the data-parallel pass: the last W of a micro-batch is split where a bucket completes, and the reduction starts after it */
+    Schedule s;
+    int steps[2] = {5, 4};
+    schedule_build(&s, PP_ZB1, 2, 4, 1, steps);
+    BucketReady ready[3] = {{0, -1}, {0, 1}, {0, 4}};
+    schedule_add_data_parallel(&s, 0, ready, 3, 1);
+    schedule_add_data_parallel(&s, 1, ready, 1, 1);
+    schedule_assign_slots(&s);
+    int after_w = 0, after_other = 0;
+    for (int i = 1; i < s.n[0]; i++)
+        if (s.list[0][i].kind == ACT_REDUCE && s.list[0][i].bucket > 0) {
+            int k = i - 1;
+            while (k > 0 && s.list[0][k].kind == ACT_REDUCE) k--;
+            if (s.list[0][k].kind == ACT_BACKWARD_WEIGHT) after_w++;
+            else after_other++;
+        }
+    ScheduleSim sim;
+    char err[512] = "";
+    CHECK(schedule_check(&s, &sim, err, sizeof err) == 0, "zb1 with buckets: %s", err);
+    CHECK(after_w == 2 && after_other == 0, "zb1: the layers' buckets start after the W that completes them: %d after a W, %d after another action",
+          after_w, after_other);
+    schedule_sim_free(&sim);
+    schedule_free(&s);
+    /* ZeRO-3 over zb1: B reads the unit's gathered weights, W only writes its gradient, and the list is sound */
+    for (int zero = 2; zero <= 3; zero++) {
+        int st1[1] = {4};
+        schedule_build(&s, PP_ZB1, 1, 3, 1, st1);
+        static const int place[5] = {DDP_PLACE_HEAD, DDP_PLACE_LAYER_EVEN, DDP_PLACE_LAYER_ODD, DDP_PLACE_LAYER_EVEN, DDP_PLACE_EMBEDDING};
+        static const size_t elements[5] = {100, 40, 40, 40, 100};
+        static const int fsteps[1] = {5}, fr[5] = {4, 3, 2, 1, 0}, br[5] = {1, 2, 3, -1, -1}, bw[5] = {1, 2, 3, 4, -1};
+        ZeroUnits z = {5, place, elements, 5, fsteps, fr, br, bw, 0};
+        schedule_add_zero(&s, 0, &z, zero);
+        schedule_assign_slots(&s);
+        int rc = schedule_check(&s, &sim, err, sizeof err), bad = 0, reduces = 0;
+        for (int i = 0; i < s.n[0]; i++) {
+            const Action *a = &s.list[0][i];
+            if (a->kind == ACT_BACKWARD_INPUT)   /* zero=3: every layer's B reads its unit; the embedding's step (3) reads none */
+                bad += a->writes >= 0 || (zero == 3 ? (a->from != 3) != (a->reads >= 0) : a->reads >= 0);
+            if (a->kind == ACT_BACKWARD_WEIGHT) bad += a->reads >= 0 || a->writes < 0;
+            if (a->kind == ACT_REDUCE && i > 0 && s.list[0][i - 1].kind == ACT_BACKWARD_WEIGHT) reduces++;
+        }
+        CHECK(rc == 0 && bad == 0 && reduces == 3 * 4, "zb1 zero=%d: sound (%s), B reads and W writes (%d wrong), %d reduce-scatters after a W", zero, err,
+              bad, reduces);
+        schedule_sim_free(&sim);
+        schedule_free(&s);
+    }
+}
+
+static void zb_w_first(Schedule *s) {   /* stage 1 runs micro-batch 0's W before its B */
+    swap(s, 1, find(s, 1, ACT_BACKWARD_INPUT, 0), find(s, 1, ACT_BACKWARD_WEIGHT, 0));
+}
+static void zb_drop_w(Schedule *s) {    /* stage 0 forgets micro-batch 1's W */
+    int i = find(s, 0, ACT_BACKWARD_WEIGHT, 1);
+    memmove(&s->list[0][i], &s->list[0][i + 1], (size_t)(s->n[0] - i - 1) * sizeof(Action));
+    s->n[0]--;
+}
+static void zb_fused(Schedule *s) {     /* a fused backward in a list that splits it */
+    s->list[1][find(s, 1, ACT_BACKWARD_INPUT, 1)].kind = ACT_BACKWARD;
 }
 
 int main(void) {
@@ -260,6 +377,10 @@ int main(void) {
     expect_broken("a missing send", PP_1F1B, drop_send, "has no partner");
     expect_broken("a backward before its gradient", PP_1F1B, early_backward, "before its output's gradient was received");
     expect_broken("a deadlock", PP_1F1B, deadlock, "deadlocks");
+    test_zb1();
+    expect_broken("zb1: a W before its B", PP_ZB1, zb_w_first, "does not continue the weight gradients");
+    expect_broken("zb1: a missing W", PP_ZB1, zb_drop_w, "never finishes the weight gradients (W) of micro-batch 1");
+    expect_broken("zb1: a fused backward", PP_ZB1, zb_fused, "in a schedule that splits the backward");
     test_cli();
     return test_summary();
 }

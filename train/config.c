@@ -56,7 +56,7 @@ const ConfigField config_fields[] = {
     F(tp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "tensor-parallel ranks: every layer's heads and FFN columns and the vocabulary split tp ways (Megatron); tp must divide n_heads, n_kv_heads and ffn_dim; keep it within the GPUs of one host"),
     F(sequence_parallel, FIELD_BOOL, "0", 0, 1, NULL, "parallel", "with tp > 1: norms, residual stream and adds on batch_size*seq_len/tp tokens per rank, the tp all-reduces become reduce-scatter + all-gather (less activation memory, same bytes sent)"),
     F(pp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "pipeline stages: each holds consecutive layers (embedding on the first, head on the last)"),
-    F(pp_schedule, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|gpipe|interleaved", "parallel", "pipeline schedule; interleaved runs pp_virtual chunks of layers per stage"),
+    F(pp_schedule, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|gpipe|interleaved|zb1", "parallel", "pipeline schedule; interleaved runs pp_virtual chunks of layers per stage; zb1 = zero-bubble ZB-H1: the backward split into B (input gradients) and W (weight gradients), W filling 1F1B's drain bubble, at 1F1B's micro-batches in flight (docs/pipeline-parallel.md)"),
     F(pp_virtual, FIELD_INT, "2", 1, 64, NULL, "parallel", "pp_schedule=interleaved: model chunks per stage (n_layers must divide by pp*pp_virtual)"),
     F(pp_layers, FIELD_STRING, "", 0, 0, NULL, "parallel", "layers of each pipeline stage, e.g. 4,4,3; empty = as even as possible"),
     F(comm_backend, FIELD_CHOICE, "auto", 0, 0, "auto|nccl|mpi", "parallel", "who moves device buffers: nccl (a GPU per rank), mpi (CPU ranks, ranks sharing a GPU); auto picks"),
@@ -357,6 +357,9 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
         FAIL("compute_weights=per_layer casts each layer's weights from this rank's whole fp32 master, and zero=%d keeps only a "
              "1/dp shard of the master on each of the dp=%d ranks\n"
              "  hint: use --compute_weights=keep with --zero=%d, or --zero=0 with --compute_weights=per_layer", c->zero, c->dp, c->zero);
+    if (c->pp_schedule == 3 /* zb1 */ && c->pp > 1 && c->precision == PRECISION_FP8)
+        FAIL("pp_schedule=zb1 splits the backward into B and W, and precision=fp8's matmul backward casts its operands for both "
+             "halves at once: the two do not run together yet\n  hint: use --pp_schedule=1f1b with --precision=fp8, or --precision=bf16 with zb1");
     if (c->zero >= 2 && c->dp == 1)
         FAIL("zero=%d shards gradients%s over the data-parallel ranks, and dp=1: there is nothing to shard over\n"
              "  hint: use --dp=2 or more with --zero=%d, or --zero=0 on one data-parallel rank", c->zero, c->zero == 3 ? " and weights" : "", c->zero);

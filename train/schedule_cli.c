@@ -14,7 +14,7 @@
 #include <string.h>
 
 static const char *usage =
-    "usage: build/train schedule [--pp=4] [--micro_batches=8] [--pp_schedule=1f1b|gpipe|interleaved] [--pp_virtual=2]\n"
+    "usage: build/train schedule [--pp=4] [--micro_batches=8] [--pp_schedule=1f1b|gpipe|interleaved|zb1] [--pp_virtual=2]\n"
     "                            [--dp=2 --bucket_mb=25 --zero=1|2|3] [--preset=P | model keys] [--svg=PATH] [--actions]\n"
     "  the step's action lists for every pipeline stage, checked by simulation and drawn;\n"
     "  --micro_batches=m sets total_batch_tokens = m * batch_size * seq_len * dp; --actions lists every action in order\n";
@@ -53,7 +53,7 @@ int schedule_main(int argc, char **argv) {
     ScheduleSim sim;
     char err[2048];
     int rc = schedule_check(&s, &sim, err, sizeof err);
-    static const char *names[] = {"1f1b", "gpipe", "interleaved"};
+    static const char *names[] = {"1f1b", "gpipe", "interleaved", "zb1"};
     printf("schedule | %s | pp=%d stages x %d micro-batches%s | dp=%d%s | %d layers\n", names[s.kind], s.stages, s.micro_batches,
            s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "", c.n_layers);
     if (rc != 0) {
@@ -71,11 +71,20 @@ int schedule_main(int argc, char **argv) {
     }
     if (actions) schedule_print_actions(&s, stdout);
     double p = s.stages, m = s.micro_batches, v = s.chunks;
-    printf("bubble   | simulated %.2f%% of the step idle (forward 1, backward 2 time units); formula (p-1)/(%sm+p-1) = %.2f%%",
-           100 * sim.bubble, v > 1 ? "v*" : "", 100 * schedule_bubble_formula(&s));
+    if (s.split)   /* ZB-H1: each stage idle (p-1)(F+B-W) against 1F1B's (p-1)(F+B+W) (Qi et al. 2023) */
+        printf("bubble   | simulated %.2f%% of the step idle (forward 1, B 1, W 1 time units); formula ZB-H1 (p-1)(F+B-W) idle a stage: "
+               "(p-1)/(3m+p-1) = %.2f%%, a third of 1F1B's idle time (p-1)(F+B+W); 1F1B at this p and m: (p-1)/(m+p-1) = %.2f%%",
+               100 * sim.bubble, 100 * schedule_bubble_formula(&s), 100 * (p - 1) / (m + p - 1));
+    else
+        printf("bubble   | simulated %.2f%% of the step idle (forward 1, backward 2 time units); formula (p-1)/(%sm+p-1) = %.2f%%",
+               100 * sim.bubble, v > 1 ? "v*" : "", 100 * schedule_bubble_formula(&s));
     if (v > 1) printf("; over the ideal compute time, Megatron's (p-1)/(v*m) = %.2f%%", 100 * (p - 1) / (v * m));
     printf("\nin flight| micro-batches each stage holds at once:");
     for (int st = 0; st < s.stages; st++) printf(" %d", s.slots[st]);
+    if (s.split) {   /* what W reads, held from each B to its W (model/llama.h WKeep) */
+        printf("; W stores (micro-batches between B and W at once):");
+        for (int st = 0; st < s.stages; st++) printf(" %d", s.keeps[st]);
+    }
     printf("\n");
     if (svg) {
         char title[256];

@@ -129,6 +129,8 @@ ModelPart trainer_part(const Config *c, const ModelConfig *mc, const Schedule *s
     part.weights_elsewhere = c->zero == 3 && c->dp > 1;
     part.weights_per_layer = c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && act != DTYPE_FP32;
     part.fp8 = c->precision == PRECISION_FP8;
+    part.split_backward = s->split;   /* zb1: what W reads is kept from each B to its W */
+    part.n_keeps = s->split && s->keeps ? s->keeps[stage] : 0;
     return part;
 }
 

@@ -4,7 +4,9 @@
 # are measured against (bench/gpu/bench_cuda_ops bf16 attention T), since the
 # peer's step time mixes attention with everything else.
 #
-#   python3 bench/gpu/sdpa_time.py [T ...]      (default 1024 2048 4096 8192 16384 32768)
+#   python3 bench/gpu/sdpa_time.py [--hd 128] [T ...]      (default 1024 2048 4096 8192 16384 32768)
+#
+# --hd 128: 16 query heads, 4 kv heads, head dim 128 (bench_attention 128's heads).
 #
 # Per T and per SDPA backend (cuDNN, FlashAttention-2, memory-efficient): the
 # forward alone and forward + backward, CUDA events, median of 15 after 3
@@ -15,15 +17,19 @@ from torch.nn.attention import sdpa_kernel, SDPBackend
 from cuda_time import median_ms   # bench/gpu/cuda_time.py
 
 NH, NKV, HD = 12, 4, 64
+args = sys.argv[1:]
+if args[:1] == ["--hd"]:
+    HD = int(args[1]); args = args[2:]
+    NH = 12 if HD == 64 else 16
 
-for T in [int(a) for a in sys.argv[1:]] or [1024, 2048, 4096, 8192, 16384, 32768]:
+for T in [int(a) for a in args] or [1024, 2048, 4096, 8192, 16384, 32768]:
     B = 1 if T >= 16384 else 16384 // T
     q = torch.randn(B, NH, T, HD, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     k = torch.randn(B, NKV, T, HD, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     v = torch.randn(B, NKV, T, HD, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     dy = torch.randn(B, NH, T, HD, device="cuda", dtype=torch.bfloat16)
     fwd_flops = 4.0 * B * NH * T * T * HD / 2
-    row = dict(T=T, B=B)
+    row = dict(T=T, B=B, NH=NH, NKV=NKV, HD=HD)
     for name, be in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
         try:

@@ -37,7 +37,7 @@ void matmul_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *
 #ifdef LLM3D_BLAS
     int threads = cpu_blas_threads_begin((size_t)N * IC * OC);
     if (dinp) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC, 0.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, accumulate ? 1.0f : 0.0f, dw, IC);
+    if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, accumulate ? 1.0f : 0.0f, dw, IC);
     cpu_blas_threads_end(threads);
 #else
     if (dinp) {
@@ -49,6 +49,7 @@ void matmul_backward_cpu(void *dinp_, float *dw, const void *dout_, const void *
                 dinp[(size_t)n * IC + i] = s;
             }
     }
+    if (!dw) return;
 #pragma omp parallel for if (cpu_parallel((size_t)N * IC * OC / 64))
     for (int o = 0; o < OC; o++) {
         if (!accumulate) memset(dw + (size_t)o * IC, 0, (size_t)IC * sizeof(float));

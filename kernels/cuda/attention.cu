@@ -16,7 +16,9 @@
  * attention_wgmma.cu on an sm_90 GPU with sm_90a code in the binary, else the
  * mma.sync kernels of attention_mma.cu; LLM3D_ATTENTION=mma or =simple forces
  * the portable or the readable path, =recompute the Hopper backward that computes
- * dS again at every T (its default above ATTENTION_DS_MAX_T, kernels/attention.h). These
+ * dS again at every T (its default above ATTENTION_DS_MAX_T, kernels/attention.h),
+ * =fa3 the warp-specialized Hopper forward of attention_fa3.cu (HD 64 and 128;
+ * the backward as with =wgmma). These
  * readable kernels run everywhere else. */
 #include "common.cuh"
 #include <math.h>
@@ -297,8 +299,20 @@ int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=sim
 int cuda_attention_wgmma = 0;    /* set by backend_cuda: Hopper kernels available and not LLM3D_ATTENTION=mma */
 int cuda_attention_recompute = 0;   /* set by backend_cuda from LLM3D_ATTENTION=recompute */
 
+int cuda_attention_fa3 = 0;   /* set by backend_cuda from LLM3D_ATTENTION=fa3 (with cuda_attention_wgmma: Hopper) */
+
 extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HD) {
     check_shape(NH, NKV, HD);
+    if (cuda_attention_fa3 && cuda_attention_wgmma && !cuda_attention_simple) {
+        if (attention_fa3_supported(HD, out, qkv)) {
+            attention_forward_fa3(out, lse, qkv, B, T, NH, NKV, HD);
+            return;
+        }
+        static int said = 0;   /* once: the shape is the model's, the same at every call */
+        if (!said++)
+            fprintf(stderr, "llm3d: attention: the fa3 forward takes head_dim 64 or 128 in bf16/fp16 with 16-byte aligned tensors "
+                            "(head_dim %d here); the other kernels run\n", HD);
+    }
     if (!cuda_attention_simple && attention_mma_supported(HD, out, qkv, qkv)) {
         if (B > 0 && T > 0) (cuda_attention_wgmma ? attention_forward_wgmma : attention_forward_mma)(out, lse, qkv, B, T, NH, NKV);
         return;

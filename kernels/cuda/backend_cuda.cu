@@ -290,12 +290,14 @@ extern "C" const Backend *backend_cuda(DType act) {
         /* attention path: wgmma (Hopper, the default where it runs), recompute (Hopper, the backward computes dS
          * again at every T), mma (portable tensor cores), simple (readable) */
         const char *a = getenv("LLM3D_ATTENTION");
-        if (a && *a && strcmp(a, "simple") && strcmp(a, "mma") && strcmp(a, "wgmma") && strcmp(a, "recompute"))
+        if (a && *a && strcmp(a, "simple") && strcmp(a, "mma") && strcmp(a, "wgmma") && strcmp(a, "recompute") && strcmp(a, "fa3"))
             die("LLM3D_ATTENTION=%s is not an attention path\n  hint: use wgmma (Hopper), recompute (Hopper, the backward "
-                "stores no dS tiles), mma (any GPU from sm_80) or simple (the readable kernels), or unset it", a);
+                "stores no dS tiles), fa3 (Hopper, the warp-specialized forward), mma (any GPU from sm_80) or simple "
+                "(the readable kernels), or unset it", a);
         cuda_attention_simple = a && strcmp(a, "simple") == 0;
         cuda_attention_recompute = a && strcmp(a, "recompute") == 0;
-        int hopper = attention_wgmma_available(), want_hopper = a && (!strcmp(a, "wgmma") || cuda_attention_recompute);
+        cuda_attention_fa3 = a && strcmp(a, "fa3") == 0;
+        int hopper = attention_wgmma_available(), want_hopper = a && (!strcmp(a, "wgmma") || cuda_attention_recompute || cuda_attention_fa3);
         if (want_hopper && !hopper)
             die("LLM3D_ATTENTION=%s, but GPU %d (%s, sm_%d%d) cannot run this build's Hopper kernels\n"
                 "  hint: they need an sm_90 GPU and a build whose CUDA_ARCH has -gencode=arch=compute_90a,code=sm_90a; "

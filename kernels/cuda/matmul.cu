@@ -134,5 +134,5 @@ extern "C" void matmul_backward_cuda(void *dinp, float *dweight, const void *dou
     if (N == 0 || OC == 0 || IC == 0) return;
     cudaDataType_t t = act_cuda_type();
     if (dinp) lt_matmul(dinp, weight, dout, NULL, IC, N, OC, IC, OC, IC, 0, 0, t, t, t, 1.0f, 0.0f);
-    lt_matmul(dweight, inp, dout, NULL, IC, OC, N, IC, OC, IC, 0, 1, t, t, CUDA_R_32F, 1.0f, accumulate ? 1.0f : 0.0f);
+    if (dweight) lt_matmul(dweight, inp, dout, NULL, IC, OC, N, IC, OC, IC, 0, 1, t, t, CUDA_R_32F, 1.0f, accumulate ? 1.0f : 0.0f);
 }

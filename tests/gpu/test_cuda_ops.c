@@ -145,6 +145,46 @@ static void test_rope(int B, int T, int NH, int NKV, int HD, int pos0) {
     free(x); free(f); free(b); free(h);
 }
 
+/* the warp-specialized Hopper forward (attention_fa3.cu, LLM3D_ATTENTION=fa3) alone: out and lse against the CPU, the
+ * launch counted (the proof it ran, not a fallback), and a second forward bitwise the same */
+static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
+    char shape[96];
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d", B, T, NH, NKV, HD);
+    size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
+    float *qkv = rand_act(nq, 1.5f), *out = mallocCheck(no * 4), *lse = mallocCheck(nl * 4), *h = mallocCheck((no + nl) * 4);
+    cpu->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    void *gqkv = up_act(qkv, nq), *gout = gpu->alloc(no * dtype_size(act), "t"), *again = gpu->alloc(no * dtype_size(act), "t");
+    float *glse = gpu->alloc(nl * 4, "t"), *glse2 = gpu->alloc(nl * 4, "t");
+    poison(gout, no * dtype_size(act));
+    poison(glse, nl * 4);
+    poison(again, no * dtype_size(act));
+    poison(glse2, nl * 4);
+    long launches = cuda_attention_fa3_launches;
+    int was = cuda_attention_fa3;
+    cuda_attention_fa3 = 1;
+    gpu->attention_forward(gout, glse, gqkv, B, T, NH, NKV, HD);
+    gpu->attention_forward(again, glse2, gqkv, B, T, NH, NKV, HD);
+    cuda_attention_fa3 = was;
+    int ran = cuda_attention_fa3_launches == launches + 2;
+    printf("%s %-5s attention_fwd fa3 ran the warp-specialized kernel %s\n", ran ? "ok  " : "FAIL", dtype_name(act), shape);
+    CHECK(ran, "%s attention_fwd fa3 %s: the fa3 kernel did not run", dtype_name(act), shape);
+    down_act(h, gout, no);
+    compare("attention_fwd fa3", h, out, no, tol_act, shape);
+    gpu->download(h, glse, nl * 4);
+    compare("attention_fwd lse fa3", h, lse, nl, 1e-3, shape);
+    size_t bytes = no * dtype_size(act);
+    char *a = mallocCheck(bytes + nl * 4), *b = mallocCheck(bytes + nl * 4);
+    gpu->download(a, gout, bytes);
+    gpu->download(b, again, bytes);
+    gpu->download(a + bytes, glse, nl * 4);
+    gpu->download(b + bytes, glse2, nl * 4);
+    int same = memcmp(a, b, bytes + nl * 4) == 0;
+    printf("%s %-5s attention_fwd fa3          deterministic %s\n", same ? "ok  " : "FAIL", dtype_name(act), shape);
+    CHECK(same, "%s attention_fwd fa3 %s: a second forward gave different bits", dtype_name(act), shape);
+    gpu->free(gqkv); gpu->free(gout); gpu->free(again); gpu->free(glse); gpu->free(glse2);
+    free(qkv); free(out); free(lse); free(h); free(a); free(b);
+}
+
 typedef void AttF(void *, float *, const void *, int, int, int, int, int);
 typedef void AttB(void *, const void *, const void *, const void *, const float *, int, int, int, int, int, float, void *, size_t);
 /* theta > 0: the backward also takes its gradient back through RoPE (the CPU reference: the two ops in turn) */
@@ -483,6 +523,15 @@ int main(int argc, char **argv) {
                 test_attention("wgmma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4], theta);
             }
             cuda_attention_wgmma = hopper;
+            if (hopper && act != DTYPE_FP32 && (q[4] == 64 || q[4] == 128)) test_attention_fa3(q[0], q[1], q[2], q[3], q[4]);
+        }
+        if (cuda_attention_wgmma && act != DTYPE_FP32) {   /* the fa3 forward at more head dims, GQA ratios, odd T, slices */
+            const int fa3_shapes[][5] = {{1, 2100, 8, 2, 128}, {2, 777, 6, 6, 128}, {3, 129, 4, 1, 64}, {1, 3000, 8, 1, 64},
+                                         {2, 128, 2, 1, 128}, {1, 4133, 4, 2, 64}, {4, 250, 12, 4, 128}};
+            for (int s = 0; s < (int)(sizeof fa3_shapes / sizeof fa3_shapes[0]); s++) {
+                const int *q = fa3_shapes[s];
+                test_attention_fa3(q[0], q[1], q[2], q[3], q[4]);
+            }
         }
         test_swiglu(64, 256);
         test_swiglu(13, 37);

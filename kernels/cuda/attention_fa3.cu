@@ -1,0 +1,264 @@
+/* kernels/cuda/attention_fa3.cu — the causal GQA attention forward on Hopper in
+ * FlashAttention-3's shape (LLM3D_ATTENTION=fa3): warp-specialized, TMA-fed,
+ * two consumer warpgroups a block, head dims 64 and 128, bf16 and fp16. The
+ * backward stays attention_wgmma_backward.cu's (HD = 64) or the readable one.
+ *
+ * The idea: a block owns 128 queries of one (sequence, head) and has three
+ * warpgroups. The first is the producer: it gives most of its registers back
+ * (setmaxnreg) and one of its threads asks the copy engine (TMA, through a
+ * tensor map over qkv seen as (B, T, columns)) for the queries once and then for
+ * each key tile's K and V, 128 rows a tile, into a ring of shared-memory stages
+ * (four at HD = 64, two at 128), each stage with a barrier that says K landed,
+ * one that says V landed and one that says both consumers are done with it.
+ * The other two warpgroups are consumers of 64 query rows each, sharing every
+ * K/V tile: S = Q K^T as wgmma m64n128k16 from shared memory, the online
+ * softmax on the registers S came back in, and O += P V with P packed straight
+ * from those registers as the A operand (m64n64 at HD = 64, m64n128 at 128).
+ * Within a consumer the exponentials of one tile run under the products of the
+ * tile before (as attention_wgmma.cu: S of tile j+1 and P_j V_j are issued
+ * together, the wait takes S alone). The key tiles are walked from the diagonal
+ * down, so the first tile is the only one masked (causality and the sequence's
+ * end; the copy engine zero-fills rows past T) and the rest run unmasked.
+ * Tiles of a sequence past T are never read across into the next sequence: the
+ * map's middle dimension is T, its outer one the batch.
+ *
+ * Output goes from registers to global memory (4-byte stores, as the wgmma
+ * forward). Not yet here (docs/performance.md's attention section says what was
+ * measured): ping-pong between the two consumers, a persistent grid, a
+ * TMA store of O, and the backward in this style. */
+#include "attention_fa3.cuh"
+#include "attention_wgmma.cuh"
+#include <math.h>
+#include <stdio.h>
+extern "C" {
+#include "cuda_extras.h"
+}
+
+#define FA3_BM 128   /* queries a block: two consumer warpgroups of 64 */
+#define FA3_BN 128   /* keys a tile */
+#define FA3_THREADS 384
+
+/* scores s (64 rows x 128 keys from k0) -> probabilities packed as the A operand pa (8 k-steps) of P @ V, the running
+ * max m (raw scores) and partial sums l of this thread's rows updated, corr = how much the old output shrinks; mask:
+ * keys past the row or the sequence's end are out */
+template <typename T> __device__ __forceinline__ void fa3_softmax(float s[64], uint32_t pa[8][4], float m[2], float l[2], float corr[2],
+                                                                  int k0, const int row[2], int T_, float sl2, bool mask) {
+    int t = threadIdx.x % 4;
+    if (mask) {
+#pragma unroll
+        for (int i = 0; i < 64; i++) {
+            int col = k0 + i / 4 * 8 + 2 * t + (i & 1);
+            if (col > row[i % 4 / 2] || col >= T_) s[i] = -INFINITY;
+        }
+    }
+    float mx[2] = {m[0], m[1]}, ms[2], sum[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 64; i++) mx[i % 4 / 2] = fmaxf(mx[i % 4 / 2], s[i]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        corr[r] = ex2((m[r] - mx[r]) * sl2);   /* m = -inf before the first tile: 0 (mx is finite: every row sees a key) */
+        m[r] = mx[r];
+        ms[r] = mx[r] * sl2;
+    }
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        s[i] = ex2(fmaf(s[i], sl2, -ms[i % 4 / 2]));
+        sum[i % 4 / 2] += s[i];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + sum[r];
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
+/* s = Q (64 rows at q, HD columns in 64-column halves qhalf bytes apart) @ K^T (128 rows at k, halves khalf apart) */
+template <typename T, int HD> __device__ __forceinline__ void fa3_scores(float s[64], uint32_t q, uint32_t k, uint32_t qhalf, uint32_t khalf) {
+    fa_ss128_first<T>(s, fa_desc(q, 0), fa_desc(k, 0));
+#pragma unroll
+    for (int kk = 1; kk < HD / 16; kk++) {
+        uint32_t hf = kk / 4, col = 32 * (kk % 4);
+        fa_ss128<T>(s, fa_desc(q + hf * qhalf + col, 0), fa_desc(k + hf * khalf + col, 0), 1);
+    }
+}
+/* o += P (64 x 128 in registers) @ V (128 rows at v, HD columns in halves vhalf bytes apart): 8 k-steps of 16 keys */
+template <typename T, int HD> __device__ __forceinline__ void fa3_pv(float o[HD / 2], const uint32_t pa[8][4], uint32_t v, uint32_t vhalf) {
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        if constexpr (HD == 64) wg_rs<T>(o, pa[kk], fa_desc(v + 2048 * kk, vhalf));
+        else fa_rs128<T>(o, pa[kk], fa_desc(v + 2048 * kk, vhalf));
+    }
+}
+template <int N> __device__ __forceinline__ void fa3_keep(uint32_t (&a)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < 4 * N; i++) asm volatile("" : "+r"(a[i / 4][i % 4])::"memory");
+}
+
+/* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD), read through tm (the box: 64 columns x 128 rows x 1
+ * sequence). Grid (B*NH, query tiles), the last (longest) first. Shared: Q (two 64-column halves of 128 rows), then
+ * K of stages 0..S-1, V of stages 0..S-1, then the barriers. */
+template <typename T, int HD, int S> __global__ void __launch_bounds__(FA3_THREADS, 1)
+fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, int T_, int NH, int NKV, float scale) {
+#if WG_ON
+    WG_TILES;
+    constexpr uint32_t HALF_Q = FA3_BM * 128, HALF_K = FA3_BN * 128;   /* bytes of one 64-column half */
+    constexpr uint32_t QBYTES = HALF_Q * (HD / 64), KBYTES = HALF_K * (HD / 64);
+    uint32_t sQ = tiles_base(smraw), sK = sQ + QBYTES, sV = sK + S * KBYTES, bars = sV + S * KBYTES;
+    uint32_t barQ = bars, barK = bars + 8, barV = barK + 8 * S, barE = barV + 8 * S;   /* barK + 8 * stage, ... */
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
+    int q0 = (gridDim.y - 1 - blockIdx.y) * FA3_BM;
+    int nk = q0 / FA3_BN + 1;   /* key tiles 0..nk-1 (BM = BN: the last is the diagonal, and holds the sequence's end) */
+    int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        mbar_init(barQ, 1);
+        for (int st = 0; st < S; st++) {
+            mbar_init(barK + 8 * st, 1);
+            mbar_init(barV + 8 * st, 1);
+            mbar_init(barE + 8 * st, 8);   /* one arrival a consumer warp */
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    if (wg == 0) {   /* ---- the producer ---- */
+        regs_down<24>();
+        if (threadIdx.x == 0) {
+            mbar_expect_tx(barQ, QBYTES);
+#pragma unroll
+            for (int hf = 0; hf < HD / 64; hf++) tma_load3(sQ + hf * HALF_Q, &tm, h * HD + hf * 64, q0, b, barQ);
+            for (int it = 0; it < nk; it++) {
+                int j = nk - 1 - it, st = it % S;
+                mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
+                mbar_expect_tx(barK + 8 * st, KBYTES);
+#pragma unroll
+                for (int hf = 0; hf < HD / 64; hf++)
+                    tma_load3(sK + st * KBYTES + hf * HALF_K, &tm, (NH + kvh) * HD + hf * 64, j * FA3_BN, b, barK + 8 * st);
+                mbar_expect_tx(barV + 8 * st, KBYTES);
+#pragma unroll
+                for (int hf = 0; hf < HD / 64; hf++)
+                    tma_load3(sV + st * KBYTES + hf * HALF_K, &tm, (NH + NKV + kvh) * HD + hf * 64, j * FA3_BN, b, barV + 8 * st);
+            }
+        }
+        return;
+    }
+    /* ---- the consumers: warpgroup c owns query rows q0 + 64c .. q0 + 64c + 63 ---- */
+    regs_up<240>();
+    int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    int row[2] = {q0 + 64 * c + 16 * w + g, q0 + 64 * c + 16 * w + g + 8};
+    uint32_t qa = sQ + c * 64 * 128;
+    float sl2 = scale * LOG2E;
+    float s[64], o[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, corr[2];
+    uint32_t pa[8][4], pn[8][4];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) o[i] = 0;
+    mbar_wait(barQ, 0);
+    mbar_wait(barK, 0);
+    wg_fence();
+    fa3_scores<T, HD>(s, qa, sK, HALF_Q, HALF_K);   /* the diagonal tile first, the only one masked */
+    wg_commit();
+    wg_wait<0>();
+    wg_keep(s);
+    fa3_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, T_, sl2, true);
+    for (int it = 0; it < nk; it++) {
+        bool more = it + 1 < nk;
+        int st = it % S, nx = it + more, sn = nx % S;
+        /* the last iteration scores its own tile again, unused: every iteration issues the same products (no branch
+         * around a wgmma) */
+        mbar_wait(barK + 8 * sn, (nx / S) & 1);
+        mbar_wait(barV + 8 * st, (it / S) & 1);
+        wg_fence();
+        fa3_scores<T, HD>(s, qa, sK + sn * KBYTES, HALF_Q, HALF_K);   /* scores of the next tile */
+        wg_commit();
+        fa3_pv<T, HD>(o, pa, sV + st * KBYTES, HALF_K);               /* o += P V of this one, still running while ... */
+        wg_commit();
+        wg_wait<1>();
+        wg_keep(s);
+        if (more) fa3_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, T_, sl2, false);   /* ... these run */
+        wg_wait<0>();
+        wg_keep(o);
+        fa3_keep(pa);
+        if (tid % 32 == 0) mbar_arrive(barE + 8 * st);   /* this warp is done with the stage */
+        if (more) {
+#pragma unroll
+            for (int i = 0; i < HD / 2; i++) o[i] *= corr[i % 4 / 2];
+#pragma unroll
+            for (int i = 0; i < 32; i++) pa[i / 4][i % 4] = pn[i / 4][i % 4];
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (row[r] >= T_) continue;
+        T *y = out + ((size_t)b * T_ + row[r]) * NH * HD + h * HD;
+        float inv = 1.0f / l[r];
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++)
+            *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[4 * nt + 2 * r] * inv, o[4 * nt + 2 * r + 1] * inv);
+        if (t == 0) lse[((size_t)b * NH + h) * T_ + row[r]] = m[r] * scale + logf(l[r]);
+    }
+#endif
+}
+
+/* ---- the launcher ---- */
+typedef CUresult (*EncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* the map over qkv as (columns, T, B) of 2-byte values: boxes of 64 columns (128 bytes, the swizzle's width) x 128 rows
+ * x 1 sequence, written into shared memory in the 128-byte swizzle; rows past T arrive as zeros */
+static CUtensorMap qkv_map(const void *qkv, int B, int T_, int cols) {
+    static EncodeTiled encode = NULL;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult found;
+        cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || !encode)
+            die("attention (fa3): the CUDA driver has no cuTensorMapEncodeTiled\n  hint: unset LLM3D_ATTENTION to use the other kernels");
+    }
+    CUtensorMap tm;
+    cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T_, (cuuint64_t)B};
+    cuuint64_t strides[2] = {(cuuint64_t)cols * 2, (cuuint64_t)cols * 2 * T_};
+    cuuint32_t box[3] = {64, FA3_BN, 1}, estride[3] = {1, 1, 1};
+    CUresult r = encode(&tm, cuda_act == DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)qkv,
+                        dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) die("attention (fa3): cuTensorMapEncodeTiled failed (%d) for B=%d T=%d columns=%d", (int)r, B, T_, cols);
+    return tm;
+}
+
+long cuda_attention_fa3_launches = 0;
+
+template <typename T, int HD, int S> static void launch(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV) {
+    CUtensorMap tm = qkv_map(qkv, B, T_, (NH + 2 * NKV) * HD);
+    size_t smem = (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (1 + 3 * S);
+    static size_t raised = 0;
+    if (raised < smem) {
+        cudaCheck(cudaFuncSetAttribute(fa3_forward_kernel<T, HD, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        raised = smem;
+    }
+    fa3_forward_kernel<T, HD, S><<<dim3(B * NH, ceil_div(T_, FA3_BM)), FA3_THREADS, smem, cuda_stream>>>(
+        tm, (T *)out, lse, T_, NH, NKV, 1.0f / sqrtf((float)HD));
+    launchCheck();
+    cuda_attention_fa3_launches++;
+}
+
+/* 1 when this forward takes the shape: bf16/fp16, HD 64 or 128, 16-byte aligned tensors (the map's base and rows) */
+extern "C" int attention_fa3_supported(int HD, const void *out, const void *qkv) {
+    return cuda_act != DTYPE_FP32 && (HD == 64 || HD == 128) && ((uintptr_t)out | (uintptr_t)qkv) % 16 == 0;
+}
+/* attention_forward_cuda's contract; attention_fa3_supported() first, and attention_wgmma_available() */
+extern "C" void attention_forward_fa3(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV, int HD) {
+    if (B <= 0 || T_ <= 0) return;
+    if (cuda_act == DTYPE_BF16) {
+        if (HD == 64) launch<__nv_bfloat16, 64, 4>(out, lse, qkv, B, T_, NH, NKV);
+        else launch<__nv_bfloat16, 128, 2>(out, lse, qkv, B, T_, NH, NKV);
+    } else {
+        if (HD == 64) launch<__half, 64, 4>(out, lse, qkv, B, T_, NH, NKV);
+        else launch<__half, 128, 2>(out, lse, qkv, B, T_, NH, NKV);
+    }
+}
