@@ -159,7 +159,10 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
     char legend[5][160];
     int n_legend = 0, gathers = 0;
     for (int st = 0; st < s->stages; st++) gathers |= wait_time(s, sim, st, ACT_GATHER_WAIT, 0) >= 0;
-    snprintf(legend[n_legend++], sizeof legend[0], "grey: idle (the bubble); simulated with a forward = 1, a backward = 2 time units");
+    if (schedule_splits_backward(s->kind))
+        snprintf(legend[n_legend++], sizeof legend[0], "F forward (blue), B input gradients (green), W weight gradients (orange): 1 time unit each; grey: idle");
+    else
+        snprintf(legend[n_legend++], sizeof legend[0], "grey: idle (the bubble); simulated with a forward = 1, a backward = 2 time units");
     if (s->zero)
         snprintf(legend[n_legend++], sizeof legend[0], "ticks: gather starts (orange), reduce-scatter starts (red), weights released (dark grey)");
     if (any) {

@@ -14,6 +14,7 @@
 #include "../common/util.h"
 #include "../data/loader.h"
 #include "../data/shard.h"
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -52,8 +53,11 @@ static void test_shard_truncated_under_run(void) {
     }
     close(pipefd[1]);
     char msg[2048] = "";
-    ssize_t n = read(pipefd[0], msg, sizeof msg - 1);
-    msg[n > 0 ? n : 0] = 0;
+    size_t got = 0;
+    for (ssize_t n; got < sizeof msg - 1 && (n = read(pipefd[0], msg + got, sizeof msg - 1 - got)) != 0;)
+        if (n > 0) got += (size_t)n;
+        else if (errno != EINTR) break;   /* the whole message, however the child's writes arrive: one read may take part of it */
+    msg[got] = 0;
     close(pipefd[0]);
     int st = 0;
     waitpid(pid, &st, 0);
