@@ -294,6 +294,7 @@ double json_number(const char *text, const char *key, const char *file, int line
         if (*v != ':') continue;   /* a string value equal to the key, not the key */
         v++;
         while (*v == ' ') v++;
+        if (!strncmp(v, "null", 4) && strchr(",}] \n", v[4] ? v[4] : ' ')) return NAN;   /* a value the writer had none for (a nan loss) */
         char *end;
         errno = 0;
         double x = strtod(v, &end);
@@ -304,6 +305,12 @@ double json_number(const char *text, const char *key, const char *file, int line
         return x;
     }
     return NAN;
+}
+
+const char *json_real(char *buf, size_t size, const char *fmt, double v) {
+    if (isfinite(v)) snprintf(buf, size, fmt, v);
+    else snprintf(buf, size, "null");
+    return buf;
 }
 
 const char *format_bytes(double bytes, char *buf, size_t size) {

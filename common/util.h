@@ -84,10 +84,13 @@ uint32_t crc32_update(uint32_t crc, const void *data, size_t bytes);
 size_t utf8_invalid_bytes(const uint8_t *s, size_t n);
 
 /* The number after "key": in one JSON object of llm3d's own logs (a JSONL line, a profile); NAN when the
- * key is absent. Strict: a value that is not a whole finite number (strtod to a ',', '}', ']', space or end)
+ * key is absent or null (what a diverged step's nan loss is written as). Strict: a value that is not a whole finite number (strtod to a ',', '}', ']', space or end)
  * dies naming the file, the line (0: the file is one object) and the key. The one reader of plot, scale
  * and plan. */
 double json_number(const char *text, const char *key, const char *file, int line);
+
+/* v written with fmt into buf, or "null" when v is nan or infinite (JSON has no word for them). Returns buf. */
+const char *json_real(char *buf, size_t size, const char *fmt, double v);
 
 /* Bytes as "12.3 MiB". Returns buf. */
 const char *format_bytes(double bytes, char *buf, size_t size);

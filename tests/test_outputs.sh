@@ -79,6 +79,10 @@ check '[ $rc -eq 0 ] && [ -L "$dir/alias.json" ] && grep -q "\"layouts\"" "$dir/
 "$T" plot "$dir/bad.jsonl" --out="$dir/bad.png" > "$dir/w.log" 2>&1; rc=$?
 check '[ $rc -eq 1 ] && grep -q "bad.jsonl. line 3: \"loss\" is 5.1x, not a finite number" "$dir/w.log" && [ ! -e "$dir/bad.png" ]' \
       "plot: a malformed number named by file, line and key (rc $rc): $(head -1 "$dir/w.log")"
+# a diverged step's loss is written as JSON's null (train/trainer.c): plot draws the log, that step left out
+{ head -2 "$dir/good.jsonl"; head -3 "$dir/good.jsonl" | tail -1 | sed 's/"loss": [0-9.]*/"loss": null/; s/"grad_norm": [0-9.]*/"grad_norm": null/'; } > "$dir/nan.jsonl"
+"$T" plot "$dir/nan.jsonl" --out="$dir/nan.png" > "$dir/w.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && [ -s "$dir/nan.png" ] && grep -q "\"loss\": null" "$dir/nan.jsonl"' "plot: a log whose step has a null loss (a diverged step) is drawn (rc $rc): $(head -1 "$dir/w.log")"
 sed 's/"compute_ms": [0-9.]*/"compute_ms": 1e999/' "$dir/profile.json" > "$dir/badprofile.json"
 "$T" plan --gpus=8 --preset=l124m --profile="$dir/badprofile.json" > "$dir/w.log" 2>&1; rc=$?
 check '[ $rc -eq 1 ] && grep -q "badprofile.json.: \"compute_ms\" is 1e999, not a finite number" "$dir/w.log"' \

@@ -111,7 +111,8 @@ static void log_eval(Trainer *tr, double val) {
     printf("eval  | step %d | val_loss %.4f | val_ppl %.2f\n", tr->step, val, exp(val));
     fflush(stdout);
     if (tr->jsonl) {
-        fprintf(tr->jsonl, "{\"step\": %d, \"val_loss\": %.6f}\n", tr->step, val);
+        char v[32];
+        fprintf(tr->jsonl, "{\"step\": %d, \"val_loss\": %s}\n", tr->step, json_real(v, sizeof v, "%.6f", val));
         trainer_log_flush(tr);
     }
 }

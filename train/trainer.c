@@ -545,8 +545,10 @@ void trainer_log_step(Trainer *tr, const StepStats *s) {
         fflush(stdout);
     }
     if (tr->jsonl) {
-        fprintf(tr->jsonl, "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"grad_norm\": %.6f, \"ms\": %.3f, \"tokens_per_s\": %.1f",
-                tr->step, s->loss, s->lr, s->grad_norm, s->ms, s->tokens_per_s);
+        char loss[32], norm[32];   /* a diverged step's nan is JSON's null, so the log stays JSON and `plot` draws up to it */
+        fprintf(tr->jsonl, "{\"step\": %d, \"loss\": %s, \"lr\": %.6g, \"grad_norm\": %s, \"ms\": %.3f, \"tokens_per_s\": %.1f",
+                tr->step, json_real(loss, sizeof loss, "%.6f", s->loss), s->lr, json_real(norm, sizeof norm, "%.6f", s->grad_norm), s->ms,
+                s->tokens_per_s);
         if (s->mfu > 0) fprintf(tr->jsonl, ", \"mfu\": %.4f", s->mfu);
         if (s->device_bytes) fprintf(tr->jsonl, ", \"device_bytes\": %zu", s->device_bytes);
         fprintf(tr->jsonl, ", \"loss_scale\": %g, \"skipped_steps\": %d", tr->loss_scale, tr->skipped_steps);
