@@ -529,6 +529,15 @@ static void test_config(void) {
     CHECK(rc == -1 && strstr(err, "'optimizer'") && strstr(err, "'adam8'") && strstr(err, "adamw|adamw8bit"),
           "--optimizer=adam8 is refused naming the key, the value and the choices: %s", err);
     printf("--optimizer=adam8: %s\n", err);
+    const char *bad[] = {"0", "-4096", "4096x", "1e12", ""};   /* adamw8bit_min_numel: an integer in [1, 2^31 - 1] */
+    for (int k = 0; k < 5; k++) {
+        err[0] = 0;
+        rc = config_set(&c, "adamw8bit_min_numel", bad[k], err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "adamw8bit_min_numel") && c.adamw8bit_min_numel == 4096,
+              "adamw8bit_min_numel=%s is refused naming the key, the value kept: %s", bad[k], err);
+        if (k == 0) printf("adamw8bit_min_numel=0: %s\n", err);
+    }
+    CHECK(config_set(&c, "adamw8bit_min_numel", "1", err, sizeof err) == 0 && c.adamw8bit_min_numel == 1, "adamw8bit_min_numel=1 taken");
 }
 
 int main(void) {
