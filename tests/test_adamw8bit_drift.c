@@ -26,7 +26,8 @@
  * Measured (2-core CPU, 25 s): replay 1.001x for the rare elements, the others 1.5x + 0.02 lr, no
  * m != 0 with v = 0; the two runs 1.21x. The rule before issue 52 (a build of main, b611d43) fails five
  * checks: replay 12.9x and 835 element-steps of v = 0 under a live m, the run 1603 of them in 134
- * elements and a rare-row norm 1.21x AdamW's. */#include "test.h"
+ * elements and a rare-row norm 1.21x AdamW's. */
+#include "test.h"
 #include "../common/util.h"
 #include "rare_tokens.h"
 #include "../train/trainer.h"
