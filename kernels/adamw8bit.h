@@ -11,12 +11,14 @@
  * of kernels/adamw.h (the same math in the same order, the Adam term bounded:
  * adamw8bit_max_step), then requantizes: each element gets the code nearest to
  * value / absmax (binary search; ties go to the lower code), except that an s
- * above 0 takes at least the code of 3.25e-6 (rounding v up). Slices of fp32 state (small tensors) get the plain fp32
- * update in the same call.
+ * above 0 takes at least the code of 3.25e-6 (rounding v up). Slices of fp32
+ * state (small tensors) get the plain fp32 update in the same call.
  *
- * What range each moment keeps, and why (issue 52). The map's smallest
- * positive value is 5.5e-7: below 2.75e-7 of its block's absmax an m rounds to
- * 0, and its element stops (the safe direction). v is the square of a
+ * What range each moment keeps, and why (issue 52). m: from 2.75e-7 of its
+ * block's absmax up (the map's smallest positive value is 5.5e-7; below that
+ * an m rounds to 0 and its element stops, the safe direction). v: s from
+ * 3.25e-6 of its block's largest s up, so v from ~1e-11 of the block's largest
+ * v up, and a smaller v above 0 is rounded up to that. v is the square of a
  * gradient's size, so it spans twice the decades m does: stored as itself (the
  * rule before this one, on a 254-value unsigned map) a v below 1.6e-7 of its
  * block's largest v decoded to 0 while its m, at 4e-4 of m's absmax, survived,
@@ -37,9 +39,9 @@
  * 5.5e-7 would make that element's step 6x AdamW's. With s kept off 5.5e-7 the
  * magnitudes s can take are those both signs of m can, so at the bottom of the
  * range |m|'s code never outgrows s's (a positive m there may round to 5.5e-7
- * under an s of 3.25e-6: a smaller step). The
- * price: s has the 128 non-negative values (top decade's half gap 0.7% of
- * absmax: 1.4% of v, 0.7% of the step) where the old unsigned map had 255.
+ * under an s of 3.25e-6: a smaller step). The price: s has the 128
+ * non-negative values (top decade's half gap 0.7% of absmax: 1.4% of v, 0.7%
+ * of the step) where the old unsigned map had 255.
  * Measured against the other candidates (v on a map of its own, sqrt(v) on the
  * unsigned map, blocks of 64, fp32 moments for the embedding): docs/adamw8bit.md.
  *
