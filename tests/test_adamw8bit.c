@@ -293,6 +293,9 @@ static void test_update_bound(void) {
     dropped = adamw8bit_state_set(st, &q, 1, mq, vq);
     CHECK(dropped == 1 && vc[9] == ADAMW8BIT_ZERO && mc[9] == ADAMW8BIT_ZERO, "v = 0 under m %g given: m dropped (%zu dropped, m code %d)",
           mq[9], dropped, mc[9]);
+    float lm[4] = {1e-3f, 0.0f, -2e-3f, 3e-3f}, lv[4] = {0.0f, 0.0f, 1e-6f, 0.0f};   /* fp32 moments of an old checkpoint */
+    size_t lost = optimizer_drop_lost_moments(lm, lv, 4);
+    CHECK(lost == 2 && lm[0] == 0.0f && lm[2] == -2e-3f && lm[3] == 0.0f, "optimizer_drop_lost_moments: %zu m dropped where v = 0", lost);
     vc[7] = ADAMW8BIT_ZERO;   /* by hand: the state the old rule could reach */
     memcpy(pq0, pq, sizeof pq);
     h.step = 20;
