@@ -582,7 +582,8 @@ int checkpoint_inspect_ex(const char *path, int allow_nonfinite, FILE *out) {
     else fprintf(out, "  rng      none\n");
     fprintf(out, "  loss     scale %g, %d clean steps\n", s->loss_scale, s->clean_steps);
     fprintf(out, "  optim    %s, step %lld\n", s->optimizer == CKPT_OPT_ADAMW ? "adamw"
-                 : s->optimizer == CKPT_OPT_ADAMW8BIT_ROWS ? "adamw8bit (whole-tensor blocks)" : s->optimizer == CKPT_OPT_NONE ? "none" : "?",
+                 : s->optimizer == CKPT_OPT_ADAMW8BIT_ROWS ? "adamw8bit (whole-tensor blocks, v on its own map)"
+                 : s->optimizer == CKPT_OPT_ADAMW8BIT_SQRT ? "adamw8bit (whole-tensor blocks, sqrt(v))" : s->optimizer == CKPT_OPT_NONE ? "none" : "?",
             (long long)s->optimizer_step);
     fprintf(out, "config\n");
     for (const char *p = r.config_text; *p;) {

@@ -214,7 +214,8 @@ int ckpt_check_state(const CkptState *s, const char *path, char *err, size_t err
     else if (!(s->loss_scale > 0 && s->loss_scale <= 3.4e38f)) bad = "loss scale", why = "not a positive finite float";
     else if (s->clean_steps < 0 || s->clean_steps >= CKPT_MAX_CLEAN_STEPS)
         bad = "clean steps", why = "not in [0, 1999] (the count restarts when the fp16 loss scale doubles)";
-    else if (s->optimizer < CKPT_OPT_NONE || s->optimizer > CKPT_OPT_ADAMW8BIT_ROWS) bad = "optimizer", why = "not 0 (none), 1 (adamw) or 2 (8-bit AdamW, whole-tensor blocks)";
+    else if (s->optimizer < CKPT_OPT_NONE || s->optimizer > CKPT_OPT_ADAMW8BIT_SQRT)
+        bad = "optimizer", why = "not 0 (none), 1 (adamw), 2 (8-bit AdamW, whole-tensor blocks) or 3 (8-bit AdamW, sqrt(v))";
     else if (s->optimizer_step < 0 || s->optimizer_step > s->step)
         bad = "optimizer step", why = "not in [0, step] (the optimizer steps at most once a training step)";
     if (!bad) return 0;

@@ -49,9 +49,11 @@ enum { CKPT_KIND_TRAIN = 1 };
 /* The optimizer state the file holds (always AdamW's m and v in fp32, under optimizer.adamw.m/v):
  * ADAMW from fp32 AdamW, or from 8-bit AdamW of builds before the whole-tensor block rule (its config
  * says optimizer=adamw8bit: the moments were quantized in rank-local 256-element runs);
- * ADAMW8BIT_ROWS dequantized from 8-bit state under the whole-tensor rule (train/optimizer.c), so
- * requantizing them gives the saver's codes back bit for bit. */
-enum { CKPT_OPT_NONE = 0, CKPT_OPT_ADAMW = 1, CKPT_OPT_ADAMW8BIT_ROWS = 2 };
+ * ADAMW8BIT_ROWS dequantized from 8-bit state under the whole-tensor rule with v on its own map (before
+ * issue 52: a v far below its block's largest could decode to 0 under a live m); ADAMW8BIT_SQRT the same
+ * blocks with v kept as sqrt(v) on m's map (kernels/adamw8bit.h), so requantizing them gives the saver's
+ * codes back bit for bit. */
+enum { CKPT_OPT_NONE = 0, CKPT_OPT_ADAMW = 1, CKPT_OPT_ADAMW8BIT_ROWS = 2, CKPT_OPT_ADAMW8BIT_SQRT = 3 };
 #define CKPT_MAX_CLEAN_STEPS 2000                  /* = LOSS_SCALE_WINDOW (train/trainer.h): the count restarts there */
 #define CKPT_MAX_POSITION (INT64_MAX / 2)          /* loader epoch and cursor, as data/loader.c bounds them: far past any run, +2^31 cannot overflow */
 

@@ -3,14 +3,47 @@
  *
  * The idea: cut each parameter slice into blocks of at most 256 elements; a
  * block of a moment is stored as its codes (uint8) and one fp32 absmax. A code
- * indexes a sorted map of 256 values in [-1, 1] (first moment, signed) or
- * [0, 1] (second moment, unsigned), so the element is map[code] * absmax. One
- * pass per block dequantizes m and v, does the fp32 AdamW step of
- * kernels/adamw.h (the same math in the same order, the Adam term bounded:
- * adamw8bit_max_step), then requantizes: the new absmax is the block's largest
- * |m| (largest v), and each element gets the code nearest to value / absmax
- * (binary search; ties go to the lower code). Slices of fp32 state (small
- * tensors) get the plain fp32 update in the same call.
+ * indexes one sorted map of 256 values in [-1, 1]. The first moment m is kept
+ * as itself: m = map[code] * absmax, absmax the block's largest |m|. The second
+ * moment v is kept as its square root s = sqrt(v) on the same map's
+ * non-negative half: s = map[code] * absmax, absmax the block's largest s, and
+ * v = s * s. One pass per block dequantizes m and v, does the fp32 AdamW step
+ * of kernels/adamw.h (the same math in the same order, the Adam term bounded:
+ * adamw8bit_max_step), then requantizes: each element gets the code nearest to
+ * value / absmax (binary search; ties go to the lower code), except that an s
+ * above 0 takes at least the code of 3.25e-6 (rounding v up). Slices of fp32
+ * state (small tensors) get the plain fp32 update in the same call.
+ *
+ * What range each moment keeps, and why (issue 52). m: from 2.75e-7 of its
+ * block's absmax up (the map's smallest positive value is 5.5e-7; below that
+ * an m rounds to 0 and its element stops, the safe direction). v: s from
+ * 3.25e-6 of its block's largest s up, so v from ~1e-11 of the block's largest
+ * v up, and a smaller v above 0 is rounded up to that. v is the square of a
+ * gradient's size, so it spans twice the decades m does: stored as itself (the
+ * rule before this one, on a 254-value unsigned map) a v below 1.6e-7 of its
+ * block's largest v decoded to 0 while its m, at 4e-4 of m's absmax, survived,
+ * and the element took the capped step every step until m decayed (a rare
+ * token's embedding drifted ~11x as far as under AdamW). Kept as sqrt(v) it
+ * spans the decades m spans; on the same map, an element whose m and s sit at
+ * the same fraction of their blocks' absmax (every element of a row that had
+ * one gradient, as a rare token's embedding row: m = (1-b1) g, s = sqrt(1-b2)
+ * |g|) gets the same code magnitude for both, so their ratio, the Adam step, is
+ * AdamW's whatever the fraction; it stays so while the row decays (both absmax
+ * decay with their elements). The floor closes the hole: whatever the block's
+ * absmax, an s above 0 decodes to at least 3.25e-6 of it, so a v that is not 0
+ * in fp32 never decodes to 0 (v = s * s: an s whose square underflows fp32
+ * decodes to its smallest denormal). Rounding v up only shrinks a step. The
+ * floor is 3.25e-6, not the map's smallest positive 5.5e-7, because the
+ * negative side lacks -5.5e-7 (its code went to -1): a negative m at 1.7e-6
+ * of its absmax rounds to -3.25e-6, and an s at the same fraction rounding to
+ * 5.5e-7 would make that element's step 6x AdamW's. With s kept off 5.5e-7 the
+ * magnitudes s can take are those both signs of m can, so at the bottom of the
+ * range |m|'s code never outgrows s's (a positive m there may round to 5.5e-7
+ * under an s of 3.25e-6: a smaller step). The price: s has the 128
+ * non-negative values (top decade's half gap 0.7% of absmax: 1.4% of v, 0.7%
+ * of the step) where the old unsigned map had 255.
+ * Measured against the other candidates (v on a map of its own, sqrt(v) on the
+ * unsigned map, blocks of 64, fp32 moments for the embedding): docs/adamw8bit.md.
  *
  * Blocks: a slice is a run of rows of `row` elements (its last row may be
  * shorter); each row is cut into blocks of 256 from its start, the last one
@@ -19,16 +52,15 @@
  * two rows. Codes lie parallel to the elements (code state + j for element j
  * of the slice); absmax values one per block, in block order from `block`.
  *
- * The maps are "dynamic tree" maps: after the sign bit, a run of zero bits
+ * The map is a "dynamic tree" map: after the sign bit, a run of zero bits
  * gives the decimal exponent (1e0 .. 1e-6), an indicator bit ends it, and the
- * remaining bits are a linear fraction in [0.1, 1] (bin midpoints). Signed:
- * 127 positive + 127 negative values, 0 and 1 (bitsandbytes'
+ * remaining bits are a linear fraction in [0.1, 1] (bin midpoints): 127
+ * positive + 127 negative values, 0 and 1 (bitsandbytes'
  * create_dynamic_map(signed=True)), made symmetric at the ends: its smallest
  * negative magnitude -5.5e-7 gives its code to -1, so a block's absmax element
  * is exact whatever its sign (and requantizing dequantized values returns the
- * same codes), while the widest gap stays the top decade's 0.9/64. Unsigned:
- * 254 values, 0 and 1 (create_dynamic_map(signed=False)).
- * Built once on the host (adamw8bit_maps); the CUDA backend uploads the same
+ * same codes), while the widest gap stays the top decade's 0.9/64.
+ * Built once on the host (adamw8bit_map); the CUDA backend uploads the same
  * table. All update arithmetic is plain IEEE fp32 without contraction, so the
  * CPU and CUDA launchers produce the same codes, absmax and weights bit for bit.
  *
@@ -81,8 +113,9 @@ static inline size_t adamw8bit_block_span(const AdamW8bitSlice *s, size_t b, int
  * sqrt(v_t/(1-b2)); with the bias corrections m^ = m/(1-b1^t), v^ = v/(1-b2^t) that is
  * |m^| / (sqrt(v^) + eps) <= |m^| / sqrt(v^) <= R_t (R_1 = 1: the first step is lr * sign(g); b1 0.9,
  * b2 0.95: R -> 1.17; b2 0.999: R -> 7.3). The bound is tight (gradients growing like (b1/b2)^-k meet it).
- * 8-bit moments break the link between m and v: a v that quantizes to 0 (the unsigned map's zero lies
- * 3.25e-7 * absmax below its first value) while m survives makes the step m/eps, 10^5 x lr and more.
+ * 8-bit moments break the link between m and v: each rounds on its own, so the dequantized pair may pass
+ * R_t (and under the rule before issue 52, a v that quantized to 0 while m survived made the step m/eps,
+ * 10^5 x lr and more; the floor on s now keeps such a v above 0, and this cap still bounds the rest).
  * Capping the Adam term at this bound (times 1 + 1e-5 for fp32's rounding of the exact step) never
  * touches what exact AdamW would do and stops that. bitsandbytes has no such guard (its blockwise 8-bit
  * Adam divides by sqrt(v) + eps as dequantized); the paper's remedies are the Stable Embedding layer
@@ -104,10 +137,10 @@ static inline float adamw8bit_element(float p, float g, float *m, float *v, floa
     return p - (u > max_step ? max_step : u < -max_step ? -max_step : u);
 }
 
-/* The two maps, each sorted ascending, 256 values: signed (first moment) in
- * [-1, 1], unsigned (second moment) in [0, 1]; both hold 0 and the ends exactly.
- * Built on first use, then the same table; call it once outside any parallel region. */
-void adamw8bit_maps(const float **signed_map, const float **unsigned_map);
+/* The map, sorted ascending, 256 values in [-1, 1]; it holds 0 (code ADAMW8BIT_ZERO) and both ends
+ * exactly. Built on first use, then the same table; call it once outside any parallel region. */
+#define ADAMW8BIT_ZERO 127
+const float *adamw8bit_map(void);
 /* The code whose map value is nearest to x (x clamped to the map's ends; ties:
  * the lower code): a branch-free binary search for the last map[k] <= x, then
  * k or k + 1. The CUDA kernel does exactly this. */
@@ -117,13 +150,29 @@ static inline uint8_t adamw8bit_nearest(const float *map /* (256) */, float x) {
     if (k == 255) return 255;
     return (uint8_t)(map[k + 1] - x < x - map[k] ? k + 1 : k);
 }
-/* One block of n <= 256 values: returns absmax = max |x| and writes code (n);
- * an all-zero block has absmax 0 and every code at map value 0. */
-float adamw8bit_quantize_block(const float *map, const float *x /* (n) */, int n, uint8_t *code /* (n) */);
-/* x = map[code] * absmax */
-void adamw8bit_dequantize_block(const float *map, const uint8_t *code /* (n) */, float absmax, int n, float *x /* (n) */);
+/* The first moment, one block of n <= 256 values: returns absmax = max |m| and writes code (n);
+ * an all-zero block has absmax 0 and every code at map value 0. Back: m = map[code] * absmax. */
+float adamw8bit_quantize_m(const float *map, const float *m /* (n) */, int n, uint8_t *code /* (n) */);
+void adamw8bit_dequantize_m(const float *map, const uint8_t *code /* (n) */, float absmax, int n, float *m /* (n) */);
+/* The second moment, one block: s = sqrt(v) (IEEE, correctly rounded), returns absmax = max s and writes
+ * the code nearest to s / absmax, at least ADAMW8BIT_V_FLOOR for an s above 0 (adamw8bit_v_code). Back:
+ * v = (map[code] * absmax)^2, the smallest denormal where that square underflows (adamw8bit_v_value). */
+float adamw8bit_quantize_v(const float *map, const float *v /* (n) */, int n, uint8_t *code /* (n) */);
+void adamw8bit_dequantize_v(const float *map, const uint8_t *code /* (n) */, float absmax, int n, float *v /* (n) */);
+#define ADAMW8BIT_V_FLOOR (ADAMW8BIT_ZERO + 2)   /* 3.25e-6: the smallest magnitude both signs of the map hold */
+static inline uint8_t adamw8bit_v_code(const float *map, float s, float absmax) {
+    uint8_t c = adamw8bit_nearest(map, absmax > 0.0f ? s / absmax : 0.0f);
+    return s > 0.0f && c < ADAMW8BIT_V_FLOOR ? ADAMW8BIT_V_FLOOR : c;
+}
+static inline float adamw8bit_v_value(float map_value, float absmax) {
+    float s = map_value * absmax, v = s * s;
+    return v == 0.0f && s > 0.0f ? 1.4e-45f : v;
+}
 /* The moments of every slice as fp32 (m, v laid out like params: element offset + j), from a host copy of
  * the state: dequantized blocks, copied fp32 slices; and back (quantized per block). Quantizing what
- * adamw8bit_state_get gave returns the same codes and absmax bit for bit. */
+ * adamw8bit_state_get gave returns the same codes and absmax bit for bit. A quantized element given
+ * v = 0 under an m that survives quantizing (a checkpoint of the rule before issue 52, where v decoded
+ * to 0 so) gets m = 0: it would otherwise take the capped step every step, a state no AdamW run has.
+ * Returns how many elements that was. */
 void adamw8bit_state_get(AdamW8bitState st, const AdamW8bitSlice *slices, int n_slices, float *m, float *v);
-void adamw8bit_state_set(AdamW8bitState st, const AdamW8bitSlice *slices, int n_slices, const float *m, const float *v);
+size_t adamw8bit_state_set(AdamW8bitState st, const AdamW8bitSlice *slices, int n_slices, const float *m, const float *v);

@@ -1,15 +1,19 @@
 /* tests/test_adamw8bit.c — 8-bit AdamW (kernels/adamw8bit.h, optimizer=adamw8bit) on CPU:
- *   - the maps: sorted, 0 and the ends (-1, 1 / 0, 1) exact;
+ *   - the map: sorted, 0 and the ends (-1, 1) exact;
  *   - quantize -> dequantize of random normal blocks errs by at most G * absmax,
  *     G = half the widest gap between neighbouring map values (the code is the
- *     nearest one), and quantize(dequantize(codes)) gives the codes back;
+ *     nearest one), for m and for sqrt(v); quantize(dequantize(codes)) gives the
+ *     codes back; a v above 0 never decodes to 0, however small against its block
+ *     (issue 52), down to the smallest denormal;
  *   - the kernel against a naive re-implementation (blocks walked within rows of
  *     600 and of 192, codes identical, weights identical, the capped step),
  *     fp32-state slices against kernels/cpu/adamw.c bit for bit, and one 8-bit
  *     step close to the fp32 step;
  *   - the update bound (adamw8bit_max_step): exact AdamW stays under it and
- *     meets it on the extremal gradient sequence; a block whose v codes vanished
- *     under live m steps by exactly the bound, not m/eps;
+ *     meets it on the extremal gradient sequence; a v at 1e-8 of its block's keeps
+ *     a code above 0; a block whose v codes were set to 0 by hand under live m steps
+ *     by exactly the bound, not m/eps; a state given with v = 0 under live m loses
+ *     that m (adamw8bit_state_set);
  *   - state bytes per parameter on l124m (<= 2.1), a non-finite gradient skips the step;
  *   - 300 steps of a small model on a Markov-chain shard: adamw8bit's final loss
  *     within 2% of adamw's;
@@ -26,7 +30,7 @@
 #include <unistd.h>
 
 static Rng rng;
-static const float *MS, *MU;   /* the signed and unsigned maps */
+static const float *MS;   /* the map */
 static char shard_path[256];
 
 static double max_half_gap(const float *map) {
@@ -37,40 +41,39 @@ static double max_half_gap(const float *map) {
 
 /* ------------------------------------------------------------------ maps */
 static void test_maps(void) {
-    int sorted_s = 1, sorted_u = 1, zero_s = 0, zero_u = 0;
-    for (int k = 0; k < 255; k++) { sorted_s &= MS[k] < MS[k + 1]; sorted_u &= MU[k] < MU[k + 1]; }
-    for (int k = 0; k < 256; k++) { zero_s += MS[k] == 0.0f; zero_u += MU[k] == 0.0f; }
-    CHECK(sorted_s && sorted_u, "maps strictly increasing (signed %d, unsigned %d)", sorted_s, sorted_u);
-    CHECK(MS[0] == -1.0f && MS[255] == 1.0f, "signed map covers [-1, 1]: %g .. %g", MS[0], MS[255]);
-    CHECK(MU[0] == 0.0f && MU[255] == 1.0f, "unsigned map covers [0, 1]: %g .. %g", MU[0], MU[255]);
-    CHECK(zero_s == 1 && zero_u == 1, "0 is one code of each map (%d, %d)", zero_s, zero_u);
-    CHECK(adamw8bit_nearest(MS, 0.0f) == 127 && MS[127] == 0.0f, "0 quantizes to the signed map's 0 (code %d)", adamw8bit_nearest(MS, 0.0f));
+    int sorted = 1, zero = 0;
+    for (int k = 0; k < 255; k++) sorted &= MS[k] < MS[k + 1];
+    for (int k = 0; k < 256; k++) zero += MS[k] == 0.0f;
+    CHECK(sorted, "the map strictly increasing");
+    CHECK(MS[0] == -1.0f && MS[255] == 1.0f, "the map covers [-1, 1]: %g .. %g", MS[0], MS[255]);
+    CHECK(zero == 1, "0 is one code of the map (%d)", zero);
+    CHECK(adamw8bit_nearest(MS, 0.0f) == ADAMW8BIT_ZERO && MS[ADAMW8BIT_ZERO] == 0.0f, "0 quantizes to the map's 0 (code %d)",
+          adamw8bit_nearest(MS, 0.0f));
     int pos = 0, neg = 0;
     for (int k = 0; k < 256; k++) { pos += MS[k] > 0; neg += MS[k] < 0; }
-    CHECK(pos == 128 && neg == 127, "signed map: %d positive, %d negative values", pos, neg);
-    float smallest = MS[128];
-    CHECK(fabsf(smallest - 0.55e-6f) < 1e-12f && fabsf(MU[1] - 0.325e-6f) < 1e-12f,
-          "smallest nonzero magnitudes 5.5e-7 (signed) and 3.25e-7 (unsigned): %g, %g", smallest, MU[1]);
-    CHECK(fabs(max_half_gap(MS) - 0.0140625 / 2) < 1e-7 && fabs(max_half_gap(MU) - 0.00703125 / 2) < 1e-7,
-          "widest half gaps: signed %.8f (want 0.00703125), unsigned %.8f (want 0.003515625)", max_half_gap(MS), max_half_gap(MU));
-    printf("maps: signed %g .. %g, widest half gap %.8f; unsigned %g .. %g, widest half gap %.8f\n", MS[0], MS[255],
-           max_half_gap(MS), MU[0], MU[255], max_half_gap(MU));
+    CHECK(pos == 128 && neg == 127, "the map: %d positive, %d negative values", pos, neg);
+    float smallest = MS[ADAMW8BIT_ZERO + 1];
+    CHECK(fabsf(smallest - 0.55e-6f) < 1e-12f, "smallest positive value 5.5e-7: %g", smallest);
+    CHECK(fabs(max_half_gap(MS) - 0.0140625 / 2) < 1e-7, "widest half gap %.8f (want 0.00703125)", max_half_gap(MS));
+    printf("map: %g .. %g, widest half gap %.8f, smallest positive %g\n", MS[0], MS[255], max_half_gap(MS), smallest);
 }
 
 /* ------------------------------------------------- quantization error bound */
-/* |x - map[c] * A| <= G * A + 2 ulp(A): the normalized x/A lies in [-1, 1] (or [0, 1]), the nearest code is at
- * most half a gap away, and the division, product and map values each round once in fp32. */
+/* |x - map[c] * A| <= G * A + 2 ulp(A): the normalized x/A lies in [-1, 1], the nearest code is at most half a
+ * gap away, and the division, product and map values each round once in fp32. v = x^2 is kept as s = sqrt(v):
+ * the same bound on s against the block's largest s. */
 static void test_quantization_error(void) {
     enum { NB = 2000, N = ADAMW8BIT_BLOCK };
-    double gs = max_half_gap(MS), gu = max_half_gap(MU), worst_s = 0, worst_u = 0, mean_s = 0;
-    int nearest_ok = 1, idempotent = 1, n_total = 0;
+    double gs = max_half_gap(MS), worst_s = 0, worst_u = 0, mean_s = 0;
+    int nearest_ok = 1, idempotent = 1, n_total = 0, v_alive = 1;
     for (int b = 0; b < NB; b++) {
         float scale = powf(10.0f, -8.0f + 11.0f * rng_uniform(&rng)), x[N], y[N], d[N], d2[N];
         int n = b % 7 == 0 ? 1 + (int)(rng_u64(&rng) % N) : N;   /* some partial blocks */
         for (int k = 0; k < n; k++) { x[k] = rng_normal(&rng) * scale; y[k] = x[k] * x[k]; }
+        if (b % 5 == 0) y[b % n] *= 1e-20f;   /* a v far below its block's: 1e-10 of it in s */
         uint8_t c[N], cu[N], c2[N];
-        float A = adamw8bit_quantize_block(MS, x, n, c), Au = adamw8bit_quantize_block(MU, y, n, cu);
-        adamw8bit_dequantize_block(MS, c, A, n, d);
+        float A = adamw8bit_quantize_m(MS, x, n, c), Au = adamw8bit_quantize_v(MS, y, n, cu);
+        adamw8bit_dequantize_m(MS, c, A, n, d);
         for (int k = 0; k < n; k++) {
             double e = fabs((double)x[k] - d[k]) / A;
             worst_s = fmax(worst_s, e);
@@ -79,21 +82,32 @@ static void test_quantization_error(void) {
             double xn = (double)x[k] / A, best = fabs(xn - MS[c[k]]);
             for (int j = 0; j < 256; j++) if (fabs(xn - MS[j]) < best - 1e-7) nearest_ok = 0;
         }
-        adamw8bit_dequantize_block(MU, cu, Au, n, d2);
-        for (int k = 0; k < n; k++) worst_u = fmax(worst_u, fabs((double)y[k] - d2[k]) / Au);
+        adamw8bit_dequantize_v(MS, cu, Au, n, d2);
+        for (int k = 0; k < n; k++) {
+            v_alive &= y[k] == 0.0f || d2[k] > 0.0f;
+            if (sqrtf(y[k]) >= 3.25e-6f * Au) worst_u = fmax(worst_u, fabs(sqrt((double)y[k]) - sqrt((double)d2[k])) / Au);   /* above the floor */
+        }
         /* dequantized values quantize back to the same codes and absmax */
-        float A2 = adamw8bit_quantize_block(MS, d, n, c2);
+        float A2 = adamw8bit_quantize_m(MS, d, n, c2);
         idempotent &= A2 == A && !memcmp(c, c2, n);
-        A2 = adamw8bit_quantize_block(MU, d2, n, c2);
+        A2 = adamw8bit_quantize_v(MS, d2, n, c2);
         idempotent &= A2 == Au && !memcmp(cu, c2, n);
     }
+    /* the floor down to the smallest denormal: a block of v = 1 with one v of 1e-44 */
+    float y[4] = {1.0f, 1e-44f, 0.0f, 1e-30f}, d2[4];
+    uint8_t cu[4];
+    float Au = adamw8bit_quantize_v(MS, y, 4, cu);
+    adamw8bit_dequantize_v(MS, cu, Au, 4, d2);
     double eps = 2.0 * 1.19e-7;
-    CHECK(worst_s <= gs + eps, "signed: max |x - deq| / absmax %.6g > bound %.6g", worst_s, gs + eps);
-    CHECK(worst_u <= gu + eps, "unsigned: max |x - deq| / absmax %.6g > bound %.6g", worst_u, gu + eps);
+    CHECK(worst_s <= gs + eps, "m: max |x - deq| / absmax %.6g > bound %.6g", worst_s, gs + eps);
+    CHECK(worst_u <= gs + eps, "sqrt(v): max |s - deq| / absmax %.6g > bound %.6g", worst_u, gs + eps);
     CHECK(nearest_ok, "every element got its nearest code");
     CHECK(idempotent, "quantize(dequantize(codes)) returns the same codes and absmax");
-    printf("quantization of %d N(0, s) blocks: max |err|/absmax signed %.6f (bound %.6f), mean %.6f; "
-           "squares, unsigned %.6f (bound %.6f)\n", NB, worst_s, gs, mean_s / n_total, worst_u, gu);
+    CHECK(v_alive, "no v above 0 decoded to 0 (blocks holding a v at 1e-20 of their largest)");
+    CHECK(d2[0] == 1.0f && d2[1] > 0.0f && d2[2] == 0.0f && d2[3] > 0.0f && cu[2] == ADAMW8BIT_ZERO,
+          "v of 1e-44 and 1e-30 beside 1: decoded %g, %g (above 0), 0 stays 0 (%g)", d2[1], d2[3], d2[2]);
+    printf("quantization of %d N(0, s) blocks: max |err|/absmax m %.6f (bound %.6f), mean %.6f; sqrt of squares %.6f; "
+           "v of 1e-44 beside 1 decodes to %g\n", NB, worst_s, gs, mean_s / n_total, worst_u, d2[1]);
 }
 
 /* ------------------------------------------------------------ the kernel */
@@ -158,19 +172,21 @@ static void test_kernel(void) {
                 for (size_t j = j0; j < j0 + n; j++) {
                     size_t i = sl.offset + j;
                     float m = sl.quantized ? MS[rmc[sl.state + j]] * rma[blk] : rm32[sl.state + j];
-                    float v = sl.quantized ? MU[rvc[sl.state + j]] * rva[blk] : rv32[sl.state + j];
+                    float sq = MS[rvc[sl.state + j]] * rva[blk], v = sl.quantized ? sq * sq : rv32[sl.state + j];
+                    if (sl.quantized && v == 0.0f && sq > 0.0f) v = 1.4e-45f;
                     float g = k.g[i] * h.grad_scale, p = rp[i] * decay;
                     m = h.beta1 * m + (1.0f - h.beta1) * g;
                     v = h.beta2 * v + (1.0f - h.beta2) * g * g;
                     float u = ss * m / (sqrtf(v) / bc2_sqrt + h.eps);
                     rp[i] = p - (sl.quantized ? fminf(fmaxf(u, -cap), cap) : u);
-                    nm[j - j0] = m; nv[j - j0] = v;
-                    am = fmaxf(am, fabsf(m)); av = fmaxf(av, v);
+                    nm[j - j0] = m; nv[j - j0] = sl.quantized ? sqrtf(v) : v;   /* 8-bit: s = sqrt(v) */
+                    am = fmaxf(am, fabsf(m)); av = fmaxf(av, nv[j - j0]);
                 }
                 for (size_t j = j0; j < j0 + n; j++) {
                     if (!sl.quantized) { rm32[sl.state + j] = nm[j - j0]; rv32[sl.state + j] = nv[j - j0]; continue; }
                     rmc[sl.state + j] = nearest_linear(MS, am > 0 ? nm[j - j0] / am : 0.0f);
-                    rvc[sl.state + j] = nearest_linear(MU, av > 0 ? nv[j - j0] / av : 0.0f);
+                    uint8_t cv = nearest_linear(MS, av > 0 ? nv[j - j0] / av : 0.0f);
+                    rvc[sl.state + j] = nv[j - j0] > 0 && cv < ADAMW8BIT_ZERO + 2 ? ADAMW8BIT_ZERO + 2 : cv;   /* the floor, 3.25e-6 */
                 }
                 if (sl.quantized) { rma[blk] = am; rva[blk] = av; }
                 j0 += n;
@@ -229,9 +245,10 @@ static void test_kernel(void) {
 /* ------------------------------------------------------- the update bound */
 /* adamw8bit_max_step is a bound exact AdamW obeys and nearly meets: fp32 AdamW on the sequence that makes
  * Cauchy-Schwarz an equality (g_{t-k} ~ (b1/b2)^k: each gradient b2/b1 times the last) steps by almost the
- * bound and never past it, nor on random sequences. Then the hole it closes: a quantized block whose v
- * codes say 0 (the unsigned map's zero) while m survives — exact m/(0 + eps) would move the weight by
- * ~1e5 lr; the capped step moves it by the bound, exactly, and no element of the block by more. */
+ * bound and never past it, nor on random sequences. Then the hole: a v at 1e-8 of its block's largest (below
+ * the old unsigned map's first value) keeps a code above 0; a quantized block whose v code is set to 0 by hand
+ * while m survives — exact m/(0 + eps) would move the weight by ~1e5 lr; the capped step moves it by the bound,
+ * exactly, and no element of the block by more; and adamw8bit_state_set given v = 0 under a live m drops m. */
 static void test_update_bound(void) {
     AdamWHyper h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .step = 1};
     CHECK(adamw8bit_max_step(h) == (float)(1e-2f * (1 + 1e-5)), "step 1: the bound is lr (|m^|/sqrt(v^) = |g|/|g|): %.9g",
@@ -268,10 +285,18 @@ static void test_update_bound(void) {
     AdamW8bitSlice q = {0, B, 0, 0, B, 0.1f, 1};
     AdamW8bitState st = {mc, vc, &am, &av, NULL, NULL};
     for (int i = 0; i < B; i++) { pq[i] = rng_normal(&rng) * 0.02f; mq[i] = rng_normal(&rng) * 1e-3f; vq[i] = 1e-6f * (1 + rng_uniform(&rng)); gq[i] = 0; }
-    vq[7] = 1e-14f;   /* 5e-9 of the block's absmax: below the unsigned map's first value, code 0 */
-    adamw8bit_state_set(st, &q, 1, mq, vq);
-    CHECK(vc[7] == 0 && MU[vc[7]] == 0.0f && mc[7] != 127, "the constructed block: v code %d (map 0), m code %d (map %g)", vc[7], mc[7],
-          MS[mc[7]]);
+    vq[7] = 1e-14f;   /* 5e-9 of the block's absmax: below the old unsigned map's first value */
+    size_t dropped = adamw8bit_state_set(st, &q, 1, mq, vq);
+    CHECK(dropped == 0 && vc[7] != ADAMW8BIT_ZERO && mc[7] != ADAMW8BIT_ZERO, "a v at 5e-9 of its block's keeps code %d (%g), m code %d",
+          vc[7], adamw8bit_v_value(MS[vc[7]], av), mc[7]);
+    vq[9] = 0.0f;
+    dropped = adamw8bit_state_set(st, &q, 1, mq, vq);
+    CHECK(dropped == 1 && vc[9] == ADAMW8BIT_ZERO && mc[9] == ADAMW8BIT_ZERO, "v = 0 under m %g given: m dropped (%zu dropped, m code %d)",
+          mq[9], dropped, mc[9]);
+    float lm[4] = {1e-3f, 0.0f, -2e-3f, 3e-3f}, lv[4] = {0.0f, 0.0f, 1e-6f, 0.0f};   /* fp32 moments of an old checkpoint */
+    size_t lost = optimizer_drop_lost_moments(lm, lv, 4);
+    CHECK(lost == 2 && lm[0] == 0.0f && lm[2] == -2e-3f && lm[3] == 0.0f, "optimizer_drop_lost_moments: %zu m dropped where v = 0", lost);
+    vc[7] = ADAMW8BIT_ZERO;   /* by hand: the state the old rule could reach */
     memcpy(pq0, pq, sizeof pq);
     h.step = 20;
     adamw8bit_update_cpu(pq, NULL, gq, st, &q, 1, h);
@@ -484,7 +509,8 @@ static void test_checkpoint(void) {
             if (av > 0) worst_v = fmax(worst_v, ev / av);
         }
     }
-    CHECK(worst_m <= max_half_gap(MS) + 2.4e-7 && worst_v <= max_half_gap(MU) + 2.4e-7,
+    double G = max_half_gap(MS);   /* v = s^2 with s within G of the block's largest s: within 2G + G^2 of its largest v */
+    CHECK(worst_m <= G + 2.4e-7 && worst_v <= 2 * G + G * G + 4.8e-7,
           "an fp32 AdamW checkpoint converts into 8-bit state within the bound: m %.5f, v %.5f of the block absmax", worst_m, worst_v);
     CHECK(g.opt.step == f.opt.step && g.step == f.step, "optimizer step carried over (%d)", g.opt.step);
     printf("checkpoints: 8-bit resume bit-exact; fp32 -> 8-bit conversion error m %.5f, v %.5f of the block absmax\n", worst_m, worst_v);
@@ -506,11 +532,20 @@ static void test_config(void) {
     CHECK(rc == -1 && strstr(err, "'optimizer'") && strstr(err, "'adam8'") && strstr(err, "adamw|adamw8bit"),
           "--optimizer=adam8 is refused naming the key, the value and the choices: %s", err);
     printf("--optimizer=adam8: %s\n", err);
+    const char *bad[] = {"0", "-4096", "4096x", "1e12", ""};   /* adamw8bit_min_numel: an integer in [1, 2^31 - 1] */
+    for (int k = 0; k < 5; k++) {
+        err[0] = 0;
+        rc = config_set(&c, "adamw8bit_min_numel", bad[k], err, sizeof err);
+        CHECK(rc == -1 && strstr(err, "adamw8bit_min_numel") && c.adamw8bit_min_numel == 4096,
+              "adamw8bit_min_numel=%s is refused naming the key, the value kept: %s", bad[k], err);
+        if (k == 0) printf("adamw8bit_min_numel=0: %s\n", err);
+    }
+    CHECK(config_set(&c, "adamw8bit_min_numel", "1", err, sizeof err) == 0 && c.adamw8bit_min_numel == 1, "adamw8bit_min_numel=1 taken");
 }
 
 int main(void) {
     rng_seed(&rng, 8);
-    adamw8bit_maps(&MS, &MU);
+    MS = adamw8bit_map();
     test_maps();
     test_quantization_error();
     test_kernel();

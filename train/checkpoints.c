@@ -112,7 +112,7 @@ void trainer_save_checkpoint(Trainer *tr) {
     LoaderState ls = loader_get_state(&tr->train);
     CkptState s = {.kind = CKPT_KIND_TRAIN, .step = tr->step, .loader_epoch = ls.epoch, .loader_cursor = ls.cursor,
                    .rng_state = tr->sample_rng.s, .has_rng = tr->tokenizer != NULL, .loss_scale = tr->loss_scale,
-                   .clean_steps = tr->loss_scale_clean_steps, .optimizer = tr->opt.kind == OPTIMIZER_ADAMW8BIT ? CKPT_OPT_ADAMW8BIT_ROWS : CKPT_OPT_ADAMW,
+                   .clean_steps = tr->loss_scale_clean_steps, .optimizer = tr->opt.kind == OPTIMIZER_ADAMW8BIT ? CKPT_OPT_ADAMW8BIT_SQRT : CKPT_OPT_ADAMW,
                    .optimizer_step = tr->opt.step};
     double t0 = now_seconds();
     /* prune only after a finite step: a checkpoint saved while steps are being skipped pushes out none of the
@@ -195,12 +195,23 @@ void trainer_restore(Trainer *tr) {
         for (int k = 0; k < 3; k++) host[k] = mallocCheck((P + 1) * sizeof(float));
         CkptState s;
         checkpoint_read(path, &tr->model, moment_prefixes, 2, host, &s, text, verbose);
-        if (s.optimizer != CKPT_OPT_ADAMW && s.optimizer != CKPT_OPT_ADAMW8BIT_ROWS)
+        if (s.optimizer != CKPT_OPT_ADAMW && s.optimizer != CKPT_OPT_ADAMW8BIT_ROWS && s.optimizer != CKPT_OPT_ADAMW8BIT_SQRT)
             die("checkpoint '%s' holds no AdamW state; this run uses AdamW", path);
-        if (verbose && s.optimizer == CKPT_OPT_ADAMW && c->optimizer == OPTIMIZER_ADAMW8BIT && saved_by_old_8bit(path))
+        int old_blocks = s.optimizer == CKPT_OPT_ADAMW && saved_by_old_8bit(path);
+        if (verbose && old_blocks && c->optimizer == OPTIMIZER_ADAMW8BIT)
             printf("resume | %s: its 8-bit AdamW moments were quantized under the old block rule (rank-local 256-element runs);\n"
                    "         converting: they are requantized in blocks of the whole tensor, so this run continues from nearly,\n"
                    "         not exactly, the saved state (the next checkpoint is in the new form)\n", path);
+        if (old_blocks || s.optimizer == CKPT_OPT_ADAMW8BIT_ROWS) {   /* v on its own map: issue 52's hole */
+            size_t lost = optimizer_drop_lost_moments(host[1], host[2], P);
+            if (verbose)
+                printf("resume | %s: its 8-bit AdamW moments were saved with v on its own map (before issue 52), where a v far\n"
+                       "         below its block's largest decoded to 0 under a live m; %s; %zu elements of this rank had v = 0 under\n"
+                       "         m != 0 and get m = 0 (else they would step by the cap every step)\n", path,
+                       c->optimizer == OPTIMIZER_ADAMW8BIT ? "converting: requantized with v kept as sqrt(v), so this run continues\n"
+                       "         from nearly, not exactly, the saved state (the next checkpoint is in the new form)"
+                       : "loaded as fp32 moments", lost);
+        }
         set_weights(tr, host[0]);
         if (tr->ddp.zero) {   /* my pieces of the moments */
             for (int k = 1; k < 3; k++) ddp_full_to_view(&tr->ddp, comm->dp_rank, host[k], host[k]);

@@ -261,6 +261,13 @@ double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale) {
 
 /* ------------------------------------------------ the fp32 form of the moments */
 
+size_t optimizer_drop_lost_moments(float *m, const float *v, size_t n) {
+    size_t lost = 0;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] == 0.0f && m[i] != 0.0f) { m[i] = 0.0f; lost++; }
+    return lost;
+}
+
 void optimizer_moments_get(const Optimizer *o, const Model *m, float *hm, float *hv) {
     const Backend *be = m->be;
     size_t P = o->view.n;
@@ -290,7 +297,7 @@ void optimizer_moments_set(Optimizer *o, const Model *m, const float *hm, const 
     char *hs = callocCheck(o->state_bytes, 1);
     AdamW8bitState st;
     q8_layout(hs, o->n_quantized, o->n_blocks, o->n_fp32, &st);
-    adamw8bit_state_set(st, o->slices8, o->n_slices8, hm, hv);
+    adamw8bit_state_set(st, o->slices8, o->n_slices8, hm, hv);   /* drops an m whose v is 0, as optimizer_drop_lost_moments */
     be->upload(o->state, hs, o->state_bytes);
     free(hs);
 }

@@ -98,3 +98,7 @@ void optimizer_moments_get(const Optimizer *o, const Model *m, float *m_out, flo
  * saved and resumed through fp32 moments continues exactly, and an fp32 AdamW
  * checkpoint converts into an 8-bit run (and back) by the same two calls. */
 void optimizer_moments_set(Optimizer *o, const Model *m, const float *m_in, const float *v_in);
+/* Moments of 8-bit AdamW from before issue 52 (v on its own map) may hold v = 0 under m != 0, which no
+ * AdamW run reaches and which would step by the cap (8-bit) or m/eps (fp32) every step: sets those m to 0.
+ * Returns how many (n elements of host arrays). */
+size_t optimizer_drop_lost_moments(float *m, const float *v, size_t n);

@@ -2,7 +2,7 @@
  * per block, dequantize m and v, the AdamW step of kernels/cpu/adamw.c with its
  * Adam term bounded (adamw8bit_element), requantize. Blocks are independent:
  * one OpenMP loop runs over all blocks of all slices (fp32-state slices in
- * pieces of 256). The maps and quantizers are kernels/adamw8bit.c's. */
+ * pieces of 256). The map and quantizers are kernels/adamw8bit.c's. */
 #include "../adamw8bit.h"
 #include "parallel.h"
 #include "../../common/util.h"
@@ -13,7 +13,7 @@
 /* Block b of a slice: fp32 state (kernels/cpu/adamw.c's loop on m32, v32) or
  * one quantization block (dequantize, step, requantize). */
 static void update_block(float *params, float *pc, const float *grads, AdamW8bitState st, const AdamW8bitSlice *sl, size_t b,
-                         AdamWHyper h, float step_size, float bc2_sqrt, float max_step, const float *ms, const float *mu) {
+                         AdamWHyper h, float step_size, float bc2_sqrt, float max_step, const float *map) {
     float decay = 1.0f - h.lr * sl->weight_decay;
     int n;
     size_t j0 = adamw8bit_block_span(sl, b, &n), q = sl->state + j0;
@@ -28,22 +28,21 @@ static void update_block(float *params, float *pc, const float *grads, AdamW8bit
     }
     float m[ADAMW8BIT_BLOCK], v[ADAMW8BIT_BLOCK];
     size_t blk = sl->block + b;
-    adamw8bit_dequantize_block(ms, st.m_code + q, st.m_absmax[blk], n, m);
-    adamw8bit_dequantize_block(mu, st.v_code + q, st.v_absmax[blk], n, v);
+    adamw8bit_dequantize_m(map, st.m_code + q, st.m_absmax[blk], n, m);
+    adamw8bit_dequantize_v(map, st.v_code + q, st.v_absmax[blk], n, v);
     for (int k = 0; k < n; k++) {
         size_t i = sl->offset + j0 + k;
         float p = adamw8bit_element(params[i], grads[i], &m[k], &v[k], decay, step_size, bc2_sqrt, max_step, &h);
         params[i] = p;
         if (pc) pc[i] = p;
     }
-    st.m_absmax[blk] = adamw8bit_quantize_block(ms, m, n, st.m_code + q);
-    st.v_absmax[blk] = adamw8bit_quantize_block(mu, v, n, st.v_code + q);
+    st.m_absmax[blk] = adamw8bit_quantize_m(map, m, n, st.m_code + q);
+    st.v_absmax[blk] = adamw8bit_quantize_v(map, v, n, st.v_code + q);
 }
 
 void adamw8bit_update_cpu(float *params, void *params_compute, const float *grads, AdamW8bitState st,
                           const AdamW8bitSlice *slices, int n_slices, AdamWHyper h) {
-    const float *ms, *mu;
-    adamw8bit_maps(&ms, &mu);
+    const float *map = adamw8bit_map();
     float bc1 = 1.0f - powf(h.beta1, (float)h.step), bc2_sqrt = sqrtf(1.0f - powf(h.beta2, (float)h.step));
     float step_size = h.lr / bc1, max_step = adamw8bit_max_step(h);
     /* every slice's blocks, all in one parallel loop (one OpenMP region a step) */
@@ -59,7 +58,7 @@ void adamw8bit_update_cpu(float *params, void *params_compute, const float *grad
             int mid = (lo + hi + 1) / 2;
             if (first[mid] <= (size_t)b) lo = mid; else hi = mid - 1;
         }
-        update_block(params, params_compute, grads, st, &slices[lo], (size_t)b - first[lo], h, step_size, bc2_sqrt, max_step, ms, mu);
+        update_block(params, params_compute, grads, st, &slices[lo], (size_t)b - first[lo], h, step_size, bc2_sqrt, max_step, map);
     }
     free(first);
 }

@@ -16,9 +16,12 @@
  * * absmax), stepped in fp32, reduced to its new absmax by warp shuffles (no
  * barrier: the piece never leaves its warp) and requantized by binary search
  * over the map, which sits in shared memory (copied from __constant__, where
- * adamw8bit_maps' host table is uploaded once) twice: in order for
+ * adamw8bit_map's host table is uploaded once) twice: in order for
  * dequantizing, and level by level as its search tree, whose probes seldom
- * meet in a shared-memory bank (see q8_nearest). The 8 independent elements a
+ * meet in a shared-memory bank (see q8_nearest). v is kept as s = sqrt(v) on
+ * the same map (kernels/adamw8bit.h): decoded v = s * s (the smallest denormal
+ * if that underflows), requantized from the step's own sqrt(v), and an s above
+ * 0 never takes a code below ADAMW8BIT_V_FLOOR (q8_v_code). The 8 independent elements a
  * lane holds give the scheduler work while loads and searches wait. A piece
  * of an fp32-state slice does the plain fp32 update, with the same two
  * layouts. The slice list is cached on the device like kernels/cuda/adamw.cu's.
@@ -34,7 +37,7 @@ extern "C" {
 #include "../../common/util.h"
 }
 
-__constant__ float q8_map_signed[256], q8_map_unsigned[256];
+__constant__ float q8_map[256];
 
 struct Q8Slice { size_t offset, count, state, block, row; float weight_decay; int quantized; int first_block; };
 
@@ -58,6 +61,16 @@ __device__ __forceinline__ uint8_t q8_nearest(const float *tree, float map0, flo
     int k = t - 256;
     if (k == 255) return 255;
     return (uint8_t)(__fsub_rn(hi, x) < __fsub_rn(x, lo) ? k + 1 : k);
+}
+/* adamw8bit_v_code and adamw8bit_v_value of kernels/adamw8bit.h: s = sqrt(v) to its code (at least
+ * ADAMW8BIT_V_FLOOR for an s above 0), and a map value back to v */
+__device__ __forceinline__ uint8_t q8_v_code(const float *tree, float map0, float s, float absmax) {
+    uint8_t c = q8_nearest(tree, map0, absmax > 0.0f ? __fdiv_rn(s, absmax) : 0.0f);
+    return s > 0.0f && c < ADAMW8BIT_V_FLOOR ? ADAMW8BIT_V_FLOOR : c;
+}
+__device__ __forceinline__ float q8_v_value(float map_value, float absmax) {
+    float s = __fmul_rn(map_value, absmax), v = __fmul_rn(s, s);
+    return v == 0.0f && s > 0.0f ? 1.4e-45f : v;
 }
 
 /* the fp32 AdamW step of one element, in kernels/cpu/adamw.c's order, no contraction; CAP: a quantized
@@ -102,18 +115,16 @@ __device__ __forceinline__ bool q8_aligned(const void *a, const void *b, const v
     return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % bytes == 0;
 }
 
-/* params, grads (P) fp32; params_compute (P) act dtype or NULL; codes (Q) uint8, absmax (Q/256), m32/v32 (S) fp32 */
+/* params, grads (P) fp32; params_compute (P) act dtype or NULL; codes (Q) uint8 (m, sqrt(v)), absmax (Q/256), m32/v32 (S) fp32 */
 template <typename T> __global__ void __launch_bounds__(32 * Q8_WARPS)
 adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bitState st, const Q8Slice *slices,
                  int n_slices, int n_pieces, float lr, float b1, float b2, float omb1, float omb2, float eps, float gs,
                  float step_size, float bc2_sqrt, float max_step) {
-    __shared__ float ms[256], mu[256], ts[256], tu[256];   /* the maps (dequantizing) and their search trees */
+    __shared__ float ms[256], ts[256];   /* the map (dequantizing) and its search tree */
     for (int k = threadIdx.x; k < 256; k += blockDim.x) {
-        ms[k] = q8_map_signed[k];
-        mu[k] = q8_map_unsigned[k];
+        ms[k] = q8_map[k];
         int l = 31 - __clz(k | 1), node = k ? (2 * (k - (1 << l)) + 1) << (7 - l) : 0;   /* tree[0]: unused */
-        ts[k] = q8_map_signed[node];
-        tu[k] = q8_map_unsigned[node];
+        ts[k] = q8_map[node];
     }
     __syncthreads();   /* the only barrier: from here on each warp owns its piece */
     int lane = threadIdx.x % 32, piece = blockIdx.x * Q8_WARPS + threadIdx.x / 32;
@@ -177,8 +188,9 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
 #pragma unroll
         for (int k = 0; k < Q8_PER_LANE; k++) {
             m[k] = __fmul_rn(ms[q8_byte(cm, k)], am_old);
-            v[k] = __fmul_rn(mu[q8_byte(cv, k)], av_old);
+            v[k] = q8_v_value(ms[q8_byte(cv, k)], av_old);
             x[k] = q8_step<true>(x[k], __fmul_rn(gr[k], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt, max_step);
+            v[k] = __fsqrt_rn(v[k]);   /* from here on s */
             am = fmaxf(am, fabsf(m[k]));
             av = fmaxf(av, v[k]);
         }
@@ -191,7 +203,7 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
 #pragma unroll
         for (int k = 0; k < Q8_PER_LANE; k++) {
             uint32_t bm = (uint32_t)q8_nearest(ts, ms[0], am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f) << (8 * (k % 4));
-            uint32_t bv = (uint32_t)q8_nearest(tu, mu[0], av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f) << (8 * (k % 4));
+            uint32_t bv = (uint32_t)q8_v_code(ts, ms[0], v[k], av) << (8 * (k % 4));
             if (k < 4) { cm.x |= bm; cv.x |= bv; } else { cm.y |= bm; cv.y |= bv; }
         }
         *reinterpret_cast<uint2 *>(mc + e) = cm;
@@ -203,8 +215,9 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
             m[k] = 0.0f; v[k] = 0.0f;
             if (j >= n) continue;
             m[k] = __fmul_rn(ms[mc[j]], am_old);
-            v[k] = __fmul_rn(mu[vc[j]], av_old);
+            v[k] = q8_v_value(ms[vc[j]], av_old);
             float pj = q8_step<true>(p[j], __fmul_rn(g[j], gs), m[k], v[k], decay, b1, b2, omb1, omb2, eps, step_size, bc2_sqrt, max_step);
+            v[k] = __fsqrt_rn(v[k]);   /* from here on s */
             p[j] = pj;
             if (pc) pc[j] = from_f<T>(pj);
             am = fmaxf(am, fabsf(m[k]));
@@ -217,7 +230,7 @@ adamw8bit_kernel(float *params, T *params_compute, const float *grads, AdamW8bit
             int j = k * 32 + lane;
             if (j >= n) continue;
             mc[j] = q8_nearest(ts, ms[0], am > 0.0f ? __fdiv_rn(m[k], am) : 0.0f);
-            vc[j] = q8_nearest(tu, mu[0], av > 0.0f ? __fdiv_rn(v[k], av) : 0.0f);
+            vc[j] = q8_v_code(ts, ms[0], v[k], av);
         }
     }
     if (lane == 0) {
@@ -235,10 +248,7 @@ extern "C" void adamw8bit_update_cuda(float *params, void *params_compute, const
     static size_t dev_cap = 0;
     if (n_slices <= 0) return;
     if (!maps_uploaded) {
-        const float *ms, *mu;
-        adamw8bit_maps(&ms, &mu);
-        cudaCheck(cudaMemcpyToSymbol(q8_map_signed, ms, 256 * sizeof(float)));
-        cudaCheck(cudaMemcpyToSymbol(q8_map_unsigned, mu, 256 * sizeof(float)));
+        cudaCheck(cudaMemcpyToSymbol(q8_map, adamw8bit_map(), 256 * sizeof(float)));
         maps_uploaded = 1;
     }
     if (n_slices != host_n || memcmp(host_copy, slices, n_slices * sizeof(AdamW8bitSlice)) != 0) {
