@@ -253,6 +253,8 @@ static void adamw8bit_layouts(void) {
     layout_q8("dp4zq", 4, "--dp=4 --zero=1 --bucket_mb=0.01");
     layout_q8("tp2sq", 2, "--tp=2 --sequence_parallel=1");
     layout_q8("pp2q", 2, "--pp=2");
+    layout_q8("pp2zbq", 2, "--pp=2 --pp_schedule=zb1");                       /* zero-bubble: W after B, the same update */
+    layout_q8("dp2pp2zbq", 4, "--dp=2 --pp=2 --zero=1 --pp_schedule=zb1");
     layout_q8("dp2tp2pp2q", 8, "--dp=2 --tp=2 --pp=2 --zero=1 --sequence_parallel=1 --bucket_mb=0.01");
     layout_q8("dp2z2q", 2, "--dp=2 --zero=2");
     layout_q8("dp4z3q", 4, "--dp=4 --zero=3");
