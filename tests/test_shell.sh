@@ -8,6 +8,8 @@
 #   - gnuplot is found by a search of PATH (none there: plot says so);
 #   - scale hands the key value to mpirun as one argument, intact, and each rank's
 #     OpenMP threads through the environment, so that ranks x threads <= cores;
+#   - scale --ranks goes through the one list reader (a trailing comma, a blank, '+' refused) and
+#     the last of two wins; plot --keep is a number like any other;
 #   - scale keeps one run's results per --out: a second run into it is refused and the
 #     first run's results stay; more ranks than cores is named as contention.
 source "$(dirname "$0")/tally.sh"
@@ -90,6 +92,15 @@ if [ "$ranks" = 1,2 ]; then
     check '[ $rc -eq 0 ] && grep -q "^why   | $n ranks: .*contention, not scaling: $n ranks share $cores cores" "$dir/over.log"' \
           "$n ranks on $cores cores: the verdict names contention (rc $rc): $(grep "^why" "$dir/over.log")"
 fi
+# lists and repeated options (issue 50, 6): --ranks through the one list reader, the last --ranks wins
+for bad in "1,2," "1,,2" "+1,2" " 1,2"; do
+    "$T" scale --ranks="$bad" --out="$dir/never" $tiny > "$dir/bad.log" 2>&1; rc=$?
+    check '[ $rc -eq 1 ] && grep -q "error: scale: ranks=" "$dir/bad.log" && [ ! -e "$dir/never" ]' "scale --ranks='$bad' refused in words (rc $rc): $(head -1 "$dir/bad.log")"
+done
+timeout 300 "$T" scale --ranks=1,2 --ranks=1 --steps=1 --warmup=0 --out="$dir/last" $tiny --checkpoint_every=-1 --total_batch_tokens=32 > "$dir/last.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && [ -s "$dir/last/ranks_1.log" ] && [ ! -e "$dir/last/ranks_2.log" ]' "scale --ranks given twice: the last (1) wins, as in training (rc $rc)"
+"$T" plot "$dir/nothing.jsonl" --keep=2 > "$dir/bad.log" 2>&1; rc=$?
+check '[ $rc -eq 1 ] && grep -q "keep=2: is out of range" "$dir/bad.log"' "plot --keep=2 refused in words (rc $rc): $(head -1 "$dir/bad.log")"
 cd - >/dev/null
 check '[ ! -e canary ] && canary' "no canary anywhere"
 echo "$passed passed, $failed failed"

@@ -14,6 +14,7 @@
  * copied to --out through the output door. Whatever quotes, $(...), backticks
  * or newlines --out, the log's name or $TMPDIR hold, they stay file names. */
 #include "trainer.h"
+#include "../common/options.h"
 #include "../common/spawn.h"
 #include <errno.h>
 #include <math.h>
@@ -42,7 +43,7 @@ int plot_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) { printf("%s", usage); return 0; }
         if (!strncmp(argv[i], "--out=", 6)) out = argv[i] + 6;
-        else if (!strcmp(argv[i], "--keep=0") || !strcmp(argv[i], "--keep=1")) keep = argv[i][7] == '1';
+        else if (!strncmp(argv[i], "--keep=", 7)) keep = (int)option_number_or_die("plot", "keep", argv[i] + 7, 0, 1, 1);
         else if (!in && strncmp(argv[i], "--", 2)) in = argv[i];
         else die("plot: unexpected '%s'\n%s", argv[i], usage);
     }

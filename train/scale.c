@@ -127,15 +127,13 @@ int scale_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) { printf("%s", usage); free(rest); return 0; }
-        if (!strncmp(a, "--ranks=", 8)) {
-            for (const char *p = a + 8; *p;) {
-                char *end;
-                long v = strtol(p, &end, 10);
-                if (end == p || v < 1 || v > 4096 || n_sizes == MAX_SIZES || (*end && *end != ','))
-                    die("scale: --ranks=%s: a comma list of up to %d rank counts from 1 to 4096 (e.g. --ranks=1,2,4,8)", a + 8, MAX_SIZES);
-                sizes[n_sizes++] = (int)v;
-                p = *end ? end + 1 : end;
-            }
+        if (!strncmp(a, "--ranks=", 8)) {   /* given twice, the last wins, as in training */
+            double v[MAX_SIZES];
+            char err[512];
+            n_sizes = option_list("ranks", a + 8, 1, 4096, 1, v, MAX_SIZES, err, sizeof err);
+            if (n_sizes < 1) die("scale: %s\n  hint: --ranks takes a comma list of up to %d rank counts from 1 to 4096, e.g. --ranks=1,2,4,8",
+                                 n_sizes == 0 ? "--ranks is empty" : err, MAX_SIZES);
+            for (int k = 0; k < n_sizes; k++) sizes[k] = (int)v[k];
         } else if (!strncmp(a, "--mode=", 7)) {
             if (!strcmp(a + 7, "weak")) weak = 1;
             else if (!strcmp(a + 7, "strong")) weak = 0;
