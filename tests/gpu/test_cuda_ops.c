@@ -146,43 +146,43 @@ static void test_rope(int B, int T, int NH, int NKV, int HD, int pos0) {
 }
 
 /* the warp-specialized Hopper forward (attention_fa3.cu, LLM3D_ATTENTION=fa3) alone: out and lse against the CPU, the
- * launch counted (the proof it ran, not a fallback), and a second forward bitwise the same */
+ * launches counted (the proof it ran, not a fallback), a second forward bitwise the same, and the forward without
+ * ping-pong between its consumers bitwise the same too (the turns change when products are issued, not what) */
 static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     char shape[96];
     snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d", B, T, NH, NKV, HD);
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
+    size_t bytes = no * dtype_size(act) + nl * 4;   /* out, then lse */
     float *qkv = rand_act(nq, 1.5f), *out = mallocCheck(no * 4), *lse = mallocCheck(nl * 4), *h = mallocCheck((no + nl) * 4);
+    char *first = mallocCheck(bytes), *other = mallocCheck(bytes);
     cpu->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
-    void *gqkv = up_act(qkv, nq), *gout = gpu->alloc(no * dtype_size(act), "t"), *again = gpu->alloc(no * dtype_size(act), "t");
-    float *glse = gpu->alloc(nl * 4, "t"), *glse2 = gpu->alloc(nl * 4, "t");
-    poison(gout, no * dtype_size(act));
-    poison(glse, nl * 4);
-    poison(again, no * dtype_size(act));
-    poison(glse2, nl * 4);
+    void *gqkv = up_act(qkv, nq), *gout = gpu->alloc(bytes, "t");
+    float *glse = (float *)((char *)gout + no * dtype_size(act));
     long launches = cuda_attention_fa3_launches;
-    int was = cuda_attention_fa3;
+    int was = cuda_attention_fa3, same = 1;
     cuda_attention_fa3 = 1;
-    gpu->attention_forward(gout, glse, gqkv, B, T, NH, NKV, HD);
-    gpu->attention_forward(again, glse2, gqkv, B, T, NH, NKV, HD);
+    for (int run = 0; run < 3; run++) {   /* ping-pong, ping-pong again, then without */
+        cuda_attention_fa3_pingpong = run < 2;
+        poison(gout, bytes);
+        gpu->attention_forward(gout, glse, gqkv, B, T, NH, NKV, HD);
+        gpu->download(run ? other : first, gout, bytes);
+        if (run) same &= memcmp(first, other, bytes) == 0;
+        if (run == 0) {
+            down_act(h, gout, no);
+            compare("attention_fwd fa3", h, out, no, tol_act, shape);
+            gpu->download(h, glse, nl * 4);
+            compare("attention_fwd lse fa3", h, lse, nl, 1e-3, shape);
+        }
+    }
     cuda_attention_fa3 = was;
-    int ran = cuda_attention_fa3_launches == launches + 2;
+    cuda_attention_fa3_pingpong = 1;
+    int ran = cuda_attention_fa3_launches == launches + 3;
     printf("%s %-5s attention_fwd fa3 ran the warp-specialized kernel %s\n", ran ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(ran, "%s attention_fwd fa3 %s: the fa3 kernel did not run", dtype_name(act), shape);
-    down_act(h, gout, no);
-    compare("attention_fwd fa3", h, out, no, tol_act, shape);
-    gpu->download(h, glse, nl * 4);
-    compare("attention_fwd lse fa3", h, lse, nl, 1e-3, shape);
-    size_t bytes = no * dtype_size(act);
-    char *a = mallocCheck(bytes + nl * 4), *b = mallocCheck(bytes + nl * 4);
-    gpu->download(a, gout, bytes);
-    gpu->download(b, again, bytes);
-    gpu->download(a + bytes, glse, nl * 4);
-    gpu->download(b + bytes, glse2, nl * 4);
-    int same = memcmp(a, b, bytes + nl * 4) == 0;
-    printf("%s %-5s attention_fwd fa3          deterministic %s\n", same ? "ok  " : "FAIL", dtype_name(act), shape);
-    CHECK(same, "%s attention_fwd fa3 %s: a second forward gave different bits", dtype_name(act), shape);
-    gpu->free(gqkv); gpu->free(gout); gpu->free(again); gpu->free(glse); gpu->free(glse2);
-    free(qkv); free(out); free(lse); free(h); free(a); free(b);
+    printf("%s %-5s attention_fwd fa3 deterministic, with and without ping-pong %s\n", same ? "ok  " : "FAIL", dtype_name(act), shape);
+    CHECK(same, "%s attention_fwd fa3 %s: a second forward (or one without ping-pong) gave different bits", dtype_name(act), shape);
+    gpu->free(gqkv); gpu->free(gout);
+    free(qkv); free(out); free(lse); free(h); free(first); free(other);
 }
 
 typedef void AttF(void *, float *, const void *, int, int, int, int, int);
