@@ -15,6 +15,11 @@ Ts=${FA3_T:-"2048 4096 8192 16384 32768"}
 ( make -j16 && make -j16 gpu ) >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "built"
 if [ "${1:-}" != only-sweep ]; then
+timeout 30 build/gpu/bench_attention 128 1024 2048; rc=$?   # a smoke test first: a hang costs 30 s, not the call
+if [ $rc != 0 ]; then
+    echo "fa3 smoke rc=$rc; without ping-pong:"; FA3_PINGPONG=0 timeout 30 build/gpu/bench_attention 128 1024; echo "rc=$?"
+    FA3_PINGPONG=0 timeout 30 build/gpu/bench_attention 64 1024; echo "rc=$?"; exit 1
+fi
 for hd in 64 128; do timeout 150 build/gpu/bench_attention "$hd" $Ts; echo "bench_attention $hd rc=$?"; done 2>&1 | tee "$OUT/bench.log"
 for hd in 64 128; do PYTHONUNBUFFERED=1 timeout 150 python3 bench/gpu/sdpa_time.py --hd "$hd" $Ts; echo "sdpa $hd rc=$?"; done 2>&1 |
     tee -a "$OUT/bench.log"
