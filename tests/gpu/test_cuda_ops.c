@@ -475,8 +475,27 @@ static void test_elementwise(size_t n) {
     free(a); free(b); free(o); free(h); free(x);
 }
 
+/* the attention shapes every path is checked at */
+static const int attention_shapes[][5] = {{2, 64, 4, 2, 64}, {1, 37, 3, 1, 16}, {2, 100, 6, 3, 32}, {1, 130, 2, 2, 128}, {1, 1, 2, 1, 8},
+                                          {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64},
+                                          {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}, {2, 1100, 4, 2, 64},
+                                          {1, 3600, 12, 4, 64}};   /* the last two past ATTENTION_DS_MAX_T: wgmma's default is the recompute path */
+#define N_ATTENTION_SHAPES ((int)(sizeof attention_shapes / sizeof attention_shapes[0]))
+
+/* the fa3 forward at each shape class: the main attention shapes it takes, then more head dims, GQA ratios, odd T and
+ * slices */
+static void test_fa3_shapes(const int (*shapes)[5], int n) {
+    const int more[][5] = {{1, 2100, 8, 2, 128}, {2, 777, 6, 6, 128}, {3, 129, 4, 1, 64}, {1, 3000, 8, 1, 64},
+                           {2, 128, 2, 1, 128}, {1, 4133, 4, 2, 64}, {4, 250, 12, 4, 128}};
+    for (int s = 0; s < n; s++)
+        if (shapes[s][4] == 64 || shapes[s][4] == 128) test_attention_fa3(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
+    for (int s = 0; s < (int)(sizeof more / sizeof more[0]); s++) test_attention_fa3(more[s][0], more[s][1], more[s][2], more[s][3], more[s][4]);
+}
+
+/* OPS_FA3_ONLY=1: only the fa3 forward's checks (a short device call) */
 int main(int argc, char **argv) {
     (void)argc; (void)argv;
+    int fa3_only = getenv("OPS_FA3_ONLY") && strcmp(getenv("OPS_FA3_ONLY"), "0");
     cpu = backend_cpu();
     rng_seed(&rng, 1234);
     const DType dtypes[3] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
@@ -487,6 +506,10 @@ int main(int argc, char **argv) {
         tol_matmul = act == DTYPE_FP32 ? (cuda_tf32 ? 2e-3 : 1e-5) : tol_act;
         if (di == 0) printf("cuda backend: peak %.0f TFLOP/s (fp32%s), attention path: %s\n", gpu->peak_flops / 1e12,
                             cuda_tf32 ? ", TF32" : "", cuda_attention_simple ? "simple" : cuda_attention_wgmma ? "wgmma" : "mma");
+        if (fa3_only) {
+            if (cuda_attention_wgmma && act != DTYPE_FP32) test_fa3_shapes(attention_shapes, N_ATTENTION_SHAPES);
+            continue;
+        }
         test_matmul(64, 48, 80);
         test_matmul(37, 29, 53);
         test_matmul(1, 7, 3);
@@ -506,12 +529,8 @@ int main(int argc, char **argv) {
         test_rope(1, 9, 3, 1, 6, 1000);
         test_rope(2, 1024, 2, 1, 128, 0);
         test_rope(3, 50, 5, 2, 64, 7);   /* 7 rotated heads: a group of 4 and one of 3 */
-        const int shapes[][5] = {{2, 64, 4, 2, 64}, {1, 37, 3, 1, 16}, {2, 100, 6, 3, 32}, {1, 130, 2, 2, 128}, {1, 1, 2, 1, 8},
-                                 {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64},
-                                 {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}, {2, 1100, 4, 2, 64},
-                                 {1, 3600, 12, 4, 64}};   /* the last two past ATTENTION_DS_MAX_T: wgmma's default is the recompute path */
-        for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
-            const int *q = shapes[s];
+        for (int s = 0; s < N_ATTENTION_SHAPES; s++) {
+            const int *q = attention_shapes[s];
             float theta = s % 2 ? 0.0f : 10000.0f;   /* every other shape with RoPE's backward folded in */
             test_attention("simple", attention_forward_cuda_simple, attention_backward_cuda_simple, q[0], q[1], q[2], q[3], q[4], theta);
             if (cuda_attention_simple) continue;
@@ -523,16 +542,8 @@ int main(int argc, char **argv) {
                 test_attention("wgmma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4], theta);
             }
             cuda_attention_wgmma = hopper;
-            if (hopper && act != DTYPE_FP32 && (q[4] == 64 || q[4] == 128)) test_attention_fa3(q[0], q[1], q[2], q[3], q[4]);
         }
-        if (cuda_attention_wgmma && act != DTYPE_FP32) {   /* the fa3 forward at more head dims, GQA ratios, odd T, slices */
-            const int fa3_shapes[][5] = {{1, 2100, 8, 2, 128}, {2, 777, 6, 6, 128}, {3, 129, 4, 1, 64}, {1, 3000, 8, 1, 64},
-                                         {2, 128, 2, 1, 128}, {1, 4133, 4, 2, 64}, {4, 250, 12, 4, 128}};
-            for (int s = 0; s < (int)(sizeof fa3_shapes / sizeof fa3_shapes[0]); s++) {
-                const int *q = fa3_shapes[s];
-                test_attention_fa3(q[0], q[1], q[2], q[3], q[4]);
-            }
-        }
+        if (cuda_attention_wgmma && act != DTYPE_FP32) test_fa3_shapes(attention_shapes, N_ATTENTION_SHAPES);
         test_swiglu(64, 256);
         test_swiglu(13, 37);
         test_cross_entropy(40, 1000, 1);
