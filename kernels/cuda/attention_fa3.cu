@@ -109,7 +109,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
     }
     /* ---- the consumers: warpgroup c owns query rows q0 + 64c .. q0 + 64c + 63 ---- */
     regs_up<240>();
-    int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4;
+    int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
     int row[2] = {q0 + 64 * c + 16 * w + g, q0 + 64 * c + 16 * w + g + 8};
     uint32_t qa = sQ + c * 64 * 128;
     float sl2 = scale * LOG2E;
@@ -156,7 +156,18 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
             for (int i = 0; i < 32; i++) pa[i / 4][i % 4] = pn[i / 4][i % 4];
         }
     }
-    store_rows<T, HD>(out, lse, o, m, l, row, b, h, T_, NH, scale);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (row[r] >= T_) continue;
+        T *y = out + ((size_t)b * T_ + row[r]) * NH * HD + h * HD;
+        float inv = 1.0f / l[r];
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++)
+            *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[4 * nt + 2 * r] * inv, o[4 * nt + 2 * r + 1] * inv);
+        if (t == 0) lse[((size_t)b * NH + h) * T_ + row[r]] = m[r] * scale + logf(l[r]);
+    }
 #endif
 }
 

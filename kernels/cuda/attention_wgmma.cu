@@ -60,7 +60,7 @@ template <typename T> __global__ void __launch_bounds__(128) wg_forward_kernel(T
     uint32_t sQ = tiles_base(smraw), sKV = sQ + WG_TILE;   /* stage st: k at sKV + 2*st*WG_TILE, v after it */
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * WG_BN;
-    int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4;
+    int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     size_t QKV = (size_t)(NH + 2 * NKV) * WG_HD;
     const T *base = qkv + (size_t)b * T_ * QKV, *Kg = base + (NH + kvh) * WG_HD, *Vg = base + (NH + NKV + kvh) * WG_HD;
     float sl2 = scale * LOG2E;
@@ -111,7 +111,18 @@ template <typename T> __global__ void __launch_bounds__(128) wg_forward_kernel(T
             for (int i = 0; i < 16; i++) pa[i / 4][i % 4] = pn[i / 4][i % 4];
         }
     }
-    store_rows<T, WG_HD>(out, lse, o, m, l, row, b, h, T_, NH, scale);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        if (row[r] >= T_) continue;
+        T *y = out + ((size_t)b * T_ + row[r]) * NH * WG_HD + h * WG_HD;
+        float inv = 1.0f / l[r];
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+            *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[4 * nt + 2 * r] * inv, o[4 * nt + 2 * r + 1] * inv);
+        if (t == 0) lse[((size_t)b * NH + h) * T_ + row[r]] = m[r] * scale + logf(l[r]);
+    }
 #endif
 }
 

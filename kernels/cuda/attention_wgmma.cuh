@@ -2,7 +2,7 @@
  * (attention_wgmma.cu: the forward; attention_wgmma_backward.cu: the backward;
  * attention_fa3.cu the warp-specialized forward): the tile geometry, the
  * exponential on the special-function unit, score tiles repacked as A operands,
- * the online softmax of a score tile, the store of the output rows, the two kinds of 64 x 64 product, the swizzled tile
+ * the online softmax of a score tile, the two kinds of 64 x 64 product, the swizzled tile
  * copies, the three-stage pipeline's depth and the launch that raises a
  * kernel's shared-memory limit. attention_wgmma.cu's header says the idea. */
 #pragma once
@@ -72,25 +72,6 @@ template <typename T, int N> __device__ __forceinline__ void online_softmax(floa
     for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + sum[r];
 #pragma unroll
     for (int q = 0; q < N / 32; q++) scores_as_a4<T>(pa + 4 * q, s + 32 * q);
-}
-/* the end of a forward: this thread's rows row[2] of o (64 rows x HD, wgmma accumulators) divided by their sums l
- * (summed over the row's 4 threads here) into out (B,T,NH*HD) of sequence b, head h, and lse = m * scale + log l */
-template <typename T, int HD> __device__ __forceinline__ void store_rows(T *out, float *lse, const float (&o)[HD / 2], const float m[2],
-                                                                        float l[2], const int row[2], int b, int h, int T_, int NH,
-                                                                        float scale) {
-    int t = threadIdx.x % 4;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        if (row[r] >= T_) continue;
-        T *y = out + ((size_t)b * T_ + row[r]) * NH * HD + h * HD;
-        float inv = 1.0f / l[r];
-#pragma unroll
-        for (int nt = 0; nt < HD / 8; nt++)
-            *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[4 * nt + 2 * r] * inv, o[4 * nt + 2 * r + 1] * inv);
-        if (t == 0) lse[((size_t)b * NH + h) * T_ + row[r]] = m[r] * scale + logf(l[r]);
-    }
 }
 /* d = X (64 x 64, K-major tile at x) @ Y^T (Y: 64 x 64, K-major tile at y): four k-steps of 16 columns (32 bytes) */
 template <typename T> __device__ __forceinline__ void wg_rows_times_rows(float d[32], uint32_t x, uint32_t y) {
