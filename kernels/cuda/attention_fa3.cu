@@ -39,6 +39,46 @@ extern "C" {
 #define FA3_THREADS 384
 #define FA3_TURN 1       /* named barriers 1 and 2: consumer 0's and consumer 1's turn to issue products (ping-pong) */
 
+/* scores s (64 rows x 128 keys from k0) -> probabilities packed as the A operand pa (8 k-steps) of P @ V, the running
+ * max m (raw scores) and partial sums l of this thread's rows updated, corr = how much the old output shrinks; mask:
+ * keys past the row or the sequence's end are out */
+template <typename T> __device__ __forceinline__ void fa3_softmax(float s[64], uint32_t pa[8][4], float m[2], float l[2], float corr[2],
+                                                                  int k0, const int row[2], int T_, float sl2, bool mask) {
+    int t = threadIdx.x % 4;
+    if (mask) {
+#pragma unroll
+        for (int i = 0; i < 64; i++) {
+            int col = k0 + i / 4 * 8 + 2 * t + (i & 1);
+            if (col > row[i % 4 / 2] || col >= T_) s[i] = -INFINITY;
+        }
+    }
+    float mx[2] = {m[0], m[1]}, ms[2], sum[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 64; i++) mx[i % 4 / 2] = fmaxf(mx[i % 4 / 2], s[i]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        corr[r] = ex2((m[r] - mx[r]) * sl2);   /* m = -inf before the first tile: 0 (mx is finite: every row sees a key) */
+        m[r] = mx[r];
+        ms[r] = mx[r] * sl2;
+    }
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        s[i] = ex2(fmaf(s[i], sl2, -ms[i % 4 / 2]));
+        sum[i % 4 / 2] += s[i];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + sum[r];
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++) {
+        pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+}
+
 /* s = Q (64 rows at q, HD columns in 64-column halves qhalf bytes apart) @ K^T (128 rows at k, halves khalf apart) */
 template <typename T, int HD> __device__ __forceinline__ void fa3_scores(float s[64], uint32_t q, uint32_t k, uint32_t qhalf, uint32_t khalf) {
     fa_ss128_first<T>(s, fa_desc(q, 0), fa_desc(k, 0));
@@ -127,7 +167,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
     if (PP) named_arrive(FA3_TURN + 1 - c, 256);
     wg_wait<0>();
     wg_keep(s);
-    online_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, T_, sl2, true);
+    fa3_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, T_, sl2, true);
     for (int it = 0; it < nk; it++) {
         bool more = it + 1 < nk;
         int st = it % S, nx = it + more, sn = nx % S;
@@ -144,7 +184,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
         if (PP && (c == 0 || more)) named_arrive(FA3_TURN + 1 - c, 256);   /* (consumer 1's last turn is never waited for) */
         wg_wait<1>();
         wg_keep(s);
-        if (more) online_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, T_, sl2, false);   /* ... these run */
+        if (more) fa3_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, T_, sl2, false);   /* ... these run */
         wg_wait<0>();
         wg_keep(o);
         fa3_keep(pa);

@@ -49,6 +49,39 @@
 #include <math.h>
 #include <stdio.h>
 
+/* scores s (64 rows x 64 keys from k0, raw q.k) -> probabilities packed as the A operand pa of P @ V, with the
+ * running max m and this thread's partial sums l of rows row[2] updated, and corr = how much the old o shrinks */
+template <typename T> __device__ __forceinline__ void online_softmax(float s[32], uint32_t pa[4][4], float m[2], float l[2], float corr[2],
+                                                                     int k0, const int row[2], int T_, float sl2, bool mask) {
+    int t = threadIdx.x % 4;
+    if (mask) {   /* the tile crosses the diagonal or the end */
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            int col = k0 + i / 4 * 8 + 2 * t + (i & 1);
+            if (col > row[i % 4 / 2] || col >= T_) s[i] = -INFINITY;
+        }
+    }
+    float mx[2] = {m[0], m[1]}, ms[2], sum[2] = {0, 0};
+#pragma unroll
+    for (int i = 0; i < 32; i++) mx[i % 4 / 2] = fmaxf(mx[i % 4 / 2], s[i]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        corr[r] = ex2((m[r] - mx[r]) * sl2);   /* m = -inf on the first tile: 0 (mx is finite: key 0 is seen) */
+        m[r] = mx[r];
+        ms[r] = mx[r] * sl2;
+    }
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        s[i] = ex2(fmaf(s[i], sl2, -ms[i % 4 / 2]));
+        sum[i % 4 / 2] += s[i];
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + sum[r];
+    scores_as_a4<T>(pa, s);
+}
+
 /* ---- forward ---------------------------------------------------------------------------- */
 /* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD); block = 64 queries of one (b, h); grid (B*NH, query
  * tiles), the last (longest) first. Shared: q, then k, v of stages 0..2. Key tiles 0..nk-1 all meet the block's

@@ -1,8 +1,7 @@
 /* kernels/cuda/attention_wgmma.cuh — what the Hopper attention kernels share
- * (attention_wgmma.cu: the forward; attention_wgmma_backward.cu: the backward;
- * attention_fa3.cu the warp-specialized forward): the tile geometry, the
- * exponential on the special-function unit, score tiles repacked as A operands,
- * the online softmax of a score tile, the two kinds of 64 x 64 product, the swizzled tile
+ * (attention_wgmma.cu: the forward; attention_wgmma_backward.cu: the backward):
+ * the tile geometry, the exponential on the special-function unit, score tiles
+ * repacked as A operands, the two kinds of 64 x 64 product, the swizzled tile
  * copies, the three-stage pipeline's depth and the launch that raises a
  * kernel's shared-memory limit. attention_wgmma.cu's header says the idea. */
 #pragma once
@@ -36,42 +35,6 @@ template <typename T> __device__ __forceinline__ void scores_as_a4(uint32_t a[4]
         a[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
         a[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
     }
-}
-/* scores s (64 rows x N/2 keys from k0, raw q.k, as wgmma accumulators) -> probabilities packed as the A operand pa
- * of P @ V (N/8 k-steps), with the running max m and this thread's partial sums l of rows row[2] updated, and corr =
- * how much the old o shrinks; mask: keys past the row or the sequence's end are out (the tile crosses the diagonal
- * or the end). N = 32 for the 64-key tiles of attention_wgmma.cu, 64 for attention_fa3.cu's 128-key tiles */
-template <typename T, int N> __device__ __forceinline__ void online_softmax(float (&s)[N], uint32_t (&pa)[N / 8][4], float m[2], float l[2],
-                                                                            float corr[2], int k0, const int row[2], int T_, float sl2,
-                                                                            bool mask) {
-    int t = threadIdx.x % 4;
-    if (mask) {
-#pragma unroll
-        for (int i = 0; i < N; i++) {
-            int col = k0 + i / 4 * 8 + 2 * t + (i & 1);
-            if (col > row[i % 4 / 2] || col >= T_) s[i] = -INFINITY;
-        }
-    }
-    float mx[2] = {m[0], m[1]}, ms[2], sum[2] = {0, 0};
-#pragma unroll
-    for (int i = 0; i < N; i++) mx[i % 4 / 2] = fmaxf(mx[i % 4 / 2], s[i]);
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        corr[r] = ex2((m[r] - mx[r]) * sl2);   /* m = -inf on the first tile: 0 (mx is finite: every row sees a key) */
-        m[r] = mx[r];
-        ms[r] = mx[r] * sl2;
-    }
-#pragma unroll
-    for (int i = 0; i < N; i++) {
-        s[i] = ex2(fmaf(s[i], sl2, -ms[i % 4 / 2]));
-        sum[i % 4 / 2] += s[i];
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) l[r] = l[r] * corr[r] + sum[r];
-#pragma unroll
-    for (int q = 0; q < N / 32; q++) scores_as_a4<T>(pa + 4 * q, s + 32 * q);
 }
 /* d = X (64 x 64, K-major tile at x) @ Y^T (Y: 64 x 64, K-major tile at y): four k-steps of 16 columns (32 bytes) */
 template <typename T> __device__ __forceinline__ void wg_rows_times_rows(float d[32], uint32_t x, uint32_t y) {
