@@ -7,7 +7,8 @@
  *
  * HD = 64 runs l124m's heads (12 query, 4 kv), HD = 128 16 query and 4 kv heads
  * (sdpa_time.py --hd 128 takes the same). Per T one JSON line: ms and TFLOP/s
- * (the causal count 4*B*NH*T*T*HD/2) of the fa3 forward, and at HD = 64 of the
+ * (the causal count 4*B*NH*T*T*HD/2) of the fa3 forward with and without
+ * ping-pong between its consumer warpgroups (FA3_PINGPONG=0: without only), and at HD = 64 of the
  * wgmma and mma forwards and the default backward (2.5x the forward's count).
  * The idea and the timing are bench_cuda_ops.c's: 3 warm-ups, then the median
  * of 15 synchronized calls. */
@@ -76,6 +77,8 @@ int main(int argc, char **argv) {
         Ts[nT++] = (int)v;
     }
     if (!nT) { int d[5] = {2048, 4096, 8192, 16384, 32768}; memcpy(Ts, d, sizeof d); nT = 5; }
+    const char *pp = getenv("FA3_PINGPONG");
+    int pingpong = !pp || strcmp(pp, "0");   /* FA3_PINGPONG=0: the fa3 forward without ping-pong only */
     g = backend_cuda(DTYPE_BF16);
     if (!cuda_attention_wgmma) die("bench_attention: this GPU or build runs no Hopper kernels; the fa3 forward needs them");
     for (int i = 0; i < nT; i++) {
@@ -90,7 +93,10 @@ int main(int argc, char **argv) {
         int fa3 = cuda_attention_fa3;
         cuda_attention_fa3 = 1;
         long before = cuda_attention_fa3_launches;
-        row("fa3_fwd", &c, f, 1);
+        if (pingpong) row("fa3_fwd", &c, f, 1);
+        cuda_attention_fa3_pingpong = 0;
+        row("fa3_nopp_fwd", &c, f, !pingpong);
+        cuda_attention_fa3_pingpong = 1;
         if (cuda_attention_fa3_launches == before) die("bench_attention: the fa3 forward did not run (HD=%d)", HD);
         cuda_attention_fa3 = 0;
         if (HD == 64) {

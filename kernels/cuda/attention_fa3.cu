@@ -37,6 +37,7 @@ extern "C" {
 #define FA3_BM 128   /* queries a block: two consumer warpgroups of 64 */
 #define FA3_BN 128   /* keys a tile */
 #define FA3_THREADS 384
+#define FA3_TURN 1       /* named barriers 1 and 2: consumer 0's and consumer 1's turn to issue products (ping-pong) */
 
 /* scores s (64 rows x 128 keys from k0) -> probabilities packed as the A operand pa (8 k-steps) of P @ V, the running
  * max m (raw scores) and partial sums l of this thread's rows updated, corr = how much the old output shrinks; mask:
@@ -103,7 +104,7 @@ template <int N> __device__ __forceinline__ void fa3_keep(uint32_t (&a)[N][4]) {
 /* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD), read through tm (the box: 64 columns x 128 rows x 1
  * sequence). Grid (B*NH, query tiles), the last (longest) first. Shared: Q (two 64-column halves of 128 rows), then
  * K of stages 0..S-1, V of stages 0..S-1, then the barriers. */
-template <typename T, int HD, int S> __global__ void __launch_bounds__(FA3_THREADS, 1)
+template <typename T, int HD, int S, bool PP> __global__ void __launch_bounds__(FA3_THREADS, 1)
 fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, int T_, int NH, int NKV, float scale) {
 #if WG_ON
     WG_TILES;
@@ -158,9 +159,12 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
     for (int i = 0; i < HD / 2; i++) o[i] = 0;
     mbar_wait(barQ, 0);
     mbar_wait(barK, 0);
+    if (PP && c == 1) named_arrive(FA3_TURN, 256);   /* consumer 0 issues first */
+    if (PP) named_sync(FA3_TURN + c, 256);
     wg_fence();
     fa3_scores<T, HD>(s, qa, sK, HALF_Q, HALF_K);   /* the diagonal tile first, the only one masked */
     wg_commit();
+    if (PP) named_arrive(FA3_TURN + 1 - c, 256);
     wg_wait<0>();
     wg_keep(s);
     fa3_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, T_, sl2, true);
@@ -171,11 +175,13 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
          * around a wgmma) */
         mbar_wait(barK + 8 * sn, (nx / S) & 1);
         mbar_wait(barV + 8 * st, (it / S) & 1);
+        if (PP) named_sync(FA3_TURN + c, 256);
         wg_fence();
         fa3_scores<T, HD>(s, qa, sK + sn * KBYTES, HALF_Q, HALF_K);   /* scores of the next tile */
         wg_commit();
         fa3_pv<T, HD>(o, pa, sV + st * KBYTES, HALF_K);               /* o += P V of this one, still running while ... */
         wg_commit();
+        if (PP && (c == 0 || more)) named_arrive(FA3_TURN + 1 - c, 256);   /* (consumer 1's last turn is never waited for) */
         wg_wait<1>();
         wg_keep(s);
         if (more) fa3_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, T_, sl2, false);   /* ... these run */
@@ -233,17 +239,24 @@ static CUtensorMap qkv_map(const void *qkv, int B, int T_, int cols) {
 
 long cuda_attention_fa3_launches = 0;
 
-template <typename T, int HD, int S> static void launch(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV) {
-    CUtensorMap tm = qkv_map(qkv, B, T_, (NH + 2 * NKV) * HD);
+int cuda_attention_fa3_pingpong = 1;
+
+template <typename T, int HD, int S, bool PP> static void launch_as(const CUtensorMap &tm, void *out, float *lse, int B, int T_, int NH,
+                                                                     int NKV) {
     size_t smem = (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (1 + 3 * S);
     static size_t raised = 0;
     if (raised < smem) {
-        cudaCheck(cudaFuncSetAttribute(fa3_forward_kernel<T, HD, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        cudaCheck(cudaFuncSetAttribute(fa3_forward_kernel<T, HD, S, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         raised = smem;
     }
-    fa3_forward_kernel<T, HD, S><<<dim3(B * NH, ceil_div(T_, FA3_BM)), FA3_THREADS, smem, cuda_stream>>>(
+    fa3_forward_kernel<T, HD, S, PP><<<dim3(B * NH, ceil_div(T_, FA3_BM)), FA3_THREADS, smem, cuda_stream>>>(
         tm, (T *)out, lse, T_, NH, NKV, 1.0f / sqrtf((float)HD));
     launchCheck();
+}
+template <typename T, int HD, int S> static void launch(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV) {
+    CUtensorMap tm = qkv_map(qkv, B, T_, (NH + 2 * NKV) * HD);
+    if (cuda_attention_fa3_pingpong) launch_as<T, HD, S, true>(tm, out, lse, B, T_, NH, NKV);
+    else launch_as<T, HD, S, false>(tm, out, lse, B, T_, NH, NKV);
     cuda_attention_fa3_launches++;
 }
 

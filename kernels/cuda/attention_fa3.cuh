@@ -98,6 +98,13 @@ __device__ __forceinline__ void tma_load3(uint32_t dst, const CUtensorMap *tm, i
     WG_ASM("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
            ::"r"(dst), "l"((uint64_t)tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
+/* named barrier id over `threads` threads: wait there (sync) or only count this thread in (arrive) */
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 /* a warpgroup gives back registers (the producer) or takes them (the consumers): all 128 threads, one branch each */
 template <int N> __device__ __forceinline__ void regs_down() { WG_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void regs_up() { WG_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }

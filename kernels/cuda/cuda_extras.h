@@ -23,6 +23,7 @@ extern long cuda_attention_paired_launches; /* dk/dv launches that paired them (
 int attention_wgmma_available(void); /* 1 when this binary has sm_90a code and the GPU runs it */
 extern int cuda_attention_fa3;              /* 1: the forward is attention_fa3.cu's where it takes the shape (LLM3D_ATTENTION=fa3) */
 extern long cuda_attention_fa3_launches;    /* its launches (the op test's proof the path ran) */
+extern int cuda_attention_fa3_pingpong;     /* 1 (default): its two consumer warpgroups take turns issuing products; 0: each issues freely */
 int attention_fa3_supported(int HD, const void *out, const void *qkv); /* 1: bf16/fp16, HD 64 or 128, 16-byte aligned */
 AttentionForward attention_forward_fa3;     /* attention_forward_cuda's contract, on an sm_90a GPU where it is supported */
 #ifdef __cplusplus

@@ -146,43 +146,43 @@ static void test_rope(int B, int T, int NH, int NKV, int HD, int pos0) {
 }
 
 /* the warp-specialized Hopper forward (attention_fa3.cu, LLM3D_ATTENTION=fa3) alone: out and lse against the CPU, the
- * launch counted (the proof it ran, not a fallback), and a second forward bitwise the same */
+ * launches counted (the proof it ran, not a fallback), a second forward bitwise the same, and the forward without
+ * ping-pong between its consumers bitwise the same too (the turns change when products are issued, not what) */
 static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     char shape[96];
     snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d", B, T, NH, NKV, HD);
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
+    size_t bytes = no * dtype_size(act) + nl * 4;   /* out, then lse */
     float *qkv = rand_act(nq, 1.5f), *out = mallocCheck(no * 4), *lse = mallocCheck(nl * 4), *h = mallocCheck((no + nl) * 4);
+    char *first = mallocCheck(bytes), *other = mallocCheck(bytes);
     cpu->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
-    void *gqkv = up_act(qkv, nq), *gout = gpu->alloc(no * dtype_size(act), "t"), *again = gpu->alloc(no * dtype_size(act), "t");
-    float *glse = gpu->alloc(nl * 4, "t"), *glse2 = gpu->alloc(nl * 4, "t");
-    poison(gout, no * dtype_size(act));
-    poison(glse, nl * 4);
-    poison(again, no * dtype_size(act));
-    poison(glse2, nl * 4);
+    void *gqkv = up_act(qkv, nq), *gout = gpu->alloc(bytes, "t");
+    float *glse = (float *)((char *)gout + no * dtype_size(act));
     long launches = cuda_attention_fa3_launches;
-    int was = cuda_attention_fa3;
+    int was = cuda_attention_fa3, same = 1;
     cuda_attention_fa3 = 1;
-    gpu->attention_forward(gout, glse, gqkv, B, T, NH, NKV, HD);
-    gpu->attention_forward(again, glse2, gqkv, B, T, NH, NKV, HD);
+    for (int run = 0; run < 3; run++) {   /* ping-pong, ping-pong again, then without */
+        cuda_attention_fa3_pingpong = run < 2;
+        poison(gout, bytes);
+        gpu->attention_forward(gout, glse, gqkv, B, T, NH, NKV, HD);
+        gpu->download(run ? other : first, gout, bytes);
+        if (run) same &= memcmp(first, other, bytes) == 0;
+        if (run == 0) {
+            down_act(h, gout, no);
+            compare("attention_fwd fa3", h, out, no, tol_act, shape);
+            gpu->download(h, glse, nl * 4);
+            compare("attention_fwd lse fa3", h, lse, nl, 1e-3, shape);
+        }
+    }
     cuda_attention_fa3 = was;
-    int ran = cuda_attention_fa3_launches == launches + 2;
+    cuda_attention_fa3_pingpong = 1;
+    int ran = cuda_attention_fa3_launches == launches + 3;
     printf("%s %-5s attention_fwd fa3 ran the warp-specialized kernel %s\n", ran ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(ran, "%s attention_fwd fa3 %s: the fa3 kernel did not run", dtype_name(act), shape);
-    down_act(h, gout, no);
-    compare("attention_fwd fa3", h, out, no, tol_act, shape);
-    gpu->download(h, glse, nl * 4);
-    compare("attention_fwd lse fa3", h, lse, nl, 1e-3, shape);
-    size_t bytes = no * dtype_size(act);
-    char *a = mallocCheck(bytes + nl * 4), *b = mallocCheck(bytes + nl * 4);
-    gpu->download(a, gout, bytes);
-    gpu->download(b, again, bytes);
-    gpu->download(a + bytes, glse, nl * 4);
-    gpu->download(b + bytes, glse2, nl * 4);
-    int same = memcmp(a, b, bytes + nl * 4) == 0;
-    printf("%s %-5s attention_fwd fa3          deterministic %s\n", same ? "ok  " : "FAIL", dtype_name(act), shape);
-    CHECK(same, "%s attention_fwd fa3 %s: a second forward gave different bits", dtype_name(act), shape);
-    gpu->free(gqkv); gpu->free(gout); gpu->free(again); gpu->free(glse); gpu->free(glse2);
-    free(qkv); free(out); free(lse); free(h); free(a); free(b);
+    printf("%s %-5s attention_fwd fa3 deterministic, with and without ping-pong %s\n", same ? "ok  " : "FAIL", dtype_name(act), shape);
+    CHECK(same, "%s attention_fwd fa3 %s: a second forward (or one without ping-pong) gave different bits", dtype_name(act), shape);
+    gpu->free(gqkv); gpu->free(gout);
+    free(qkv); free(out); free(lse); free(h); free(first); free(other);
 }
 
 typedef void AttF(void *, float *, const void *, int, int, int, int, int);
@@ -475,8 +475,27 @@ static void test_elementwise(size_t n) {
     free(a); free(b); free(o); free(h); free(x);
 }
 
+/* the attention shapes every path is checked at */
+static const int attention_shapes[][5] = {{2, 64, 4, 2, 64}, {1, 37, 3, 1, 16}, {2, 100, 6, 3, 32}, {1, 130, 2, 2, 128}, {1, 1, 2, 1, 8},
+                                          {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64},
+                                          {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}, {2, 1100, 4, 2, 64},
+                                          {1, 3600, 12, 4, 64}};   /* the last two past ATTENTION_DS_MAX_T: wgmma's default is the recompute path */
+#define N_ATTENTION_SHAPES ((int)(sizeof attention_shapes / sizeof attention_shapes[0]))
+
+/* the fa3 forward at each shape class: the main attention shapes it takes, then more head dims, GQA ratios, odd T and
+ * slices */
+static void test_fa3_shapes(const int (*shapes)[5], int n) {
+    const int more[][5] = {{1, 2100, 8, 2, 128}, {2, 777, 6, 6, 128}, {3, 129, 4, 1, 64}, {1, 3000, 8, 1, 64},
+                           {2, 128, 2, 1, 128}, {1, 4133, 4, 2, 64}, {4, 250, 12, 4, 128}};
+    for (int s = 0; s < n; s++)
+        if (shapes[s][4] == 64 || shapes[s][4] == 128) test_attention_fa3(shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4]);
+    for (int s = 0; s < (int)(sizeof more / sizeof more[0]); s++) test_attention_fa3(more[s][0], more[s][1], more[s][2], more[s][3], more[s][4]);
+}
+
+/* OPS_FA3_ONLY=1: only the fa3 forward's checks (a short device call) */
 int main(int argc, char **argv) {
     (void)argc; (void)argv;
+    int fa3_only = getenv("OPS_FA3_ONLY") && strcmp(getenv("OPS_FA3_ONLY"), "0");
     cpu = backend_cpu();
     rng_seed(&rng, 1234);
     const DType dtypes[3] = {DTYPE_FP32, DTYPE_BF16, DTYPE_FP16};
@@ -487,6 +506,10 @@ int main(int argc, char **argv) {
         tol_matmul = act == DTYPE_FP32 ? (cuda_tf32 ? 2e-3 : 1e-5) : tol_act;
         if (di == 0) printf("cuda backend: peak %.0f TFLOP/s (fp32%s), attention path: %s\n", gpu->peak_flops / 1e12,
                             cuda_tf32 ? ", TF32" : "", cuda_attention_simple ? "simple" : cuda_attention_wgmma ? "wgmma" : "mma");
+        if (fa3_only) {
+            if (cuda_attention_wgmma && act != DTYPE_FP32) test_fa3_shapes(attention_shapes, N_ATTENTION_SHAPES);
+            continue;
+        }
         test_matmul(64, 48, 80);
         test_matmul(37, 29, 53);
         test_matmul(1, 7, 3);
@@ -506,12 +529,8 @@ int main(int argc, char **argv) {
         test_rope(1, 9, 3, 1, 6, 1000);
         test_rope(2, 1024, 2, 1, 128, 0);
         test_rope(3, 50, 5, 2, 64, 7);   /* 7 rotated heads: a group of 4 and one of 3 */
-        const int shapes[][5] = {{2, 64, 4, 2, 64}, {1, 37, 3, 1, 16}, {2, 100, 6, 3, 32}, {1, 130, 2, 2, 128}, {1, 1, 2, 1, 8},
-                                 {1, 257, 12, 4, 64}, {1, 1, 2, 1, 64}, {3, 100, 6, 2, 64}, {1, 700, 4, 1, 64},
-                                 {1, 1024, 4, 2, 64}, {2, 300, 8, 2, 64}, {2, 1100, 4, 2, 64},
-                                 {1, 3600, 12, 4, 64}};   /* the last two past ATTENTION_DS_MAX_T: wgmma's default is the recompute path */
-        for (int s = 0; s < (int)(sizeof shapes / sizeof shapes[0]); s++) {
-            const int *q = shapes[s];
+        for (int s = 0; s < N_ATTENTION_SHAPES; s++) {
+            const int *q = attention_shapes[s];
             float theta = s % 2 ? 0.0f : 10000.0f;   /* every other shape with RoPE's backward folded in */
             test_attention("simple", attention_forward_cuda_simple, attention_backward_cuda_simple, q[0], q[1], q[2], q[3], q[4], theta);
             if (cuda_attention_simple) continue;
@@ -523,16 +542,8 @@ int main(int argc, char **argv) {
                 test_attention("wgmma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4], theta);
             }
             cuda_attention_wgmma = hopper;
-            if (hopper && act != DTYPE_FP32 && (q[4] == 64 || q[4] == 128)) test_attention_fa3(q[0], q[1], q[2], q[3], q[4]);
         }
-        if (cuda_attention_wgmma && act != DTYPE_FP32) {   /* the fa3 forward at more head dims, GQA ratios, odd T, slices */
-            const int fa3_shapes[][5] = {{1, 2100, 8, 2, 128}, {2, 777, 6, 6, 128}, {3, 129, 4, 1, 64}, {1, 3000, 8, 1, 64},
-                                         {2, 128, 2, 1, 128}, {1, 4133, 4, 2, 64}, {4, 250, 12, 4, 128}};
-            for (int s = 0; s < (int)(sizeof fa3_shapes / sizeof fa3_shapes[0]); s++) {
-                const int *q = fa3_shapes[s];
-                test_attention_fa3(q[0], q[1], q[2], q[3], q[4]);
-            }
-        }
+        if (cuda_attention_wgmma && act != DTYPE_FP32) test_fa3_shapes(attention_shapes, N_ATTENTION_SHAPES);
         test_swiglu(64, 256);
         test_swiglu(13, 37);
         test_cross_entropy(40, 1000, 1);
