@@ -88,6 +88,9 @@ int checkpoint_check_config(const char *saved, const char *current, const char *
                             char *err, size_t err_size);
 /* The value of key in "key=value\n" text; -1 if absent. */
 int checkpoint_config_value(const char *text, const char *key, char *out, size_t size);
+/* Two values of a config text alike: the same text, or the same float (1e-5 and an older
+ * checkpoint's 9.99999975e-06). */
+int checkpoint_same_value(const char *a, const char *b);
 /* ModelConfig from a checkpoint's config text; -1 with a message if a key is missing. */
 int checkpoint_model_config(const char *text, ModelConfig *mc, char *err, size_t err_size);
 /* r's tensor table holds exactly the tensors the model mc has, each with its shape: the weights
