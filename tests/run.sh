@@ -2,7 +2,7 @@
 # tests/run.sh — runs every test of `make test`: each build/tests/test_* binary,
 # then each tests/test_*.sh script, and sums their closing "N passed, N failed"
 # lines. Exits non-zero if any test failed or any runner did not finish; then
-# names the failing runners, and prints each runner's FAIL lines and any
+# names the failing runners, and prints each runner's FAIL lines (with the four lines after each: what the check printed) and any
 # "command not found" (those of the sanitizer pass too, which nests this script).
 # Among the scripts, tests/test_asan.sh runs a part of this list again on the
 # sanitizer build and tests/test_fuzz.sh runs the fuzz harnesses.
@@ -34,7 +34,7 @@ for t in "${runners[@]}"; do
     if [ "${t##*.}" = sh ]; then out=$(bash "$t" 2>&1); rc=$?; else out=$("$t" 2>&1); rc=$?; fi
     # failures, also those of the runs nested in the sanitizer pass (indented there), and any command
     # a runner called that is not installed: scripts/setup.sh installs what the tests call
-    echo "$out" | grep -E '^ *(FAIL|not ok|BROKEN:|failing runners:)|command not found|: not found$' | head -30
+    echo "$out" | grep -E -A4 '^ *(FAIL|not ok|BROKEN:|failing runners:)|command not found|: not found$' | head -60   # -A4: what a failed check printed with it (a flake's evidence in a CI log)
     last=$(echo "$out" | grep -E '^[0-9]+ passed, [0-9]+ failed' | tail -1)
     if [ -z "$last" ]; then
         echo "$out" | tail -20
