@@ -1,14 +1,17 @@
 /* tests/scratch.h — the scratch files of a reader test (test_readers, test_hostile):
  * path_of names a file in the test's scratch folder, write_file and read_file move
  * whole files, REFUSED checks that a reader said no with the words expected,
- * scratch_save_checkpoint saves a small model's checkpoint under any config text.
+ * scratch_save_checkpoint saves a small model's checkpoint under any config text,
+ * scratch_remove removes the folder at the end (nftw: the path never reaches a shell).
  * The including test defines `dir` (its folder, a mkdtemp template) and `err` (the
  * readers' message buffer) before including this file. */
 #pragma once
 #include "test.h"
 #include "../checkpoint/checkpoint.h"
 #include "../common/util.h"
+#include <ftw.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* dir/name, in one of 64 rotating buffers: copy it to keep it long. */
@@ -48,4 +51,13 @@ static inline void scratch_save_checkpoint(const char *run, const char *model_te
     CkptState s = {.kind = CKPT_KIND_TRAIN, .step = 1, .loss_scale = 1, .optimizer = CKPT_OPT_NONE};
     checkpoint_save(run, 0, &m, NULL, 0, &s, text, ckpt, size);
     model_free(&m);
+}
+
+static int scratch_remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+/* Removes folder path and everything in it, children first, links not followed. */
+static inline void scratch_remove(const char *path) {
+    if (nftw(path, scratch_remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) printf("note: could not remove %s\n", path);
 }

@@ -162,8 +162,6 @@ int main(void) {
     test_shard_truncated_under_run();
     test_json_agreement();
     test_export_consistency();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
+    scratch_remove(dir);
     return test_summary();
 }

@@ -398,8 +398,6 @@ int main(void) {
     test_consistency();
     test_hf_consistency(good);
     test_numbers(good);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
+    scratch_remove(dir);
     return test_summary();
 }

@@ -540,8 +540,6 @@ int main(void) {
     test_tokenizers();
     test_config();
     test_programs();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    if (system(cmd) != 0) printf("note: could not remove %s\n", dir);
+    scratch_remove(dir);
     return test_summary();
 }
