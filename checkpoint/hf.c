@@ -8,6 +8,7 @@
 #include "../common/options.h"
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +24,17 @@ static const char *float_text(float x, char *buf, size_t size) {
         if (strtof(buf, NULL) == x) break;
     }
     return buf;
+}
+
+/* appends to a header being built: buf holds *len bytes of cap; the sizes are planned so it never fills */
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= cap - *len) die("export: the safetensors header outgrew its %zu bytes (a bug: please report it)", cap);
+    *len += (size_t)k;
 }
 
 static const char *st_dtype_name(int dtype) { return dtype == CKPT_F32 ? "F32" : dtype == CKPT_BF16 ? "BF16" : "F16"; }
@@ -114,20 +126,20 @@ void hf_export(const char *checkpoint, const char *out_dir, int dtype) {
     /* per tensor at most: a 127-byte name escaped to 6 bytes each, 4 dims and 2 offsets of 20 digits, 60 of syntax */
     size_t es = ckpt_dtype_size(dtype), cap = 256 + (size_t)n * (6 * CKPT_NAME_BYTES + 6 * 21 + 64), len = 0;
     char *json = mallocCheck(cap);
-    len += snprintf(json + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    put(json, cap, &len, "{\"__metadata__\":{\"format\":\"pt\"}");
     int64_t offset = 0;
     for (int i = 0; i < n; i++) {
         const CkptEntry *e = w[i];
         int64_t count = e->bytes / 4;
-        len += snprintf(json + len, cap - len, ",\"");
+        put(json, cap, &len, ",\"");
         for (const unsigned char *c = (const unsigned char *)e->name; *c; c++)   /* a name is bytes: escape what JSON must */
-            len += snprintf(json + len, cap - len, *c == '"' || *c == '\\' ? "\\%c" : *c < 0x20 ? "\\u%04x" : "%c", *c);
-        len += snprintf(json + len, cap - len, "\":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(dtype));
-        for (int d = 0; d < e->ndim; d++) len += snprintf(json + len, cap - len, d ? ",%lld" : "%lld", (long long)e->shape[d]);
-        len += snprintf(json + len, cap - len, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + count * (int64_t)es));
+            put(json, cap, &len, *c == '"' || *c == '\\' ? "\\%c" : *c < 0x20 ? "\\u%04x" : "%c", *c);
+        put(json, cap, &len, "\":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(dtype));
+        for (int d = 0; d < e->ndim; d++) put(json, cap, &len, d ? ",%lld" : "%lld", (long long)e->shape[d]);
+        put(json, cap, &len, "],\"data_offsets\":[%lld,%lld]}", (long long)offset, (long long)(offset + count * (int64_t)es));
         offset += count * (int64_t)es;
     }
-    len += snprintf(json + len, cap - len, "}");
+    put(json, cap, &len, "}");
     while (len % 8) json[len++] = ' ';
 
     CkptWriter sw;
