@@ -8,8 +8,8 @@
  * HD = 64 runs l124m's heads (12 query, 4 kv), HD = 128 16 query and 4 kv heads
  * (sdpa_time.py --hd 128 takes the same). Per T one JSON line: ms and TFLOP/s
  * (the causal count 4*B*NH*T*T*HD/2) of the fa3 forward with and without
- * ping-pong between its consumer warpgroups (FA3_PINGPONG=0: without only), and at HD = 64 of the
- * wgmma and mma forwards and the default backward (2.5x the forward's count).
+ * ping-pong between its consumer warpgroups (FA3_PINGPONG=0: without only), of the fa3 backward (2.5x
+ * the forward's count), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
  * The idea and the timing are bench_cuda_ops.c's: 3 warm-ups, then the median
  * of 15 synchronized calls. */
 #include "../../kernels/backend.h"
@@ -98,6 +98,13 @@ int main(int argc, char **argv) {
         row("fa3_nopp_fwd", &c, f, !pingpong);
         cuda_attention_fa3_pingpong = 1;
         if (cuda_attention_fa3_launches == before) die("bench_attention: the fa3 forward did not run (HD=%d)", HD);
+        long bbefore = cuda_attention_fa3_backward_launches;
+        cuda_attention_fa3_backward = 1;
+        c.backward = 1;
+        row("fa3_bwd", &c, 2.5 * f, 0);
+        c.backward = 0;
+        cuda_attention_fa3_backward = 0;
+        if (cuda_attention_fa3_backward_launches == bbefore) die("bench_attention: the fa3 backward did not run (HD=%d)", HD);
         cuda_attention_fa3 = 0;
         if (HD == 64) {
             row("wgmma_fwd", &c, f, 0);

@@ -8,7 +8,7 @@
 # memcheck on the fa3 kernel; then the l124m sweep, T by T, the peer (.peer/), the
 # default attention and LLM3D_ATTENTION=fa3 at each. Logs under $OUT (at most 8
 # files come back).
-#   bench/gpu/fa3_call.sh [full] [nosweep]
+#   bench/gpu/fa3_call.sh [full] [nosweep] [nosdpa]
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/gpu/out}; mkdir -p "$OUT"
@@ -29,22 +29,23 @@ OPS_FA3_ONLY=$only timeout $((only ? 100 : 400)) build/gpu/test_cuda_ops >"$OUT/
 grep -E "FAIL|passed|rc=" "$OUT/ops.log" | tail -30
 echo "fa3 ok lines: $(grep -c '^ok.*fa3' "$OUT/ops.log"); op test done at ${SECONDS}s"
 { for hd in 64 128; do timeout 100 build/gpu/bench_attention "$hd" $Ts; echo "bench_attention $hd rc=$?"; done
-  for hd in 64 128; do PYTHONUNBUFFERED=1 timeout 100 python3 bench/gpu/sdpa_time.py --hd "$hd" $Ts; echo "sdpa $hd rc=$?"; done
+  case " $* " in *" nosdpa "*) ;; *) for hd in 64 128; do PYTHONUNBUFFERED=1 timeout 100 python3 bench/gpu/sdpa_time.py --hd "$hd" $Ts; echo "sdpa $hd rc=$?"; done;; esac
 } 2>&1 | tee "$OUT/bench.log"
 echo "benched at ${SECONDS}s"
 if left 200; then
-    for hd in 128 64; do timeout 60 compute-sanitizer --tool memcheck build/gpu/bench_attention "$hd" 700 2>&1 | tail -4; done |
+    { for hd in 128 64; do timeout 60 compute-sanitizer --tool memcheck build/gpu/bench_attention "$hd" 700 2>&1 | tail -4; done
+      for hd in 128 64; do timeout 60 compute-sanitizer --tool racecheck build/gpu/bench_attention "$hd" 300 2>&1 | tail -4; done; } |
         tee "$OUT/sanitizer.log"
 fi
 case " $* " in *" nosweep "*) exit 0;; esac
 left 150 && { make -j16 >>"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }; }   # bench_train for the sweep
-for T in 8192 32768 4096 16384 2048; do   # per T: the peer (bf16-compile), llm3d's default attention, then fa3
+for T in 8192 32768 4096 16384 2048; do   # per T: the peer (bf16-compile), llm3d's wgmma kernels, the default, then fa3
     left 100 || { echo "-- sweep: no time left for T=$T (${SECONDS}s)"; continue; }
     B=$(( T >= 16384 ? 1 : 16384 / T ))
     echo "-- sweep: l124m T=$T B=$B at ${SECONDS}s"
     PYTHONUNBUFFERED=1 timeout 90 python3 .peer/torch_llama.py --cfg l124m --modes bf16-compile --T "$T" --B "$B" 2>/dev/null |
         sed "s/^{/{\"sweep_T\": $T, /"
-    for a in "" fa3; do
+    for a in wgmma "" fa3; do
         LLM3D_ATTENTION=$a timeout 60 build/bench/bench_train --preset=l124m --device=cuda --steps=20 --precision=bf16 \
             --seq_len="$T" --batch_size="$B" 2>&1 | grep -E '^\{|^error|hint' | sed "s/^{/{\"attention\": \"${a:-default}\", /"
     done

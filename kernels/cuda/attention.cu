@@ -17,8 +17,9 @@
  * mma.sync kernels of attention_mma.cu; LLM3D_ATTENTION=mma or =simple forces
  * the portable or the readable path, =recompute the Hopper backward that computes
  * dS again at every T (its default above ATTENTION_DS_MAX_T, kernels/attention.h),
- * =fa3 the warp-specialized Hopper forward of attention_fa3.cu (HD 64 and 128;
- * the backward as with =wgmma). These
+ * =wgmma Hopper's first kernels (attention_wgmma*.cu) forward and backward, =fa3
+ * the warp-specialized forward and backward (attention_fa3*.cu, HD 64 and 128).
+ * Unset, Hopper runs the fa3 forward and the wgmma backward. These
  * readable kernels run everywhere else. */
 #include "common.cuh"
 #include <math.h>
@@ -299,7 +300,8 @@ int cuda_attention_simple = 0;   /* set by backend_cuda from LLM3D_ATTENTION=sim
 int cuda_attention_wgmma = 0;    /* set by backend_cuda: Hopper kernels available and not LLM3D_ATTENTION=mma */
 int cuda_attention_recompute = 0;   /* set by backend_cuda from LLM3D_ATTENTION=recompute */
 
-int cuda_attention_fa3 = 0;   /* set by backend_cuda from LLM3D_ATTENTION=fa3 (with cuda_attention_wgmma: Hopper) */
+int cuda_attention_fa3 = 0;            /* set by backend_cuda: the fa3 forward (Hopper's default; not LLM3D_ATTENTION=wgmma) */
+int cuda_attention_fa3_backward = 0;   /* set by backend_cuda from LLM3D_ATTENTION=fa3: the fa3 backward too */
 
 extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HD) {
     check_shape(NH, NKV, HD);
@@ -308,8 +310,8 @@ extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, i
             attention_forward_fa3(out, lse, qkv, B, T, NH, NKV, HD);
             return;
         }
-        static int said = 0;   /* once: the shape is the model's, the same at every call */
-        if (!said++)
+        static int said = 0;   /* once: the shape is the model's, the same at every call (fp32 runs the readable kernels) */
+        if (cuda_act != DTYPE_FP32 && !said++)
             fprintf(stderr, "llm3d: attention: the fa3 forward takes head_dim 64 or 128 in bf16/fp16 with 16-byte aligned tensors "
                             "(head_dim %d here); the other kernels run\n", HD);
     }
@@ -323,6 +325,12 @@ extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, i
 extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                         int B, int T_, int NH, int NKV, int HD, float rope_theta, void *work, size_t work_bytes) {
     check_shape(NH, NKV, HD);
+    if (cuda_attention_fa3_backward && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, dqkv, qkv) &&
+        attention_fa3_supported(HD, dout, out)) {   /* Dsum first, then attention_fa3_backward.cu's two kernels */
+        if (B * T_ > 0)
+            attention_backward_fa3(dqkv, dout, qkv, lse, attention_dsum(dout, out, B, T_, NH, HD), B, T_, NH, NKV, HD, rope_theta);
+        return;
+    }
     if (cuda_attention_simple || !attention_mma_supported(HD, dqkv, dout, qkv) || !attention_mma_supported(HD, out, out, out)) {
         attention_backward_cuda_simple(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HD, rope_theta, work, work_bytes);
         return;

@@ -216,21 +216,23 @@ typedef CUresult (*EncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, 
                                 const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
-/* the map over qkv as (columns, T, B) of 2-byte values: boxes of 64 columns (128 bytes, the swizzle's width) x 128 rows
- * x 1 sequence, written into shared memory in the 128-byte swizzle; rows past T arrive as zeros */
-static CUtensorMap qkv_map(const void *qkv, int B, int T_, int cols) {
+/* the map over a (B, T, cols) tensor of 2-byte values seen as (columns, T, B): boxes of 64 columns (128 bytes, the
+ * swizzle's width) x box_rows rows x 1 sequence, written into shared memory in the 128-byte swizzle; rows past T
+ * arrive as zeros, and a box never reaches into the next sequence. The backward (attention_fa3_backward.cu) maps
+ * qkv and dout with it too. */
+CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_rows) {
     static EncodeTiled encode = NULL;
     if (!encode) {
         cudaDriverEntryPointQueryResult found;
         cudaCheck(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000, cudaEnableDefault, &found));
         if (found != cudaDriverEntryPointSuccess || !encode)
-            die("attention (fa3): the CUDA driver has no cuTensorMapEncodeTiled\n  hint: unset LLM3D_ATTENTION to use the other kernels");
+            die("attention (fa3): the CUDA driver has no cuTensorMapEncodeTiled\n  hint: LLM3D_ATTENTION=wgmma runs the other Hopper kernels");
     }
     CUtensorMap tm;
     cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T_, (cuuint64_t)B};
     cuuint64_t strides[2] = {(cuuint64_t)cols * 2, (cuuint64_t)cols * 2 * T_};
-    cuuint32_t box[3] = {64, FA3_BN, 1}, estride[3] = {1, 1, 1};
-    CUresult r = encode(&tm, cuda_act == DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)qkv,
+    cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1}, estride[3] = {1, 1, 1};
+    CUresult r = encode(&tm, cuda_act == DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)base,
                         dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) die("attention (fa3): cuTensorMapEncodeTiled failed (%d) for B=%d T=%d columns=%d", (int)r, B, T_, cols);
@@ -254,7 +256,7 @@ template <typename T, int HD, int S, bool PP> static void launch_as(const CUtens
     launchCheck();
 }
 template <typename T, int HD, int S> static void launch(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV) {
-    CUtensorMap tm = qkv_map(qkv, B, T_, (NH + 2 * NKV) * HD);
+    CUtensorMap tm = fa3_tensor_map(qkv, B, T_, (NH + 2 * NKV) * HD, FA3_BN);
     if (cuda_attention_fa3_pingpong) launch_as<T, HD, S, true>(tm, out, lse, B, T_, NH, NKV);
     else launch_as<T, HD, S, false>(tm, out, lse, B, T_, NH, NKV);
     cuda_attention_fa3_launches++;

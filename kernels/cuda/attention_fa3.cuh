@@ -108,3 +108,7 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
 /* a warpgroup gives back registers (the producer) or takes them (the consumers): all 128 threads, one branch each */
 template <int N> __device__ __forceinline__ void regs_down() { WG_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void regs_up() { WG_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
+
+/* (host) the tensor map over a (B, T, cols) bf16/fp16 tensor in boxes of 64 columns x box_rows rows x 1 sequence,
+ * 128-byte swizzled, rows past T zero-filled (attention_fa3.cu) */
+CUtensorMap fa3_tensor_map(const void *base, int B, int T, int cols, int box_rows);

@@ -287,22 +287,24 @@ extern "C" const Backend *backend_cuda(DType act) {
         if (t && option_number("LLM3D_TF32", t, 0, 1, 1, &tf32, why, sizeof why) != 0)
             die("environment: %s\n  hint: LLM3D_TF32=1 lets fp32 matmuls use TF32; 0 or unset keeps them fp32", why);
         cuda_tf32 = tf32 != 0;
-        /* attention path: wgmma (Hopper, the default where it runs), recompute (Hopper, the backward computes dS
-         * again at every T), mma (portable tensor cores), simple (readable) */
+        /* attention path: unset, Hopper's fa3 forward and wgmma backward where they run; fa3 (Hopper, the
+         * warp-specialized forward and backward), wgmma (Hopper's first kernels, forward and backward), recompute
+         * (those, the backward computing dS again at every T), mma (portable tensor cores), simple (readable) */
         const char *a = getenv("LLM3D_ATTENTION");
         if (a && *a && strcmp(a, "simple") && strcmp(a, "mma") && strcmp(a, "wgmma") && strcmp(a, "recompute") && strcmp(a, "fa3"))
             die("LLM3D_ATTENTION=%s is not an attention path\n  hint: use wgmma (Hopper), recompute (Hopper, the backward "
-                "stores no dS tiles), fa3 (Hopper, the warp-specialized forward), mma (any GPU from sm_80) or simple "
+                "stores no dS tiles), fa3 (Hopper, the warp-specialized forward and backward), mma (any GPU from sm_80) or simple "
                 "(the readable kernels), or unset it", a);
         cuda_attention_simple = a && strcmp(a, "simple") == 0;
         cuda_attention_recompute = a && strcmp(a, "recompute") == 0;
-        cuda_attention_fa3 = a && strcmp(a, "fa3") == 0;
-        int hopper = attention_wgmma_available(), want_hopper = a && (!strcmp(a, "wgmma") || cuda_attention_recompute || cuda_attention_fa3);
+        cuda_attention_fa3_backward = a && strcmp(a, "fa3") == 0;
+        int hopper = attention_wgmma_available(), want_hopper = a && (!strcmp(a, "wgmma") || cuda_attention_recompute || cuda_attention_fa3_backward);
         if (want_hopper && !hopper)
             die("LLM3D_ATTENTION=%s, but GPU %d (%s, sm_%d%d) cannot run this build's Hopper kernels\n"
                 "  hint: they need an sm_90 GPU and a build whose CUDA_ARCH has -gencode=arch=compute_90a,code=sm_90a; "
                 "unset LLM3D_ATTENTION to use the portable kernels", a, dev, prop.name, prop.major, prop.minor);
         cuda_attention_wgmma = hopper && (!a || !*a || want_hopper);
+        cuda_attention_fa3 = hopper && (!a || !*a || cuda_attention_fa3_backward);
         if (!cuda_attention_wgmma && !cuda_attention_simple) {   /* said once, at start-up */
             if (hopper) fprintf(stderr, "llm3d: attention: LLM3D_ATTENTION=mma; the portable mma.sync kernels run\n");
             else fprintf(stderr, "llm3d: attention: GPU %d (%s, sm_%d%d) %s; the portable mma.sync kernels run\n", dev, prop.name,

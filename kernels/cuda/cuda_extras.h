@@ -21,7 +21,11 @@ extern long cuda_cross_entropy_staged_launches; /* launches that did (the op tes
 #define CUDA_CROSS_ENTROPY_STAGED_MAX (72 * 1024)  /* the longest row (bytes) it stages: three blocks an SM (V = 36,864 in bf16) */
 extern long cuda_attention_paired_launches; /* dk/dv launches that paired them (the op test's proof the path ran) */
 int attention_wgmma_available(void); /* 1 when this binary has sm_90a code and the GPU runs it */
-extern int cuda_attention_fa3;              /* 1: the forward is attention_fa3.cu's where it takes the shape (LLM3D_ATTENTION=fa3) */
+extern int cuda_attention_fa3;              /* 1: the forward is attention_fa3.cu's where it takes the shape (Hopper's default) */
+extern int cuda_attention_fa3_backward;     /* 1: the backward is attention_fa3_backward.cu's where it takes the shape (LLM3D_ATTENTION=fa3) */
+extern long cuda_attention_fa3_backward_launches; /* its launches (the op test's proof the path ran) */
+void attention_backward_fa3(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B, int T, int NH,
+                            int NKV, int HD, float rope_theta); /* after the Dsum pass, where attention_fa3_supported() holds */
 extern long cuda_attention_fa3_launches;    /* its launches (the op test's proof the path ran) */
 extern int cuda_attention_fa3_pingpong;     /* 1 (default): its two consumer warpgroups take turns issuing products; 0: each issues freely */
 int attention_fa3_supported(int HD, const void *out, const void *qkv); /* 1: bf16/fp16, HD 64 or 128, 16-byte aligned */

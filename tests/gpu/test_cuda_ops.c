@@ -145,21 +145,24 @@ static void test_rope(int B, int T, int NH, int NKV, int HD, int pos0) {
     free(x); free(f); free(b); free(h);
 }
 
-/* the warp-specialized Hopper forward (attention_fa3.cu, LLM3D_ATTENTION=fa3) alone: out and lse against the CPU, the
- * launches counted (the proof it ran, not a fallback), a second forward bitwise the same, and the forward without
- * ping-pong between its consumers bitwise the same too (the turns change when products are issued, not what) */
+/* the warp-specialized Hopper kernels (attention_fa3.cu, attention_fa3_backward.cu), forward and backward, alone:
+ * out, lse and dqkv against the CPU (RoPE's backward folded in at even T), the launches counted (the proof they ran,
+ * not a fallback), a second forward and backward bitwise the same, and the forward without ping-pong between its
+ * consumers bitwise the same too (the turns change when products are issued, not what) */
 static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     char shape[96];
-    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d", B, T, NH, NKV, HD);
+    float theta = T % 2 ? 0.0f : 10000.0f;
+    snprintf(shape, sizeof shape, "B=%d T=%d NH=%d NKV=%d HD=%d%s", B, T, NH, NKV, HD, theta > 0 ? " +rope" : "");
     size_t nq = (size_t)B * T * (NH + 2 * NKV) * HD, no = (size_t)B * T * NH * HD, nl = (size_t)B * NH * T;
-    size_t bytes = no * dtype_size(act) + nl * 4;   /* out, then lse */
-    float *qkv = rand_act(nq, 1.5f), *out = mallocCheck(no * 4), *lse = mallocCheck(nl * 4), *h = mallocCheck((no + nl) * 4);
-    char *first = mallocCheck(bytes), *other = mallocCheck(bytes);
+    size_t bytes = no * dtype_size(act) + nl * 4, gbytes = nq * dtype_size(act);   /* out, then lse; dqkv */
+    float *qkv = rand_act(nq, 1.5f), *dy = rand_act(no, 1), *out = mallocCheck(no * 4), *lse = mallocCheck(nl * 4);
+    float *dqkv = mallocCheck(nq * 4), *h = mallocCheck((nq + no + nl) * 4);
+    char *first = mallocCheck(bytes + gbytes), *other = mallocCheck(bytes + gbytes);
     cpu->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
-    void *gqkv = up_act(qkv, nq), *gout = gpu->alloc(bytes, "t");
+    void *gqkv = up_act(qkv, nq), *gout = gpu->alloc(bytes, "t"), *gdy = up_act(dy, no), *gd = gpu->alloc(gbytes, "t");
     float *glse = (float *)((char *)gout + no * dtype_size(act));
-    long launches = cuda_attention_fa3_launches;
-    int was = cuda_attention_fa3, same = 1;
+    long launches = cuda_attention_fa3_launches, blaunches = cuda_attention_fa3_backward_launches;
+    int was = cuda_attention_fa3, wasb = cuda_attention_fa3_backward, same = 1, bsame = 1;
     cuda_attention_fa3 = 1;
     for (int run = 0; run < 3; run++) {   /* ping-pong, ping-pong again, then without */
         cuda_attention_fa3_pingpong = run < 2;
@@ -174,15 +177,36 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
             compare("attention_fwd lse fa3", h, lse, nl, 1e-3, shape);
         }
     }
+    /* the backward from the CPU's out (rounded as the model stores it) and lse, twice */
+    for (size_t i = 0; i < no; i++) out[i] = round_act(out[i]);
+    cpu->attention_backward(dqkv, dy, qkv, out, lse, B, T, NH, NKV, HD, theta, NULL, 0);
+    void *gout_cpu = up_act(out, no);
+    float *glse_cpu = up_f32(lse, nl);
+    cuda_attention_fa3_backward = 1;
+    for (int run = 0; run < 2; run++) {
+        poison(gd, gbytes);
+        gpu->attention_backward(gd, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, NULL, 0);
+        gpu->download((run ? other : first) + bytes, gd, gbytes);
+        if (run) bsame &= memcmp(first + bytes, other + bytes, gbytes) == 0;
+        else {
+            down_act(h, gd, nq);
+            compare("attention_bwd fa3", h, dqkv, nq, tol_act, shape);
+        }
+    }
     cuda_attention_fa3 = was;
+    cuda_attention_fa3_backward = wasb;
     cuda_attention_fa3_pingpong = 1;
-    int ran = cuda_attention_fa3_launches == launches + 3;
+    int ran = cuda_attention_fa3_launches == launches + 3, bran = cuda_attention_fa3_backward_launches == blaunches + 2;
     printf("%s %-5s attention_fwd fa3 ran the warp-specialized kernel %s\n", ran ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(ran, "%s attention_fwd fa3 %s: the fa3 kernel did not run", dtype_name(act), shape);
     printf("%s %-5s attention_fwd fa3 deterministic, with and without ping-pong %s\n", same ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(same, "%s attention_fwd fa3 %s: a second forward (or one without ping-pong) gave different bits", dtype_name(act), shape);
-    gpu->free(gqkv); gpu->free(gout);
-    free(qkv); free(out); free(lse); free(h); free(first); free(other);
+    printf("%s %-5s attention_bwd fa3 ran the warp-specialized kernels %s\n", bran ? "ok  " : "FAIL", dtype_name(act), shape);
+    CHECK(bran, "%s attention_bwd fa3 %s: the fa3 backward did not run", dtype_name(act), shape);
+    printf("%s %-5s attention_bwd fa3 deterministic %s\n", bsame ? "ok  " : "FAIL", dtype_name(act), shape);
+    CHECK(bsame, "%s attention_bwd fa3 %s: a second backward gave different bits", dtype_name(act), shape);
+    gpu->free(gqkv); gpu->free(gout); gpu->free(gdy); gpu->free(gd); gpu->free(gout_cpu); gpu->free(glse_cpu);
+    free(qkv); free(dy); free(out); free(lse); free(dqkv); free(h); free(first); free(other);
 }
 
 typedef void AttF(void *, float *, const void *, int, int, int, int, int);
@@ -492,7 +516,7 @@ static void test_fa3_shapes(const int (*shapes)[5], int n) {
     for (int s = 0; s < (int)(sizeof more / sizeof more[0]); s++) test_attention_fa3(more[s][0], more[s][1], more[s][2], more[s][3], more[s][4]);
 }
 
-/* OPS_FA3_ONLY=1: only the fa3 forward's checks (a short device call) */
+/* OPS_FA3_ONLY=1: only the fa3 kernels' checks (a short device call) */
 int main(int argc, char **argv) {
     (void)argc; (void)argv;
     int fa3_only = getenv("OPS_FA3_ONLY") && strcmp(getenv("OPS_FA3_ONLY"), "0");
@@ -534,14 +558,16 @@ int main(int argc, char **argv) {
             float theta = s % 2 ? 0.0f : 10000.0f;   /* every other shape with RoPE's backward folded in */
             test_attention("simple", attention_forward_cuda_simple, attention_backward_cuda_simple, q[0], q[1], q[2], q[3], q[4], theta);
             if (cuda_attention_simple) continue;
-            int hopper = cuda_attention_wgmma;   /* both tensor-core paths where the GPU has both */
+            int hopper = cuda_attention_wgmma, fa3 = cuda_attention_fa3;   /* both tensor-core paths where the GPU has both */
             cuda_attention_wgmma = 0;
+            cuda_attention_fa3 = 0;   /* (the fa3 kernels have their own test below) */
             test_attention("mma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4], theta);
             if (hopper) {
                 cuda_attention_wgmma = 1;
                 test_attention("wgmma", gpu->attention_forward, gpu->attention_backward, q[0], q[1], q[2], q[3], q[4], theta);
             }
             cuda_attention_wgmma = hopper;
+            cuda_attention_fa3 = fa3;
         }
         if (cuda_attention_wgmma && act != DTYPE_FP32) test_fa3_shapes(attention_shapes, N_ATTENTION_SHAPES);
         test_swiglu(64, 256);
