@@ -20,12 +20,10 @@
  * Per candidate: the largest ratio of an element's movement after its last gradient to AdamW's, how many
  * elements pass 1.5x, element-steps with m != 0 and v decoding to 0, and the largest rare-row norm.
  * Usage: build/bench/bench_q8_drift [steps (150)] [replay only: 1]
- *        build/bench/bench_q8_drift rownorm CHECKPOINT/state.bin — the largest L2 norm of an embedding row
- *        (bench/gpu/q8_quality.sh prints it for the AdamW and the 8-bit run). */
+ * (A checkpoint's largest embedding-row norm: build/train inspect --row_norms=model.embed_tokens.weight.) */
 #include "../train/trainer.h"
 #include "../common/util.h"
 #include "../tests/rare_tokens.h"
-#include "../checkpoint/format.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -209,32 +207,7 @@ static Run real_run(int optimizer, int steps, int *rows, int *dim) {
     return r;
 }
 
-/* The largest L2 norm of a row of model.embed_tokens.weight in a checkpoint, and which row. */
-static int rownorm(const char *path) {
-    char err[1024];
-    CkptReader r;
-    if (ckpt_open(&r, path, err, sizeof err) != 0) die("%s", err);
-    const CkptEntry *e = ckpt_find(&r, "model.embed_tokens.weight");
-    if (!e) die("'%s' holds no model.embed_tokens.weight", path);
-    int64_t rows, cols;
-    ckpt_entry_dims(e, &rows, &cols);
-    float *w = mallocCheck((size_t)(rows * cols) * 4);   /* in one read: a read checks the whole tensor */
-    if (ckpt_read_f32(&r, e, 0, rows, 0, cols, w, err, sizeof err) != 0) die("%s", err);
-    double best = -1;
-    int64_t at = 0;
-    for (int64_t i = 0; i < rows; i++) {
-        double ss = 0;
-        for (int64_t k = 0; k < cols; k++) ss += (double)w[i * cols + k] * w[i * cols + k];
-        if (sqrt(ss) > best) { best = sqrt(ss); at = i; }
-    }
-    printf("largest embedding row norm %.4f (row %lld of %lld x %lld) in %s\n", best, (long long)at, (long long)rows, (long long)cols, path);
-    free(w);
-    ckpt_close(&r);
-    return 0;
-}
-
 int main(int argc, char **argv) {
-    if (argc == 3 && !strcmp(argv[1], "rownorm")) return rownorm(argv[2]);
     int steps = argc > 1 ? atoi(argv[1]) : 150, replay_only = argc > 2 && atoi(argv[2]);
     if (steps < 1 || steps > 10000) die("usage: bench_q8_drift [steps 1..10000] [replay only: 1]");
     Config c0;

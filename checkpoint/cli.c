@@ -90,31 +90,39 @@ int checkpoint_export_main(int argc, char **argv) {
 }
 
 int checkpoint_inspect_main(int argc, char **argv) {
-    const char *usage = "usage: build/train inspect [--allow_nonfinite=1] PATH\n  PATH: a checkpoint folder or state.bin, a run_dir (its newest "
-                        "checkpoint),\n        a Hugging Face folder or a .safetensors file\n  --allow_nonfinite=1: show a checkpoint holding "
-                        "NaN or inf (every loader refuses it)\n        with the count of such values in each tensor\n";
-    const char *p = NULL;
+    const char *usage = "usage: build/train inspect [--allow_nonfinite=1 | --row_norms=NAME] PATH\n  PATH: a checkpoint folder or state.bin, a run_dir "
+                        "(its newest checkpoint),\n        a Hugging Face folder or a .safetensors file\n  --allow_nonfinite=1: show a checkpoint holding "
+                        "NaN or inf (every loader refuses it)\n        with the count of such values in each tensor\n  --row_norms=NAME: only the L2 "
+                        "norms of tensor NAME's rows in an llm3d checkpoint\n        (largest, mean, smallest; e.g. model.embed_tokens.weight)\n";
+    const char *p = NULL, *row_norms = NULL;
     int allow = 0;
     for (int i = 1; i < argc; i++) {
         char k[64];
         const char *v = option_split(argv[i], k, sizeof k);
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { printf("%s", usage); return 0; }
         if (v && !strcmp(k, "allow_nonfinite")) allow = (int)option_number_or_die("inspect", k, v, 0, 1, 1);
+        else if (v && !strcmp(k, "row_norms")) row_norms = v;
         else if (!strncmp(argv[i], "--", 2)) die("inspect: unknown option '%s'\n%s", argv[i], usage);
         else if (p) die("inspect: give one PATH, not '%s' and '%s'\n%s", p, argv[i], usage);
         else p = argv[i];
     }
     if (!p) { fprintf(stderr, "%s", usage); return 1; }
+    if (row_norms && !*row_norms) die("inspect: --row_norms is empty; give a tensor's name, e.g. --row_norms=model.embed_tokens.weight");
+    if (row_norms && allow) die("inspect: --row_norms and --allow_nonfinite=1 do not go together (a row holding NaN or inf has no norm)");
     size_t n = strlen(p);
+    int hf = (n > 12 && !strcmp(p + n - 12, ".safetensors")) || (has_file(p, "model.safetensors") && !has_file(p, "state.bin"));
+    if (hf && row_norms)
+        die("inspect: --row_norms reads llm3d checkpoints (a checkpoint folder, its state.bin or a run_dir); '%s' is a Hugging Face "
+            "export\n  hint: give the checkpoint it was exported from", p);
     if (n > 12 && !strcmp(p + n - 12, ".safetensors")) return hf_inspect_ex(p, allow, stdout);
-    if (has_file(p, "model.safetensors") && !has_file(p, "state.bin")) {
+    if (hf) {
         char st[1200];
         snprintf(st, sizeof st, "%s/model.safetensors", p);
         return hf_inspect_ex(st, allow, stdout);
     }
     char path[1200];
     resolve_checkpoint(p, path, sizeof path);
-    return checkpoint_inspect_ex(path, allow, stdout);
+    return row_norms ? checkpoint_row_norms(path, row_norms, stdout) : checkpoint_inspect_ex(path, allow, stdout);
 }
 
 void checkpoint_load_model(const char *dir, Model *m, int T) {

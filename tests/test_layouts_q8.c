@@ -12,7 +12,8 @@
  * the runs ended 1.8e-4 apart (9.3e-4 on the embedding), growing every step. Only the model is the preset's
  * size: its batch stays the harness's (16 x 2 tokens, 256 a step), since the preset's 2048-token batch takes
  * ~1.4 s a step on the 2-core CI machine, times 6 steps and 8 runs of up to 8 ranks. The batch shapes the
- * gradients, not the representation this guards. */
+ * gradients, not the representation this guards. LLM3D_TEST_PART=table or =tiny runs one of the two halves
+ * (tests/gpu/nccl_layouts.sh runs them side by side through NCCL on one GPU); unset, both. */
 #include "test.h"
 #include "layouts.h"
 
@@ -261,7 +262,6 @@ static void adamw8bit_layouts(void) {
     resume_q8("r8", 4, "--dp=2 --tp=2 --sequence_parallel=1 --zero=1", 2, "--pp=2");
     old_rule_converted("old8", CKPT_OPT_ADAMW, "old block rule");
     old_rule_converted("oldv8", CKPT_OPT_ADAMW8BIT_ROWS, "with v on its own map (before issue 52)");
-    tiny_layouts();
 }
 
 int main(void) {
@@ -269,7 +269,13 @@ int main(void) {
     printf("skipped: this build has no Open MPI, so only the one-rank grid exists\n");
     return test_summary();
 #endif
+    /* LLM3D_TEST_PART=table: the table above only; =tiny: the tiny-size layouts at the defaults only (tests/gpu/nccl_layouts.sh
+     * runs the two side by side through NCCL); unset: both */
+    const char *part = getenv("LLM3D_TEST_PART");
+    int table = !part || !*part || !strcmp(part, "table"), tiny = !part || !*part || !strcmp(part, "tiny");
+    if (!table && !tiny) die("test: LLM3D_TEST_PART=%s is not a part of test_layouts_q8 (table, tiny, or unset for both)", part);
     layouts_begin();
-    adamw8bit_layouts();
+    if (table) adamw8bit_layouts();
+    if (tiny) tiny_layouts();
     return layouts_end();
 }

@@ -10,9 +10,12 @@
 # went through NCCL: its banner says "through nccl", the test setup is said
 # once, and NCCL's own log (NCCL_DEBUG=INFO, written to files beside the run)
 # names its socket transport (NET/Socket). The two halves (LLM3D_TEST_PART=dp,
-# tp), the 8-bit AdamW layouts (test_layouts_q8: every moment code against one
-# rank's), ZeRO-2/3 (test_layouts_zero) and precision=fp8 (test_layouts_fp8: one rank's scales
-# through NCCL's world reduction) run side by side. One result line per layout; logs under $OUT (or
+# tp), the 8-bit AdamW layouts (test_layouts_q8's table, LLM3D_TEST_PART=table: every
+# moment code against one rank's; and its tiny-preset-size runs at adam_eps 1e-8,
+# LLM3D_TEST_PART=tiny: tp, dp, pp, ZeRO-1/2/3 and 3D on 8 ranks within 1e-4 whole
+# and 5e-4 a tensor of one rank's, issue 52), ZeRO-2/3 (test_layouts_zero) and
+# precision=fp8 (test_layouts_fp8: one rank's scales through NCCL's world
+# reduction) run side by side. One result line per layout; logs under $OUT (or
 # build/gpu)/nccl_layouts. Ends with "N passed, N failed".
 #   run: make -j16 && tests/gpu/nccl_layouts.sh
 source "$(dirname "$0")/nccl_common.sh"
@@ -22,14 +25,15 @@ done
 export LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl" NCCL_DEBUG=INFO
 t0=$(date +%s)
 pids=()
-parts="dp tp q8 zero fp8"
+parts="dp tp q8 q8tiny zero fp8"
 for part in $parts; do
-    case $part in q8) bin=test_layouts_q8;; zero) bin=test_layouts_zero;; fp8) bin=test_layouts_fp8;; *) bin=test_layouts;; esac
-    LLM3D_TEST_PART=$part timeout 250 build/tests/$bin >"$LOGS/$part.log" 2>&1 &
+    case $part in q8) bin=test_layouts_q8 p=table;; q8tiny) bin=test_layouts_q8 p=tiny;; zero) bin=test_layouts_zero p=$part;;
+                  fp8) bin=test_layouts_fp8 p=$part;; *) bin=test_layouts p=$part;; esac
+    LLM3D_TEST_PART=$p timeout 250 build/tests/$bin >"$LOGS/$part.log" 2>&1 &
     pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
-echo "== the NCCL layout table, ranks on one GPU ($(( $(date +%s) - t0 )) s, the four parts side by side)"
+echo "== the NCCL layout table, ranks on one GPU ($(( $(date +%s) - t0 )) s, the six parts side by side)"
 for part in $parts; do
     # one line per layout (its losses, val loss and tensors against one rank's) or resume; FAIL lines with their reason
     grep -E '^FAIL|losses .* val .* tensors|^resume \[|codes|8-bit|scales equal' "$LOGS/$part.log"
