@@ -13,7 +13,7 @@ set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/gpu/out}; mkdir -p "$OUT"
 budget=${FA3_BUDGET:-540}
-Ts=${FA3_T:-"2048 4096 8192 16384 32768"}
+Ts=${FA3_T:-"1024 2048 4096 8192 16384 32768"}
 left() { [ $((budget - SECONDS)) -gt "$1" ]; }   # more than $1 seconds of the call left
 { date -u; git log -1 --format='commit %h %s' 2>/dev/null; git status --short 2>/dev/null | head -20
   nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader; } | tee "$OUT/info.log"
@@ -28,6 +28,12 @@ case " $* " in *" full "*) only=0;; *) only=1;; esac
 OPS_FA3_ONLY=$only timeout $((only ? 100 : 400)) build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; echo "test_cuda_ops rc=$?" >>"$OUT/ops.log"
 grep -E "FAIL|passed|rc=" "$OUT/ops.log" | tail -30
 echo "fa3 ok lines: $(grep -c '^ok.*fa3' "$OUT/ops.log"); op test done at ${SECONDS}s"
+if left 400; then   # the whole model in bf16 beside the fp32 CPU: the default attention, then fa3 forward and backward
+    for a in "" fa3; do echo "== LLM3D_ATTENTION=${a:-unset}" >>"$OUT/model.log"
+        LLM3D_ATTENTION=$a timeout 150 build/gpu/test_cuda_model >/tmp/model.log 2>&1; rc=$?; cat /tmp/model.log >>"$OUT/model.log"
+        echo "test_cuda_model LLM3D_ATTENTION=${a:-unset} rc=$rc $(grep -E '^[0-9]+ passed' /tmp/model.log)"
+        grep -E '^FAIL' /tmp/model.log | head -5; done
+fi
 { for hd in 64 128; do timeout 100 build/gpu/bench_attention "$hd" $Ts; echo "bench_attention $hd rc=$?"; done
   case " $* " in *" nosdpa "*) ;; *) for hd in 64 128; do PYTHONUNBUFFERED=1 timeout 100 python3 bench/gpu/sdpa_time.py --hd "$hd" $Ts; echo "sdpa $hd rc=$?"; done;; esac
 } 2>&1 | tee "$OUT/bench.log"
