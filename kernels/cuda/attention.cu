@@ -325,11 +325,16 @@ extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, i
 extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                         int B, int T_, int NH, int NKV, int HD, float rope_theta, void *work, size_t work_bytes) {
     check_shape(NH, NKV, HD);
-    if (cuda_attention_fa3_backward && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, dqkv, qkv) &&
-        attention_fa3_supported(HD, dout, out)) {   /* Dsum first, then attention_fa3_backward.cu's two kernels */
-        if (B * T_ > 0)
-            attention_backward_fa3(dqkv, dout, qkv, lse, attention_dsum(dout, out, B, T_, NH, HD), B, T_, NH, NKV, HD, rope_theta);
-        return;
+    if (cuda_attention_fa3_backward && cuda_attention_wgmma && !cuda_attention_simple) {
+        if (attention_fa3_supported(HD, dqkv, qkv) && attention_fa3_supported(HD, dout, out)) {   /* Dsum, then the two kernels */
+            if (B * T_ > 0)
+                attention_backward_fa3(dqkv, dout, qkv, lse, attention_dsum(dout, out, B, T_, NH, HD), B, T_, NH, NKV, HD, rope_theta);
+            return;
+        }
+        static int said = 0;   /* once, as the forward's */
+        if (cuda_act != DTYPE_FP32 && !said++)
+            fprintf(stderr, "llm3d: attention: the fa3 backward takes head_dim 64 or 128 in bf16/fp16 with 16-byte aligned tensors "
+                            "(head_dim %d here); the other kernels run\n", HD);
     }
     if (cuda_attention_simple || !attention_mma_supported(HD, dqkv, dout, qkv) || !attention_mma_supported(HD, out, out, out)) {
         attention_backward_cuda_simple(dqkv, dout, qkv, out, lse, B, T_, NH, NKV, HD, rope_theta, work, work_bytes);
