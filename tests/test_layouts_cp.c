@@ -1,10 +1,12 @@
 /* tests/test_layouts_cp.c — context parallelism keeps the layout promise (docs/context-parallel.md): each
  * sequence cut into 2*cp chunks, cp rank r holding chunks r and 2cp-1-r, attention all-gathering K/V over the
  * cp ranks, gives one rank's losses (fp32: within 1e-6) and tensors (within 1e-5 after three steps) at cp = 2
- * and 4, and combined with dp, tp + sequence parallelism, pp, ZeRO-1/3 (sharded over dp x cp), 8-bit AdamW and
- * recompute, up to a 4D case on 8 ranks; checkpoints stay whole tensors (cp=4 saved, cp=1 resumed, and back);
+ * and 4, and combined with dp, tp + sequence parallelism, pp, ZeRO-1/3 (sharded over dp x cp), 8-bit AdamW,
+ * recompute, bf16 and fp8 (one rank's scales), with three other axes on 8 ranks; checkpoints stay whole tensors (cp=4 saved, cp=1 resumed, and back);
  * the memory plan is what each rank allocates and its activations shrink with cp; a split that cannot be is
- * refused in one line. Harness: tests/layouts.h (the tiny model: seq_len 16, so 2*cp divides it up to cp = 8). */
+ * refused in one line. Harness: tests/layouts.h (the tiny model: seq_len 16, so 2*cp divides it up to cp = 8).
+ * Through NCCL, every rank a test host on one GPU (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, tests/gpu/nccl_layouts.sh): the
+ * layouts and resumes alone (the CPU's memory accounting and the refusals are this file's CPU half). */
 #include "test.h"
 #include "layouts.h"
 
@@ -54,6 +56,31 @@ static void cp_bf16(void) {
     layout_tol("refbf", "cp2bf", 2, "--cp=2 --precision=bf16", bf16, 1e-2);
 }
 
+/* The FP8 scales' fingerprints of a run, step by step, from its log (test_layouts_fp8's record). */
+static int fp8_scales(const char *name, long *scales, int cap) {
+    char path[512], line[4096];
+    snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    const char *p;
+    while (f && fgets(line, sizeof line, f))
+        if ((p = strstr(line, "\"fp8_scales\": ")) && n < cap) scales[n++] = atol(p + 14);
+    if (f) fclose(f);
+    return n;
+}
+
+/* precision=fp8: the maxima behind the delayed scales are reduced over the world, so over the cp ranks' tokens too:
+ * one rank's scales at every step, and its losses and tensors to bf16's tolerance */
+static void cp_fp8(void) {
+    if (train("ref8", 1, "--precision=fp8")) { CHECK(0, "the fp8 reference failed:\n%s", out); return; }
+    layout_tol("ref8", "cp2f8", 2, "--cp=2 --precision=fp8", bf16, 1e-2);
+    said_cp("--cp=2 --precision=fp8", 2);
+    long a[8], b[8];
+    int na = fp8_scales("ref8", a, 8), nb = fp8_scales("cp2f8", b, 8), same = na == nb && na == 3;
+    for (int k = 0; same && k < na; k++) same = a[k] == b[k];
+    CHECK(same, "--cp=2 --precision=fp8: the FP8 scales differ from one rank's (%d and %d steps logged)", nb, na);
+}
+
 static void cp_resume(void) {
     resume("ref", "rcp41", 4, "--cp=4", 1, "");
     resume("ref", "rcp14", 1, "", 4, "--cp=4");
@@ -100,8 +127,11 @@ int main(void) {
     cp_combined();
     cp_q8();
     cp_bf16();
+    cp_fp8();
     cp_resume();
-    cp_memory();
-    cp_refusals();
+    if (!nccl_hosts) {
+        cp_memory();
+        cp_refusals();
+    }
     return layouts_end();
 }

@@ -230,6 +230,7 @@ static const char *cuda_fp8_unsupported(void) {
     .rope_forward = rope_forward_cuda, .rope_backward = rope_backward_cuda, \
     .attention_forward = attention_forward_cuda, .attention_backward = attention_backward_cuda, \
     .attention_cached = attention_cached_cuda, \
+    .attention_forward_at = attention_forward_at_cuda, .attention_backward_at = attention_backward_at_cuda, \
     .swiglu_forward = swiglu_forward_cuda, .swiglu_backward = swiglu_backward_cuda, \
     .cross_entropy_stats = cross_entropy_stats_cuda, .cross_entropy_loss = cross_entropy_loss_cuda, \
     .adamw_update = adamw_update_cuda, .adamw8bit_update = adamw8bit_update_cuda, \

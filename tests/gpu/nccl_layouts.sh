@@ -11,25 +11,26 @@
 # once, and NCCL's own log (NCCL_DEBUG=INFO, written to files beside the run)
 # names its socket transport (NET/Socket). The two halves (LLM3D_TEST_PART=dp,
 # tp), the 8-bit AdamW layouts (test_layouts_q8: every moment code against one
-# rank's), ZeRO-2/3 (test_layouts_zero) and precision=fp8 (test_layouts_fp8: one rank's scales
-# through NCCL's world reduction) run side by side. One result line per layout; logs under $OUT (or
+# rank's), ZeRO-2/3 (test_layouts_zero), precision=fp8 (test_layouts_fp8: one rank's scales
+# through NCCL's world reduction) and context parallelism (test_layouts_cp: cp = 2 and 4 alone, with
+# dp, tp + SP, pp, ZeRO-1/3, 8-bit AdamW, recompute, bf16, resume cp=4 <-> cp=1) run side by side. One result line per layout; logs under $OUT (or
 # build/gpu)/nccl_layouts. Ends with "N passed, N failed".
 #   run: make -j16 && tests/gpu/nccl_layouts.sh
 source "$(dirname "$0")/nccl_common.sh"
-for b in test_layouts test_layouts_q8 test_layouts_zero test_layouts_fp8; do
+for b in test_layouts test_layouts_q8 test_layouts_zero test_layouts_fp8 test_layouts_cp; do
     [ -x build/tests/$b ] || { echo "  FAIL no build/tests/$b: run make first"; failed=1; finish; }
 done
 export LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl" NCCL_DEBUG=INFO
 t0=$(date +%s)
 pids=()
-parts="dp tp q8 zero fp8"
+parts="dp tp q8 zero fp8 cp"
 for part in $parts; do
-    case $part in q8) bin=test_layouts_q8;; zero) bin=test_layouts_zero;; fp8) bin=test_layouts_fp8;; *) bin=test_layouts;; esac
+    case $part in q8) bin=test_layouts_q8;; zero) bin=test_layouts_zero;; fp8) bin=test_layouts_fp8;; cp) bin=test_layouts_cp;; *) bin=test_layouts;; esac
     LLM3D_TEST_PART=$part timeout 250 build/tests/$bin >"$LOGS/$part.log" 2>&1 &
     pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
-echo "== the NCCL layout table, ranks on one GPU ($(( $(date +%s) - t0 )) s, the four parts side by side)"
+echo "== the NCCL layout table, ranks on one GPU ($(( $(date +%s) - t0 )) s, the six parts side by side)"
 for part in $parts; do
     # one line per layout (its losses, val loss and tensors against one rank's) or resume; FAIL lines with their reason
     grep -E '^FAIL|losses .* val .* tensors|^resume \[|codes|8-bit|scales equal' "$LOGS/$part.log"

@@ -48,6 +48,11 @@ build/gpu/test_cuda_ops >build/gpu/test_cuda_ops.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint' build/gpu/test_cuda_ops.log | head -40
 tally build/gpu/test_cuda_ops.log $rc
 
+echo "== attention at an offset (context parallelism): readable and tensor-core kernels against the CPU"
+build/gpu/test_cuda_attention_at >build/gpu/test_cuda_attention_at.log 2>&1; rc=$?
+grep -E '^FAIL|^error|hint' build/gpu/test_cuda_attention_at.log | head -40
+tally build/gpu/test_cuda_attention_at.log $rc
+
 echo "== FP8 op test: precision=fp8's casts and products against the CPU's exact emulation"
 build/gpu/test_cuda_fp8 >build/gpu/test_cuda_fp8.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint' build/gpu/test_cuda_fp8.log | head -40
