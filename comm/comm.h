@@ -58,6 +58,9 @@ void comm_attach(Comm *c, const struct Backend *be);
 void comm_free(Comm *c);
 int comm_group_size(const Comm *c, CommGroup g);
 int comm_group_rank(const Comm *c, CommGroup g);
+/* The ranks holding the same weights, over which gradients are summed and ZeRO shards: dp x cp, which is the
+ * dp group itself when cp = 1 (a run without cp names, splits and records exactly the groups it did before). */
+static inline CommGroup comm_replica_group(const Comm *c) { return c->cp > 1 ? GROUP_DPCP : GROUP_DP; }
 /* World rank of the grid point (dp_rank, pp_rank, cp_rank, tp_rank). */
 int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int cp_rank, int tp_rank);
 /* Which group g world rank r belongs to: equal for the members of one group, different across groups

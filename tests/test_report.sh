@@ -72,7 +72,7 @@ echo "bubble | pp=2: m=2 measured $b2 (formula 0.333), m=8 measured $b8 (formula
 check '[ $rc -eq 0 ] && [ -s "$dir/plan.json" ]' "plan on 2 CPU 'GPUs' runs and writes its JSON: $(tail -3 "$dir/plan.log")"
 for layout in "2 1 1" "1 2 1"; do
     set -- $layout
-    planned=$(grep "\"dp\": $1, \"tp\": $2, \"pp\": $3, \"batch_size\": 2, \"micro_batches\": $((128 / (32 * $1))), \"recompute\": 0, \"zero\": 0" \
+    planned=$(grep "\"dp\": $1, \"tp\": $2, \"pp\": $3, \"cp\": 1, \"batch_size\": 2, \"micro_batches\": $((128 / (32 * $1))), \"recompute\": 0, \"zero\": 0" \
               "$dir/plan.json" | grep -o '"memory_bytes": [0-9]*' | awk '{print $2}')
     timeout 120 mpirun -np 2 "$BUILD"/train $tiny --vocab_size=300 --dp=$1 --tp=$2 --pp=$3 --total_batch_tokens=128 --max_steps=1 \
         --log_jsonl="$dir/mem$1$2.jsonl" > /dev/null 2>&1
@@ -84,10 +84,10 @@ done
 check '[ $rc -eq 0 ] && grep -q "device cuda, precision bf16 (plan.s defaults" "$dir/plan8.log" && grep -q "comm exposed/total ms" "$dir/plan8.log"' \
       "plan plans for GPUs by default, says so in its header, and labels exposed and total communication: $(head -1 "$dir/plan8.log")"
 rows() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ " "$1"; }
-grids=$(rows "$dir/plan8.log" | awk '{print $2 "x" $3 "x" $4}')
-check '[ "$(echo "$grids" | wc -l)" -eq 9 ] && [ "$(echo "$grids" | sort -u | wc -l)" -eq 9 ]' "its first 9 rows are 9 distinct dp x tp x pp: $(echo $grids)"
+grids=$(rows "$dir/plan8.log" | awk '{print $2 "x" $3 "x" $4 "x" $5}')
+check '[ "$(echo "$grids" | wc -l)" -eq 9 ] && [ "$(echo "$grids" | sort -u | wc -l)" -eq 9 ]' "its first 9 rows are 9 distinct dp x tp x pp x cp: $(echo $grids)"
 "$BUILD"/train plan --preset=l350m --gpus=8 --top=1 --precision=fp32 > "$dir/plan8fp32.log" 2>&1
-bf16_ms=$(rows "$dir/plan8.log" | head -1 | awk '{print $11}'); fp32_ms=$(rows "$dir/plan8fp32.log" | head -1 | awk '{print $11}')
+bf16_ms=$(rows "$dir/plan8.log" | head -1 | awk '{print $12}'); fp32_ms=$(rows "$dir/plan8fp32.log" | head -1 | awk '{print $12}')
 check 'awk "BEGIN {exit !($fp32_ms > 5 * $bf16_ms)}"' "fp32's step is predicted slower than bf16's (no tensor cores): $fp32_ms ms against $bf16_ms ms"
 "$BUILD"/train plan --preset=l350m --vocab_size=32000 --gpus=2 --gpu_mem_gib=0.5 --device=cuda --precision=bf16 > "$dir/nofit.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "no layout of 2 GPUs fits 0 GiB a GPU; the closest" "$dir/nofit.log" && grep -q "GiB over" "$dir/nofit.log"' \

@@ -31,7 +31,7 @@ static int local_state(Trainer *tr, float **host) {
     Model *m = &tr->model;
     Ddp *d = &tr->ddp;
     const Comm *c = &tr->comm;
-    int me = comm_group_rank(c, GROUP_DPCP), replicas = comm_group_size(c, GROUP_DPCP);   /* ranks holding the same weights */
+    int me = comm_group_rank(c, comm_replica_group(c)), replicas = comm_group_size(c, comm_replica_group(c));   /* ranks holding the same weights */
     if (!d->zero) {
         if (me != 0) return 0;
         model_get_params(m, host[0]);
@@ -215,7 +215,7 @@ void trainer_restore(Trainer *tr) {
         }
         set_weights(tr, host[0]);
         if (tr->ddp.zero) {   /* my pieces of the moments */
-            for (int k = 1; k < 3; k++) ddp_full_to_view(&tr->ddp, comm_group_rank(comm, GROUP_DPCP), host[k], host[k]);
+            for (int k = 1; k < 3; k++) ddp_full_to_view(&tr->ddp, comm_group_rank(comm, comm_replica_group(comm)), host[k], host[k]);
         }
         optimizer_moments_set(&tr->opt, &tr->model, host[1], host[2]);   /* quantized into 8-bit state for adamw8bit */
         for (int k = 0; k < 3; k++) free(host[k]);

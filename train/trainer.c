@@ -466,7 +466,7 @@ StepStats trainer_step(Trainer *tr) {
         }
         s.slowest = all[s.slowest_rank];
         s.reported = 1;
-        straggler_find(&s, all, n, c->pp, c->tp, c->straggler_pct);
+        straggler_find(&s, all, n, c->pp, c->tp * c->cp, c->straggler_pct);   /* a stage's ranks: tp x cp apart */
         free(all);
     }
     return s;
