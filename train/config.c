@@ -372,7 +372,7 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
         FAIL("pp_schedule=zb1 splits the backward into B and W, and precision=fp8's matmul backward casts its operands for both "
              "halves at once: the two do not run together yet\n  hint: use --pp_schedule=1f1b with --precision=fp8, or --precision=bf16 with zb1");
     if (c->zero >= 2 && c->dp * c->cp == 1)
-        FAIL("zero=%d shards gradients%s over the data-parallel ranks (dp x cp), and dp=1, cp=1: there is nothing to shard over\n"
+        FAIL("zero=%d shards gradients%s over the data-parallel ranks, and dp=1: there is nothing to shard over\n"
              "  hint: use --dp=2 or more with --zero=%d, or --zero=0 on one data-parallel rank", c->zero, c->zero == 3 ? " and weights" : "", c->zero);
     if (c->zero == 3 && c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER)
         FAIL("zero=3 gathers each unit's compute weights from the dp ranks' shards just before it runs, and compute_weights=per_layer "
