@@ -12,7 +12,7 @@
 #     schedules at the formula's 33.3% and 11.1%;
 #   - `plan` predicts the memory the training run itself plans, layout by layout;
 #     a model that fits no layout is refused with the closest one and by how much;
-#   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture;
+#   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture; at cp=2 its split shows the K/V gathers as exposed;
 #     more ranks than GPUs under NCCL is refused;
 #   - `plot` draws a run's log, leaves no scratch file behind, and refuses a file that is not one.
 source "$(dirname "$0")/ranks.sh"
@@ -97,6 +97,11 @@ check '[ $rc -ne 0 ] && grep -q "no layout of 2 GPUs fits 0 GiB a GPU; the close
 timeout 300 "$BUILD"/train scale --ranks=1,2,4 --steps=3 --warmup=1 --out="$dir/scale" $tiny --total_batch_tokens=128 > "$dir/scale.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "\"ranks\": 4" "$dir/scale/scale.json" && [ -s "$dir/scale/scale.png" ]' "scale 1,2,4 writes scale.json and scale.png: $(tail -4 "$dir/scale.log")"
 check 'grep -q "^why   | 4 ranks" "$dir/scale.log" && grep -q "^loss  |" "$dir/scale.log"' "scale gives a verdict per size and checks the losses"
+# context parallel: scale takes cp into its replicas (dp = ranks / cp), and cp's K/V gathers, blocking inside the
+# layers, show in the split as exposed communication even without data parallelism
+timeout 120 "$BUILD"/train scale --ranks=2 --cp=2 --steps=2 --warmup=1 --out="$dir/scalecp" $tiny --total_batch_tokens=64 > "$dir/scalecp.log" 2>&1; rc=$?
+cpexp=$(grep -o '"comm_exposed_ms": [0-9.]*' "$dir/scalecp/scale.json" 2>/dev/null | awk '{print $2}')
+check '[ $rc -eq 0 ] && [ -n "$cpexp" ] && awk "BEGIN {exit !($cpexp > 0)}"' "scale at cp=2 (one replica of 2 ranks) runs, its K/V gathers exposed in the split: ${cpexp:-?} ms ($(tail -2 "$dir/scalecp.log" | head -1))"
 "$BUILD"/train scale --ranks=1,2 --device=cuda --comm_backend=nccl $tiny > "$dir/nccl.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "rank(s) with comm_backend=nccl need [12] GPUs, and this machine has 0" "$dir/nccl.log"' "more NCCL ranks than GPUs refused: $(head -2 "$dir/nccl.log")"
 
