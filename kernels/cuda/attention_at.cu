@@ -148,6 +148,8 @@ extern "C" void attention_forward_at_mma(void *out, float *lse, const void *qkv,
 extern "C" void attention_backward_at_mma(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const void *out,
                                           const float *lse, float *Dsum, int B, int Tq, int q0, int Tk, int NH, int NKV);
 
+long cuda_attention_at_mma_launches = 0;
+
 static float *dsum_buffer(int B, int Tq, int NH) {
     static void *buf = 0;
     static size_t cap = 0;
@@ -163,6 +165,7 @@ extern "C" void attention_forward_at_cuda(void *out, float *lse, const void *qkv
     check_shape_at(Tq, q0, Tk, NH, NKV, HD);
     if (B * Tq == 0) return;
     if (use_mma(HD, out, qkv, kv, kv)) {
+        cuda_attention_at_mma_launches++;
         attention_forward_at_mma(out, lse, qkv, kv, B, Tq, q0, Tk, NH, NKV);
         return;
     }
@@ -179,6 +182,7 @@ extern "C" void attention_backward_at_cuda(void *dqkv, float *dkv, const void *d
     if (B * Tq == 0) return;
     float *Dsum = dsum_buffer(B, Tq, NH);
     if (use_mma(HD, dqkv, dout, qkv, kv) && attention_mma_supported(HD, out, out, out)) {
+        cuda_attention_at_mma_launches++;
         attention_backward_at_mma(dqkv, dkv, dout, qkv, kv, out, lse, Dsum, B, Tq, q0, Tk, NH, NKV);
         return;
     }
