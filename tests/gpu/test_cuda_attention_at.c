@@ -33,8 +33,8 @@ static void test_chunk(const char *path, int B, int n, int C, int j, int NH, int
     gpu->attention_forward_at(gout, glse, gqkv, gkv, B, C, q0, T, NH, NKV, HD);
     gpu->attention_backward_at(gdq, gdkv, gdy, gqkv, gkv, gout_cpu, glse_cpu, B, C, q0, T, NH, NKV, HD);
     cuda_attention_simple = was;
-    int took = (int)(cuda_attention_at_mma_launches - launches), want = strcmp(path, "mma") ? 0 : 2;
-    CHECK(took == want, "%s attention_at %s %s: the tensor-core kernels ran %d of 2 calls (want %d)", dtype_name(act), path, shape, took, want);
+    int took = (int)(cuda_attention_at_mma_launches - launches), wanted = strcmp(path, "mma") ? 0 : 2;
+    CHECK(took == wanted, "%s attention_at %s %s: the tensor-core kernels ran %d of 2 calls (want %d)", dtype_name(act), path, shape, took, wanted);
     float *h = mallocCheck((nq > nkv ? nq : nkv) * 4), *want = mallocCheck(nq * 4);
     double tol = act == DTYPE_FP32 ? 1e-5 : tol_act;
     char name[64];
