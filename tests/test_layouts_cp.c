@@ -1,7 +1,7 @@
 /* tests/test_layouts_cp.c — context parallelism keeps the layout promise (docs/context-parallel.md): each
  * sequence cut into 2*cp chunks, cp rank r holding chunks r and 2cp-1-r, attention all-gathering K/V over the
  * cp ranks, gives one rank's losses (fp32: within 1e-6) and tensors (within 1e-5 after three steps) at cp = 2
- * and 4, and combined with dp, tp + sequence parallelism, pp, ZeRO-1/3 (sharded over dp x cp), 8-bit AdamW,
+ * and 4, and combined with dp, tp + sequence parallelism, pp (1F1B and ZB-H1), ZeRO-1/2/3 (sharded over dp x cp), 8-bit AdamW,
  * recompute, bf16 and fp8 (one rank's scales), with three other axes on 8 ranks; checkpoints stay whole tensors (cp=4 saved, cp=1 resumed, and back);
  * the memory plan is what each rank allocates and its activations shrink with cp; a split that cannot be is
  * refused in one line. Harness: tests/layouts.h (the tiny model: seq_len 16, so 2*cp divides it up to cp = 8).
@@ -35,7 +35,9 @@ static void cp_combined(void) {
     cp_layout("dp2cp2", 4, "--dp=2 --cp=2", 2, fp32);
     cp_layout("cp2tp2sp", 4, "--cp=2 --tp=2 --sequence_parallel=1", 2, fp32);
     cp_layout("pp2cp2", 4, "--pp=2 --cp=2", 2, fp32);
+    cp_layout("pp2cp2zb", 4, "--pp=2 --cp=2 --pp_schedule=zb1", 2, fp32);   /* the backward split into B and W */
     cp_layout("cp2z1", 2, "--cp=2 --zero=1", 2, fp32);
+    cp_layout("cp2z2", 2, "--cp=2 --zero=2", 2, fp32);   /* gradients sharded over the cp ranks alone */
     cp_layout("dp2cp2z3", 4, "--dp=2 --cp=2 --zero=3", 2, fp32);
     /* three axes beside cp on 8 ranks: dp x pp x cp with ZeRO-1 over dp x cp and full recompute; pp x cp x tp with
      * sequence parallelism and ZeRO-3 over the cp ranks alone */
