@@ -210,12 +210,19 @@ void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     flight_end(id);
 }
 
+static size_t total(const Comm *c, CommGroup g, const size_t *counts, DType dt);
+
+/* The blocking forms go into the flight recorder too, so the watchdog sees a peer that never comes to one
+ * (sequence parallelism's gathers, context parallelism's K/V all-gather and dK/dV reduce-scatter). */
 void comm_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
     if (comm_group_size(c, g) == 1) {   /* my piece is the whole sum */
         if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
         return;
     }
-    if (!c->ablate) c->impl->device->reduce_scatter(c, g, send, recv, counts, dt);
+    if (c->ablate) return;
+    uint64_t id = rec(c, "reduce-scatter", g, total(c, g, counts, dt), -1);
+    c->impl->device->reduce_scatter(c, g, send, recv, counts, dt);
+    flight_end(id);
 }
 
 void comm_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
@@ -223,7 +230,10 @@ void comm_allgather(const Comm *c, CommGroup g, const void *send, void *recv, co
         if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
         return;
     }
-    if (!c->ablate) c->impl->device->allgather(c, g, send, recv, counts, dt);
+    if (c->ablate) return;
+    uint64_t id = rec(c, "all-gather", g, total(c, g, counts, dt), -1);
+    c->impl->device->allgather(c, g, send, recv, counts, dt);
+    flight_end(id);
 }
 
 CommHandle comm_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
