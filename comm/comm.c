@@ -13,9 +13,25 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const comm_group_names[GROUP_COUNT] = {"world", "dp", "tp", "pp", "tp x pp"};
+const char *const comm_group_names[GROUP_COUNT] = {"world", "dp", "tp", "pp", "tp x pp", "cp", "dp x cp"};
 
-int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int tp_rank) { return (dp_rank * c->pp + pp_rank) * c->tp + tp_rank; }
+int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int cp_rank, int tp_rank) {
+    return ((dp_rank * c->pp + pp_rank) * c->cp + cp_rank) * c->tp + tp_rank;
+}
+
+/* The world rank of r's grid point with the coordinates the group runs along set to 0: its members share it. */
+int comm_group_colour(const Comm *c, CommGroup g, int r) {
+    int t = r % c->tp, k = r / c->tp % c->cp, p = r / (c->tp * c->cp) % c->pp, d = r / (c->tp * c->cp * c->pp);
+    switch (g) {
+    case GROUP_WORLD: return 0;
+    case GROUP_DP: return comm_world_rank(c, 0, p, k, t);
+    case GROUP_TP: return comm_world_rank(c, d, p, k, 0);
+    case GROUP_PP: return comm_world_rank(c, d, 0, k, t);
+    case GROUP_MP: return comm_world_rank(c, d, 0, k, 0);
+    case GROUP_CP: return comm_world_rank(c, d, p, 0, t);
+    default: return comm_world_rank(c, 0, p, 0, t);   /* GROUP_DPCP */
+    }
+}
 
 int comm_group_size(const Comm *c, CommGroup g) {
     switch (g) {
@@ -23,7 +39,9 @@ int comm_group_size(const Comm *c, CommGroup g) {
     case GROUP_DP: return c->dp;
     case GROUP_TP: return c->tp;
     case GROUP_PP: return c->pp;
-    default: return c->tp * c->pp;
+    case GROUP_MP: return c->tp * c->pp;
+    case GROUP_CP: return c->cp;
+    default: return c->dp * c->cp;   /* GROUP_DPCP */
     }
 }
 
@@ -33,7 +51,9 @@ int comm_group_rank(const Comm *c, CommGroup g) {
     case GROUP_DP: return c->dp_rank;
     case GROUP_TP: return c->tp_rank;
     case GROUP_PP: return c->pp_rank;
-    default: return c->pp_rank * c->tp + c->tp_rank;
+    case GROUP_MP: return c->pp_rank * c->tp + c->tp_rank;
+    case GROUP_CP: return c->cp_rank;
+    default: return c->dp_rank * c->cp + c->cp_rank;   /* GROUP_DPCP */
     }
 }
 
@@ -63,7 +83,7 @@ static void hosts_on_one_gpu(const LaunchInfo *li, int comm_backend, int device_
     }
 }
 
-void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cuda) {
+void comm_init(Comm *c, int dp, int pp, int cp, int tp, int comm_backend, int device_cuda) {
     memset(c, 0, sizeof *c);
     const LaunchInfo *li = launch_info();
     int rank0_only = die_get_context().rank0_only;
@@ -71,20 +91,25 @@ void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cud
     launch_errors_rank0_only(rank0_only);
     c->world_size = li->world; c->rank = li->rank;
     c->local_rank = li->local_rank; c->local_size = li->local_size;
-    c->dp = dp; c->pp = pp; c->tp = tp;
-    int want = dp * pp * tp;
+    c->dp = dp; c->pp = pp; c->cp = cp; c->tp = tp;
+    int want = dp * pp * cp * tp;
     if (want != c->world_size) {
         launch_errors_rank0_only(1);
+        char layout[96] = "dp*pp*tp", product[96];   /* the layout's product as written, cp named only where it is used */
+        if (cp > 1) snprintf(layout, sizeof layout, "dp*pp*cp*tp");
+        if (cp > 1) snprintf(product, sizeof product, "%d*%d*%d*%d", dp, pp, cp, tp);
+        else snprintf(product, sizeof product, "%d*%d*%d", dp, pp, tp);
         if (c->world_size == 1)
-            die("dp*pp*tp = %d*%d*%d = %d ranks asked for, but this process runs alone\n"
-                "  hint: start the ranks with `mpirun -np %d build/train ...`, or add --nproc=%d", dp, pp, tp, want, want, want);
-        die("dp*pp*tp = %d*%d*%d = %d, but %d ranks were launched\n"
-            "  hint: launch this layout with `mpirun -np %d build/train ...`, or choose dp, pp, tp whose product is %d",
-            dp, pp, tp, want, c->world_size, want, c->world_size);
+            die("%s = %s = %d ranks asked for, but this process runs alone\n"
+                "  hint: start the ranks with `mpirun -np %d build/train ...`, or add --nproc=%d", layout, product, want, want, want);
+        die("%s = %s = %d, but %d ranks were launched\n"
+            "  hint: launch this layout with `mpirun -np %d build/train ...`, or choose %s whose product is %d",
+            layout, product, want, c->world_size, want, cp > 1 ? "dp, pp, cp, tp" : "dp, pp, tp", c->world_size);
     }
     c->tp_rank = c->rank % tp;
-    c->pp_rank = (c->rank / tp) % pp;
-    c->dp_rank = c->rank / (tp * pp);
+    c->cp_rank = (c->rank / tp) % cp;
+    c->pp_rank = (c->rank / (tp * cp)) % pp;
+    c->dp_rank = c->rank / (tp * cp * pp);
     if (c->world_size > 1) c->impl = callocCheck(1, sizeof(CommImpl));
     if (device_cuda && c->world_size == 1 && comm_backend == COMM_NCCL) {
         /* one rank asking for NCCL: a communicator of one, so the whole NCCL path (comm stream,
@@ -134,7 +159,7 @@ void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cud
 }
 
 const Comm *comm_one(void) {
-    static const Comm one = {.world_size = 1, .local_size = 1, .dp = 1, .pp = 1, .tp = 1};
+    static const Comm one = {.world_size = 1, .local_size = 1, .dp = 1, .pp = 1, .cp = 1, .tp = 1};
     return &one;
 }
 
@@ -185,12 +210,19 @@ void comm_allreduce(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
     flight_end(id);
 }
 
+static size_t total(const Comm *c, CommGroup g, const size_t *counts, DType dt);
+
+/* The blocking forms go into the flight recorder too, so the watchdog sees a peer that never comes to one
+ * (sequence parallelism's gathers, context parallelism's K/V all-gather and dK/dV reduce-scatter). */
 void comm_reduce_scatter(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
     if (comm_group_size(c, g) == 1) {   /* my piece is the whole sum */
         if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
         return;
     }
-    if (!c->ablate) c->impl->device->reduce_scatter(c, g, send, recv, counts, dt);
+    if (c->ablate) return;
+    uint64_t id = rec(c, "reduce-scatter", g, total(c, g, counts, dt), -1);
+    c->impl->device->reduce_scatter(c, g, send, recv, counts, dt);
+    flight_end(id);
 }
 
 void comm_allgather(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt) {
@@ -198,7 +230,10 @@ void comm_allgather(const Comm *c, CommGroup g, const void *send, void *recv, co
         if (send != recv && counts[0]) c->be->copy(recv, send, counts[0] * dtype_size(dt));
         return;
     }
-    if (!c->ablate) c->impl->device->allgather(c, g, send, recv, counts, dt);
+    if (c->ablate) return;
+    uint64_t id = rec(c, "all-gather", g, total(c, g, counts, dt), -1);
+    c->impl->device->allgather(c, g, send, recv, counts, dt);
+    flight_end(id);
 }
 
 CommHandle comm_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {

@@ -1,8 +1,9 @@
 /* comm/comm.h — the process grid, its groups, and every collective llm3d uses.
  *
- * The idea: world = dp x pp x tp ranks, tp innermost (neighbouring ranks share
- * the fastest links), then pp, then dp:
- *     rank = (dp_rank * pp + pp_rank) * tp + tp_rank.
+ * The idea: world = dp x pp x cp x tp ranks, tp innermost (neighbouring ranks
+ * share the fastest links), then cp (context parallel: its ranks exchange K/V
+ * every layer, so they want the next-fastest links), then pp, then dp:
+ *     rank = ((dp_rank * pp + pp_rank) * cp + cp_rank) * tp + tp_rank.
  * Every collective names the group it runs over; with one rank in a group it
  * returns at once, so single-device code calls the same functions as a 64-GPU
  * run and the one-rank grid costs nothing. Two transports carry the bytes:
@@ -20,7 +21,10 @@
 
 struct Backend;
 
-typedef enum { GROUP_WORLD, GROUP_DP, GROUP_TP, GROUP_PP, GROUP_MP /* tp x pp: one model replica */, GROUP_COUNT } CommGroup;
+/* GROUP_MP: tp x pp, the ranks that together hold one copy of the weights (one cp rank's);
+ * GROUP_CP: the ranks that split one sequence (docs/context-parallel.md);
+ * GROUP_DPCP: dp x cp, the ranks holding the same weights: gradients are summed and ZeRO shards over it */
+typedef enum { GROUP_WORLD, GROUP_DP, GROUP_TP, GROUP_PP, GROUP_MP, GROUP_CP, GROUP_DPCP, GROUP_COUNT } CommGroup;
 enum { COMM_AUTO, COMM_NCCL, COMM_MPI };   /* config key comm_backend: auto|nccl|mpi */
 extern const char *const comm_group_names[GROUP_COUNT];
 
@@ -29,8 +33,8 @@ typedef struct CommImpl CommImpl;   /* the transport's state (comm/comm_impl.h) 
 typedef struct {
     int world_size, rank;            /* from the launcher */
     int local_rank, local_size;      /* ranks on this host: the GPU of a rank is its local rank */
-    int dp, pp, tp;                  /* grid sizes: world_size = dp * pp * tp */
-    int dp_rank, pp_rank, tp_rank;   /* this rank's coordinates */
+    int dp, pp, cp, tp;              /* grid sizes: world_size = dp * pp * cp * tp */
+    int dp_rank, pp_rank, cp_rank, tp_rank;   /* this rank's coordinates */
     int transport;                   /* COMM_NCCL or COMM_MPI (COMM_AUTO: one rank, no transport) */
     int ablate;                      /* comm_ablate=1: every device collective is a no-op of the same shape (results wrong) */
     double timeout_s;                /* a collective not done within this is a stall (0 = wait for ever) */
@@ -39,12 +43,12 @@ typedef struct {
 } Comm;
 
 /* Set up the grid over the ranks the launcher started (launch_init must have
- * run). Dies in words when dp*pp*tp differs from them, naming the launch line
+ * run). Dies in words when dp*pp*cp*tp differs from them, naming the launch line
  * that would match. With device_cuda it picks this rank's GPU (its local rank)
  * and the transport: comm_backend nccl needs a GPU per rank (refused in words
  * naming both counts otherwise); auto takes NCCL when each rank has its own
  * GPU and NCCL is built in, else MPI. */
-void comm_init(Comm *c, int dp, int pp, int tp, int comm_backend, int device_cuda);
+void comm_init(Comm *c, int dp, int pp, int cp, int tp, int comm_backend, int device_cuda);
 /* The one-rank grid, whatever launched this process: for tools and tests that run one model alone. */
 void comm_init_one(Comm *c);
 /* The same grid, shared and read-only: what a model created with no Comm uses (model_create). */
@@ -54,8 +58,14 @@ void comm_attach(Comm *c, const struct Backend *be);
 void comm_free(Comm *c);
 int comm_group_size(const Comm *c, CommGroup g);
 int comm_group_rank(const Comm *c, CommGroup g);
-/* World rank of the grid point (dp_rank, pp_rank, tp_rank). */
-int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int tp_rank);
+/* The ranks holding the same weights, over which gradients are summed and ZeRO shards: dp x cp, which is the
+ * dp group itself when cp = 1 (a run without cp names, splits and records exactly the groups it did before). */
+static inline CommGroup comm_replica_group(const Comm *c) { return c->cp > 1 ? GROUP_DPCP : GROUP_DP; }
+/* World rank of the grid point (dp_rank, pp_rank, cp_rank, tp_rank). */
+int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int cp_rank, int tp_rank);
+/* Which group g world rank r belongs to: equal for the members of one group, different across groups
+ * (the transports split their communicators by it; the watchdog lists a group's members by it). */
+int comm_group_colour(const Comm *c, CommGroup g, int r);
 /* "mpi", "nccl" or "none". */
 const char *comm_transport_name(const Comm *c);
 /* 1 when this build has the NCCL transport. */

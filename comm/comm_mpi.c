@@ -99,9 +99,7 @@ void mpi_create(Comm *c) {
         MPI_Op_create(sum_bf16, 1, &op_sum_bf16);
         MPI_Op_create(sum_fp16, 1, &op_sum_fp16);
     }
-    int colour[GROUP_COUNT] = {0, c->pp_rank * c->tp + c->tp_rank, c->dp_rank * c->pp + c->pp_rank,
-                               c->dp_rank * c->tp + c->tp_rank, c->dp_rank};
-    for (int g = 0; g < GROUP_COUNT; g++) MPI_Comm_split(MPI_COMM_WORLD, colour[g], comm_group_rank(c, g), &s->group[g]);
+    for (int g = 0; g < GROUP_COUNT; g++) MPI_Comm_split(MPI_COMM_WORLD, comm_group_colour(c, g, c->rank), comm_group_rank(c, g), &s->group[g]);
     MPI_Comm_dup(MPI_COMM_WORLD, &s->p2p);
 }
 

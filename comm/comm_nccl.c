@@ -92,10 +92,8 @@ static void nccl_attach(Comm *c) {
     if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
     if (c->world_size > 1) MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclCheck(ncclCommInitRank(&s->group[GROUP_WORLD], c->world_size, id, c->rank));
-    int colour[GROUP_COUNT] = {0, c->pp_rank * c->tp + c->tp_rank, c->dp_rank * c->pp + c->pp_rank,
-                               c->dp_rank * c->tp + c->tp_rank, c->dp_rank};
     for (int g = 1; g < GROUP_COUNT; g++)
-        ncclCheck(ncclCommSplit(s->group[GROUP_WORLD], colour[g], comm_group_rank(c, g), &s->group[g], NULL));
+        ncclCheck(ncclCommSplit(s->group[GROUP_WORLD], comm_group_colour(c, g, c->rank), comm_group_rank(c, g), &s->group[g], NULL));
     flight_end(init);
     flight_set_event_query(event_fired);
     watchdog_on_abort(abort_all, s);

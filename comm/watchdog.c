@@ -60,15 +60,9 @@ static const char *group_name(int g) { return g == FLIGHT_P2P ? "send/recv" : co
 
 /* world ranks of my group g */
 static int members(const Comm *c, int g, int *out) {
-    int n = 0;
-    for (int d = 0; d < c->dp; d++)
-        for (int p = 0; p < c->pp; p++)
-            for (int t = 0; t < c->tp; t++) {
-                int in = g == GROUP_WORLD || (g == GROUP_DP && p == c->pp_rank && t == c->tp_rank) ||
-                         (g == GROUP_TP && d == c->dp_rank && p == c->pp_rank) || (g == GROUP_PP && d == c->dp_rank && t == c->tp_rank) ||
-                         (g == GROUP_MP && d == c->dp_rank);
-                if (in) out[n++] = comm_world_rank(c, d, p, t);
-            }
+    int n = 0, mine = comm_group_colour(c, g, c->rank);
+    for (int r = 0; r < c->world_size; r++)
+        if (comm_group_colour(c, g, r) == mine) out[n++] = r;
     return n;
 }
 

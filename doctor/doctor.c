@@ -129,7 +129,7 @@ int doctor_main(int argc, char **argv) {
     int gpu = device == 1 || (device == -1 && gpus > 0);
     if (gpu && li->world == 1 && backend == COMM_AUTO && comm_nccl_built_in()) backend = COMM_NCCL;   /* one rank: a NCCL communicator of one */
     Comm c;
-    comm_init(&c, li->world, 1, 1, backend, gpu);
+    comm_init(&c, li->world, 1, 1, 1, backend, gpu);
     launch_errors_rank0_only(0);
     c.timeout_s = timeout;
     DoctorHost *hosts = callocCheck(c.world_size, sizeof(DoctorHost));

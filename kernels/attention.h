@@ -22,6 +22,25 @@ typedef void AttentionBackward(void *dqkv /* (B,T,(NH+2*NKV)*HD) */, const void 
 AttentionForward attention_forward_cpu, attention_forward_cuda;
 AttentionBackward attention_backward_cpu, attention_backward_cuda;
 
+/* The same attention for a chunk of queries at an offset, against keys and values held apart (context parallelism,
+ * docs/context-parallel.md): the Tq queries of qkv (only its q part is read) sit at positions q0 .. q0+Tq-1 of their
+ * sequences, and kv holds k|v of positions 0 .. Tk-1 of the same sequences (row b*Tk + u: NKV*HD of k, then NKV*HD of
+ * v), Tk >= q0 + Tq. Query t attends causally to keys 0 .. q0+t, so the keys after the chunk are never read and the
+ * mask bites only in the key tile on the chunk's diagonal. With q0 = 0, Tq = Tk and kv the k|v of qkv this is
+ * attention_forward, to rounding (tests/test_ops.c checks a sequence cut into chunks against the whole).
+ * lse (B,NH,Tq). The backward overwrites the q part of dqkv (B,Tq,QKV), leaving its k and v parts alone, and ADDS the
+ * gradients of k|v of keys 0 .. q0+Tq-1 into dkv (B,Tk,2*NKV*HD), fp32 whatever the act dtype: a key is seen by
+ * several chunks (and ranks), whose sums the caller adds up in fp32 and rounds once, as the whole-sequence kernel's
+ * accumulators do. No RoPE: the caller rotates the gradients once a key's are complete. */
+typedef void AttentionForwardAt(void *out /* (B,Tq,NH*HD) */, float *lse /* (B,NH,Tq) */, const void *qkv /* (B,Tq,(NH+2*NKV)*HD) */,
+                                const void *kv /* (B,Tk,2*NKV*HD) */, int B, int Tq, int q0, int Tk, int NH, int NKV, int HD);
+typedef void AttentionBackwardAt(void *dqkv /* (B,Tq,(NH+2*NKV)*HD), q part written */, float *dkv /* (B,Tk,2*NKV*HD) fp32, added to */,
+                                 const void *dout /* (B,Tq,NH*HD) */, const void *qkv /* (B,Tq,(NH+2*NKV)*HD) */,
+                                 const void *kv /* (B,Tk,2*NKV*HD) */, const void *out /* (B,Tq,NH*HD) */, const float *lse /* (B,NH,Tq) */,
+                                 int B, int Tq, int q0, int Tk, int NH, int NKV, int HD);
+AttentionForwardAt attention_forward_at_cpu, attention_forward_at_cuda;
+AttentionBackwardAt attention_backward_at_cpu, attention_backward_at_cuda;
+
 /* The dS tiles of the Hopper backward (kernels/cuda/attention_wgmma_backward.cu, HD = 64 in bf16/fp16): the dS of
  * every (sequence, head, 64-query tile, 64-key tile at or before it), 2 bytes a value, for as many sequences at a time
  * as fit in `cap` bytes (ATTENTION_DS_CAP) when the batch is cut into equal slices. They are stored only up to

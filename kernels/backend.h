@@ -37,6 +37,9 @@ typedef struct Backend {
     void (*free_host)(void *p);
     void (*zero)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);
+    /* rows strided copies: `rows` runs of `width` bytes, src_pitch and dst_pitch bytes apart (context parallelism's
+     * packing of k|v out of qkv and its chunk reordering) */
+    void (*copy2d)(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width, size_t rows);
     void (*synchronize)(void);
     size_t (*memory_in_use)(void); /* bytes the device reports in use, CUDA context included (0 on cpu) */
     size_t (*memory_peak)(void);   /* most bytes ever allocated through alloc at once (on cpu: as malloc_usable_size counts them) */
@@ -68,6 +71,8 @@ typedef struct Backend {
     AttentionForward *attention_forward;
     AttentionBackward *attention_backward;
     AttentionCached *attention_cached;
+    AttentionForwardAt *attention_forward_at;     /* NULL: this device has no offset form yet (cp > 1 is refused there) */
+    AttentionBackwardAt *attention_backward_at;
     SwigluForward *swiglu_forward;
     SwigluBackward *swiglu_backward;
     CrossEntropyStats *cross_entropy_stats;

@@ -37,6 +37,10 @@ static void cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 static void cpu_synchronize(void) {}
 static size_t cpu_memory_in_use(void) { return 0; }
 static size_t cpu_memory_peak(void) { return host_bytes_peak; }
+static void cpu_copy2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width, size_t rows) {
+    for (size_t r = 0; r < rows; r++) memmove((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
+}
+
 static void *cpu_event_create(void) { return callocCheck(1, sizeof(double)); }
 static void cpu_event_record(void *e) { *(double *)e = now_seconds(); }
 static double cpu_event_seconds(void *from, void *to) { return *(double *)to - *(double *)from; }
@@ -48,7 +52,7 @@ static const Backend cpu = {
     .name = "cpu", .act = DTYPE_FP32,
     .alloc = cpu_alloc, .free = cpu_free, .upload = cpu_memcpy, .download = cpu_memcpy,
     .upload_async = cpu_memcpy, .download_async = cpu_memcpy, .alloc_host = cpu_alloc_host, .free_host = free, .zero = cpu_zero,
-    .copy = cpu_memcpy, .synchronize = cpu_synchronize, .memory_in_use = cpu_memory_in_use, .memory_peak = cpu_memory_peak, .memory_free = NULL, .peak_flops = 0,
+    .copy = cpu_memcpy, .copy2d = cpu_copy2d, .synchronize = cpu_synchronize, .memory_in_use = cpu_memory_in_use, .memory_peak = cpu_memory_peak, .memory_free = NULL, .peak_flops = 0,
     .event_create = cpu_event_create, .event_record = cpu_event_record, .event_seconds = cpu_event_seconds, .event_destroy = cpu_event_destroy,
     .embedding_forward = embedding_forward_cpu, .embedding_backward = embedding_backward_cpu,
     .rmsnorm_forward = rmsnorm_forward_cpu, .rmsnorm_backward = rmsnorm_backward_cpu,
@@ -58,6 +62,7 @@ static const Backend cpu = {
     .rope_forward = rope_forward_cpu, .rope_backward = rope_backward_cpu,
     .attention_forward = attention_forward_cpu, .attention_backward = attention_backward_cpu,
     .attention_cached = attention_cached_cpu,
+    .attention_forward_at = attention_forward_at_cpu, .attention_backward_at = attention_backward_at_cpu,
     .swiglu_forward = swiglu_forward_cpu, .swiglu_backward = swiglu_backward_cpu,
     .cross_entropy_stats = cross_entropy_stats_cpu, .cross_entropy_loss = cross_entropy_loss_cpu,
     .adamw_update = adamw_update_cpu, .adamw8bit_update = adamw8bit_update_cpu,
@@ -152,6 +157,16 @@ static void emu_attention_cached(void *out, void *kc, void *vc, const void *qkv,
     attention_cached_cpu(out, kc, vc, qkv, B, T, pos0, Tmax, NH, NKV, HD);
     round_to(out, (size_t)B * T * NH * HD);
 }
+static void emu_attention_forward_at(void *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int q0, int Tk, int NH, int NKV,
+                                     int HD) {
+    attention_forward_at_cpu(out, lse, qkv, kv, B, Tq, q0, Tk, NH, NKV, HD);
+    round_to(out, (size_t)B * Tq * NH * HD);
+}
+static void emu_attention_backward_at(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const void *out,
+                                      const float *lse, int B, int Tq, int q0, int Tk, int NH, int NKV, int HD) {
+    attention_backward_at_cpu(dqkv, dkv, dout, qkv, kv, out, lse, B, Tq, q0, Tk, NH, NKV, HD);
+    round_to(dqkv, (size_t)B * Tq * (NH + 2 * NKV) * HD);   /* its k, v parts: whatever they held, overwritten by the caller; dkv stays fp32 */
+}
 static void emu_swiglu_forward(void *out, const void *h13, int N, int F) {
     swiglu_forward_cpu(out, h13, N, F);
     round_to(out, (size_t)N * F);
@@ -219,6 +234,8 @@ const Backend *backend_cpu_emulated(DType act) {
     cpu_emulated.attention_forward = emu_attention_forward;
     cpu_emulated.attention_backward = emu_attention_backward;
     cpu_emulated.attention_cached = emu_attention_cached;
+    cpu_emulated.attention_forward_at = emu_attention_forward_at;
+    cpu_emulated.attention_backward_at = emu_attention_backward_at;
     cpu_emulated.swiglu_forward = emu_swiglu_forward;
     cpu_emulated.swiglu_backward = emu_swiglu_backward;
     cpu_emulated.rmsnorm_forward_fp8 = act == DTYPE_BF16 ? emu_rmsnorm_forward_fp8 : NULL;

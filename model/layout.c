@@ -12,6 +12,7 @@
  * and pads the vocabulary to tp equal blocks: the padding rows follow the real
  * ones in the buffer but belong to no tensor, so no file ever sees them. */
 #include "llama.h"
+#include "context.h"
 #include "../common/util.h"
 #include <math.h>
 #include <stdlib.h>
@@ -250,6 +251,11 @@ static size_t layout_activations(Model *m, char *base, size_t *head_past) {
     m->tmp = m->scratch1;
     m->scratch2 = (sel || full) && m->QKV <= m->F ? sh->hs : TAKE(N * m->QKV * a);
     m->gathered = m->sp ? TAKE(N * m->C * a) : NULL;
+    if (m->cp > 1) {   /* context parallel: whole-sequence K/V, one layer at a time (model/context.c) */
+        m->cp_kv = TAKE(context_buffer_bytes(m, (int)B, (int)T, 0));
+        m->cp_ranks = TAKE(context_buffer_bytes(m, (int)B, (int)T, 1));
+        m->cp_dkv = TAKE(context_buffer_bytes(m, (int)B, (int)T, 2));
+    }
     m->norm_dw_discard = m->part.split_backward ? TAKE((size_t)m->C * sizeof(float)) : NULL;
     if (m->part.fp8) m->fp8.amax = TAKE((size_t)m->n_local_layers * FP8_MATMULS * FP8_ROLES * 4);   /* the record: lives a step */
 #undef TAKE
@@ -362,6 +368,9 @@ void model_plan(Model *m, const ModelConfig *cfg, const Backend *be, const Comm 
     m->v0 = p->tp_rank * m->V;
     m->v_valid = cfg->vocab_size - m->v0 < 0 ? 0 : cfg->vocab_size - m->v0 < m->V ? cfg->vocab_size - m->v0 : m->V;
     m->sp = p->sequence_parallel && tp > 1;
+    m->cp = p->cp > 1 ? p->cp : 1;
+    m->cp_rank = m->cp > 1 ? p->cp_rank : 0;
+    if (m->cp > 1 && T % 2) die("internal: context parallel needs an even number of tokens a sequence here, not %d", T);
     m->chunk_first = callocCheck((size_t)p->n_chunks + 1, sizeof(int));
     for (int k = 0; k < p->n_chunks; k++) {
         if (p->chunks[k].n_layers < 0) die("internal: a chunk of %d layers", p->chunks[k].n_layers);

@@ -17,6 +17,7 @@
  * gathers three numbers per token, never the logits. With tp = 1 every
  * collective returns at once: one code for every layout. */
 #include "llama.h"
+#include "context.h"
 #include "../common/util.h"
 #include <math.h>
 #include <stdlib.h>
@@ -223,9 +224,14 @@ static void block_forward(Model *m, ActSlot *S, int i, int j, int B, int T, int 
     rmsnorm_forward_of(m, f8, FP8_QKV, L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns);   /* under fp8, maybe its FP8 copies */
     x = tp_all_tokens(m, L->ln1, N);                                   /* f: q|k|v are column-parallel */
     linear_forward(m, f8, FP8_QKV, L->qkv, x, tensor_at(m, W, o->wqkv), N, C, QKV, NULL);
-    be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, pos0);
-    if (cached) be->attention_cached(L->att, m->kcache[i], m->vcache[i], L->qkv, B, T, pos0, m->T, NH, NKV, HD);
-    else be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
+    if (m->cp > 1) {   /* context parallel: global positions, K/V from every cp rank (model/context.h) */
+        context_rope_forward(m, L->qkv, B, T);
+        context_attention_forward(m, L, B, T);
+    } else {
+        be->rope_forward(L->qkv, B, T, NH, NKV, HD, c->rope_theta, pos0);
+        if (cached) be->attention_cached(L->att, m->kcache[i], m->vcache[i], L->qkv, B, T, pos0, m->T, NH, NKV, HD);
+        else be->attention_forward(L->att, L->lse, L->qkv, B, T, NH, NKV, HD);
+    }
     row_parallel_residual(m, f8, FP8_O, L->res_mid, L->att, tensor_at(m, W, o->wo), N, NH * HD, S->res[j]);
     rmsnorm_forward_of(m, f8, FP8_W13, L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns);
     x = tp_all_tokens(m, L->ln2, N);                                   /* f: gate|up are column-parallel */
@@ -370,7 +376,7 @@ double model_forward(Model *m, const int *ids, const int *targets, int B, int T,
 
 void model_logits(Model *m, const int *ids, int B, int T, float *out) {
     const Backend *be = m->be;
-    if (m->part.tp != 1) die("internal: model_logits needs the whole model on one rank (tp=1)");
+    if (m->part.tp != 1 || m->cp != 1) die("internal: model_logits needs the whole model and sequence on one rank (tp=1, cp=1)");
     chunk_trunk(m, 0, 0, ids, B, T, 0, model_forward_steps(m, 0));
     ActSlot *S = &m->slots[0];
     int N = B * T, C = m->C, V = m->V;
@@ -392,7 +398,7 @@ const float *model_decode(Model *m, const int *ids, int T, int pos0) {
     const Backend *be = m->be;
     int C = m->C, KV = m->NKV * m->HD;
     if (pos0 + T > m->T) die("internal: decode to position %d past the context of %d", pos0 + T, m->T);
-    if (m->part.tp != 1) die("internal: model_decode needs the whole model on one rank (tp=1)");
+    if (m->part.tp != 1 || m->cp != 1) die("internal: model_decode needs the whole model and sequence on one rank (tp=1, cp=1)");
     if (!m->kcache) {
         m->kcache = callocCheck(m->n_local_layers, sizeof(void *));
         m->vcache = callocCheck(m->n_local_layers, sizeof(void *));
@@ -430,7 +436,8 @@ static void recompute_block(Model *m, ActSlot *S, int i, int j, int B, int T) {
     if (m->recompute != RECOMPUTE_SELECTIVE) return;
     UnitWeights W = unit_weights(m, layer_unit(m, i));
     /* not ln1: it shares ln2's buffer, and block_backward brings it back once the MLP is done with ln2 */
-    be->attention_forward(L->att, L->lse, L->qkv, B, T, m->NH, m->NKV, m->HD);
+    if (m->cp > 1) context_attention_forward(m, L, B, T);
+    else be->attention_forward(L->att, L->lse, L->qkv, B, T, m->NH, m->NKV, m->HD);
     rmsnorm_forward_of(m, i, FP8_W13, L->ln2, L->ln2_rstd, L->res_mid, tensor_at(m, W, o->ffn_norm), Ns);
     swiglu_forward_of(m, i, L->hs, L->h13, N, m->F);
 }
@@ -483,8 +490,9 @@ static void block_backward(Model *m, ActSlot *S, int i, int j, int B, int T, WKe
     KEEP(dy[FP8_O], dy, (size_t)N * C * a);
     KEEP(x[FP8_O], L->att, (size_t)N * NH * HD * a);
     linear_backward(m, i, FP8_O, s1, DW(o->wo), dy, L->att, tensor_at(m, W, o->wo), N, NH * HD, C);                    /* s1 = datt (N,NH*HD) */
-    be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD, c->rope_theta,       /* s2 = dqkv (N,QKV), before RoPE */
-                           L->h13, model_attention_work_bytes(m, B, T));                           /* lent: h13 is dead since w13's gradient */
+    if (m->cp > 1) context_attention_backward(m, s2, s1, L, B, T);                                 /* s2 = dqkv (N,QKV), before RoPE */
+    else be->attention_backward(s2, s1, L->qkv, L->att, L->lse, B, T, NH, NKV, HD, c->rope_theta,  /* s2 = dqkv (N,QKV), before RoPE */
+                                L->h13, model_attention_work_bytes(m, B, T));                      /* lent: h13 is dead since w13's gradient */
     KEEP(dy[FP8_QKV], s2, (size_t)N * QKV * a);
     if (L->ln1 == L->ln2)   /* recompute on: ln1 shares the buffer ln2 held until w13's gradient (model/layout.c) */
         rmsnorm_forward_of(m, i, FP8_QKV, L->ln1, L->ln1_rstd, S->res[j], tensor_at(m, W, o->attn_norm), Ns);

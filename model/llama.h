@@ -64,6 +64,8 @@ typedef struct {            /* which part of the model this rank holds, and how 
     int split_backward;     /* 1 (pp_schedule=zb1): the backward runs as B then W (model_backward_input_chunk, model_backward_weight_chunk),
                              * what W reads kept from B to W in one of n_keeps stores (WKeep per layer) */
     int n_keeps;            /* split_backward: (micro-batch, chunk)s between their B and their W at once (the schedule's keeps) */
+    int cp, cp_rank;        /* cp > 1: context parallel (model/context.h): a micro-batch's T tokens here are chunks cp_rank and
+                             * 2cp-1-cp_rank of each of its B sequences, laid out (2, B, T/2); 0 or 1: whole sequences */
 } ModelPart;
 
 typedef struct {            /* one named tensor of the parameter buffer */
@@ -135,6 +137,7 @@ typedef struct Model {
     int V;                              /* vocabulary rows of this rank's block: ceil(vocab_size/tp), padding included */
     int v0, v_valid;                    /* the block is rows v0 .. v0+V-1 of the vocabulary; the first v_valid are real */
     int sp;                             /* sequence parallelism is on (part.sequence_parallel and tp > 1) */
+    int cp, cp_rank;                    /* context parallel ranks (1: off) and mine; m->T is this rank's share, T/cp */
     int n_local_layers;                 /* sum of the chunks' layers */
     int chunk_layers;                   /* the most layers in one chunk: what a slot holds */
     int *chunk_first;                   /* (n_chunks+1) local index of each chunk's first layer */
@@ -182,6 +185,10 @@ typedef struct Model {
     void *tmp;                          /* (N,C) forward: a row-parallel matmul's or the embedding's partial output (aliases scratch1) */
     Fp8State fp8;                       /* part.fp8: the scales and the amax record (model/fp8.h); amax, scratch in act_memory */
     void *gathered;                     /* (N,C) sequence parallel: a norm output or gradient gathered over tp, or a reduce-scatter's result */
+    /* cp > 1 (model/context.c), each (B, cp*T, 2*NKV*HD), one layer's at a time: */
+    void *cp_kv;                        /* act: k|v of the whole sequences, gathered over cp; then my tokens' dk|dv, rounded */
+    void *cp_ranks;                     /* the same rows in rank order (cp, 2, B, T/2, 2*NKV*HD): the all-gather's (act) and reduce-scatter's (fp32) buffer */
+    float *cp_dkv;                      /* fp32: dk|dv of the whole sequences, then my tokens' share summed over cp */
     float *norm_dw_discard;             /* (C) part.split_backward: B's norm backward writes its weight gradient here, unread (W writes it) */
     WKeep *keeps;                       /* (part.n_keeps * chunk_layers) split_backward: store k's layer j at [k * chunk_layers + j] */
     /* generation */

@@ -36,7 +36,7 @@ static const ParamTensor *held(const Model *m, const char *name, int tp_rank) {
 void assemble_tensor(Assembler *a, int i, const float *local, float *dst) {
     const Comm *c = a->comm;
     const ParamTensor *g = &a->whole.tensors[i];
-    if (c->dp_rank == 0 && c->rank != 0) {   /* a holder: send my rectangle, packed row by row */
+    if (c->dp_rank == 0 && c->cp_rank == 0 && c->rank != 0) {   /* a holder (cp ranks hold the same weights): send my rectangle, packed row by row */
         const ParamTensor *t = held(a->mine, g->name, c->tp_rank);
         if (t) comm_send_host(c, 0, local + t->offset, (size_t)t->rows * t->cols * sizeof(float));
     }
@@ -48,7 +48,7 @@ void assemble_tensor(Assembler *a, int i, const float *local, float *dst) {
             const ParamTensor *t = held(&a->plans[st * c->tp + tr], g->name, tr);
             if (!t) continue;
             size_t n = (size_t)t->rows * t->cols;
-            int from = comm_world_rank(c, 0, st, tr);
+            int from = comm_world_rank(c, 0, st, 0, tr);
             const float *src;
             if (from == 0) src = local + t->offset;   /* rank 0's own layout is plans[0] */
             else {

@@ -45,7 +45,7 @@ static size_t layout_places(Ddp *d, char *base) {
 void ddp_plan(Ddp *d, const Model *m, const Comm *comm, const DdpOptions *o) {
     memset(d, 0, sizeof *d);
     d->comm = comm;
-    int dp = comm->dp, me = comm->dp_rank;
+    int dp = comm_group_size(comm, comm_replica_group(comm)), me = comm_group_rank(comm, comm_replica_group(comm));   /* the ranks holding the same weights */
     int active = dp > 1 || comm->impl;   /* one rank through a transport (comm_backend=nccl) still runs its buckets */
     d->zero = dp > 1 ? o->zero : 0;
     d->wire = o->compute_dtype_wire && active;
@@ -147,7 +147,7 @@ void ddp_reduce_start(Ddp *d, int b) {
     Bucket *k = &d->buckets[b];
     const Backend *be = d->model->be;
     if (d->zero >= 2) {   /* the unit's place into my shard (the sum so far is in my piece of the place: ddp_open_grads) */
-        k->reduce = comm_reduce_scatter_start(d->comm, GROUP_DP, d->grad_place[k->place], d->grad_shard + k->shard_at, k->counts, DTYPE_FP32);
+        k->reduce = comm_reduce_scatter_start(d->comm, comm_replica_group(d->comm), d->grad_place[k->place], d->grad_shard + k->shard_at, k->counts, DTYPE_FP32);
         return;
     }
     void *g = d->model->grads + k->offset, *shard = d->grad_shard ? d->grad_shard + k->shard_at : NULL;   /* NULL without ZeRO-1 */
@@ -159,8 +159,8 @@ void ddp_reduce_start(Ddp *d, int b) {
         g = w;
         shard = d->wire_shard ? (char *)d->wire_shard + k->shard_at * act_size(be) : NULL;
     }
-    if (d->zero) k->reduce = comm_reduce_scatter_start(d->comm, GROUP_DP, g, shard, k->counts, dt);
-    else k->reduce = comm_allreduce_start(d->comm, GROUP_DP, g, k->count, dt);
+    if (d->zero) k->reduce = comm_reduce_scatter_start(d->comm, comm_replica_group(d->comm), g, shard, k->counts, dt);
+    else k->reduce = comm_allreduce_start(d->comm, comm_replica_group(d->comm), g, k->count, dt);
 }
 
 void ddp_reduce_wait(Ddp *d, int b) {
@@ -168,7 +168,7 @@ void ddp_reduce_wait(Ddp *d, int b) {
     comm_wait(d->comm, k->reduce);
     if (!d->wire) return;
     const Backend *be = d->model->be;   /* back up into the fp32 gradients the optimizer reads */
-    if (d->zero) be->cast_to_fp32(d->grad_shard + k->shard_at, (char *)d->wire_shard + k->shard_at * act_size(be), k->counts[d->comm->dp_rank]);
+    if (d->zero) be->cast_to_fp32(d->grad_shard + k->shard_at, (char *)d->wire_shard + k->shard_at * act_size(be), k->counts[comm_group_rank(d->comm, comm_replica_group(d->comm))]);
     else be->cast_to_fp32(d->model->grads + k->offset, (char *)d->wire_buf + k->offset * act_size(be), k->count);
 }
 
@@ -180,7 +180,7 @@ void ddp_gather_start(Ddp *d, int b) {
     size_t a = act_size(be);
     const void *mine = d->compute_shard ? (const void *)((char *)d->compute_shard + k->shard_at * a) : (const void *)(d->master_shard + k->shard_at);
     void *all = d->zero == 3 ? d->model->weights_at[k->unit] : (char *)d->model->params_compute + k->offset * a;
-    k->gather = comm_allgather_start(d->comm, GROUP_DP, mine, all, k->counts, backend_storage(be));
+    k->gather = comm_allgather_start(d->comm, comm_replica_group(d->comm), mine, all, k->counts, backend_storage(be));
 }
 
 void ddp_gather_wait(Ddp *d, int b) { comm_wait(d->comm, d->buckets[b].gather); }
@@ -190,7 +190,7 @@ void ddp_open_grads(Ddp *d, int b, int accumulate) {
     const Backend *be = d->model->be;
     float *place = d->grad_place[k->place];
     be->zero(place, k->count * sizeof(float));
-    if (accumulate) be->copy(place + (k->piece_offset - k->offset), d->grad_shard + k->shard_at, k->counts[d->comm->dp_rank] * sizeof(float));
+    if (accumulate) be->copy(place + (k->piece_offset - k->offset), d->grad_shard + k->shard_at, k->counts[comm_group_rank(d->comm, comm_replica_group(d->comm))] * sizeof(float));
 }
 
 void ddp_release(Ddp *d, int b) {
@@ -225,7 +225,7 @@ void ddp_load_master(Ddp *d, const float *host) {
     if (!d->zero) return;
     const Backend *be = d->model->be;
     float *view = mallocCheck((d->shard_n + 1) * sizeof(float));
-    ddp_full_to_view(d, d->comm->dp_rank, host, view);
+    ddp_full_to_view(d, comm_group_rank(d->comm, comm_replica_group(d->comm)), host, view);
     be->upload(d->master_shard, view, d->shard_n * sizeof(float));
     if (d->compute_shard) be->cast_from_fp32(d->compute_shard, d->master_shard, d->shard_n);
     free(view);

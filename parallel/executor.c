@@ -28,7 +28,7 @@ static int run_p2p(Executor *e, const Action *actions, int i, int n, int B, int 
         if (k == 64) die("internal: more than 64 sends and receives in one group");
         void *buf = a->kind == ACT_SEND_ACT ? model_chunk_output(m, a->chunk, a->slot)
                   : a->kind == ACT_RECV_ACT ? model_chunk_input(m, a->chunk, a->slot) : m->slots[a->slot].dres;
-        ops[k] = (CommP2P){a->kind == ACT_SEND_ACT || a->kind == ACT_SEND_GRAD, comm_world_rank(c, c->dp_rank, a->peer, c->tp_rank),
+        ops[k] = (CommP2P){a->kind == ACT_SEND_ACT || a->kind == ACT_SEND_GRAD, comm_world_rank(c, c->dp_rank, a->peer, c->cp_rank, c->tp_rank),
                            buf, count, backend_storage(m->be)};
     }
     comm_p2p(c, ops, k);

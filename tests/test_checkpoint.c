@@ -31,7 +31,7 @@ static ModelConfig model_cfg(int tie) {
 
 static Comm grid(int tp, int tp_rank, int pp, int pp_rank) {
     Comm c = {0};
-    c.world_size = tp * pp; c.dp = 1; c.tp = tp; c.pp = pp; c.tp_rank = tp_rank; c.pp_rank = pp_rank;
+    c.world_size = tp * pp; c.dp = 1; c.cp = 1; c.tp = tp; c.pp = pp; c.tp_rank = tp_rank; c.pp_rank = pp_rank;
     c.rank = pp_rank * tp + tp_rank;
     return c;
 }

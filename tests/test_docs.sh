@@ -7,7 +7,7 @@
 #     with --svg=docs/NAME.svg);
 #   - no picture's text runs past its edge (7 px a character of the 12 px font);
 #   - docs/reading-order.md's line counts are within 25% of the files;
-#   - docs/tensor-parallel.md's memory table is today's plan;
+#   - docs/tensor-parallel.md's and docs/context-parallel.md's memory tables are today's plan;
 #   - the data-parallel picture draws one bar per gradient bucket, in the lane
 #     under the stage (the buckets the text schedule lists).
 source "$(dirname "$0")/tally.sh"
@@ -79,6 +79,15 @@ while IFS='|' read -r _ _ keys _ act total _; do
     [[ "$plan" == *"activations $act |"* && "$plan" == *"total $total" ]] || off="$off [${keys:-tp=1}: the plan says ${plan#*predicted: }]"
 done < <(sed -n '/^## Memory, l350m/,/^## /p' docs/tensor-parallel.md | grep '^| tp=')
 check '[ "$rows" -eq 6 ] && [ -z "$off" ]' "docs/tensor-parallel.md's $rows memory rows are today's plan${off:+:$off}"
+# docs/context-parallel.md's memory table too (l124m, one sequence of 32k tokens)
+rows=0; off=""
+while IFS='|' read -r _ _ keys act total _; do
+    keys=$(echo "$keys" | tr -d '`' | sed 's/(none)//' | xargs); act=$(echo "$act" | xargs); total=$(echo "$total" | xargs)
+    plan=$("$BUILD"/train memory --preset=l124m --device=cuda --precision=bf16 --batch_size=1 --seq_len=32768 $keys 2>&1 | grep -m1 '^memory | predicted')
+    rows=$((rows + 1))
+    [[ "$plan" == *"activations $act |"* && "$plan" == *"total $total" ]] || off="$off [${keys:-cp=1}: the plan says ${plan#*predicted: }]"
+done < <(sed -n '/^## Memory, l124m/,/^## /p' docs/context-parallel.md | grep '^| cp=')
+check '[ "$rows" -eq 3 ] && [ -z "$off" ]' "docs/context-parallel.md's $rows memory rows are today's plan${off:+:$off}"
 buckets=$(grep -o "(bucket [0-9]*)" "$dir/data-parallel-buckets.txt" | wc -l)
 bars=$(grep -c "<title>bucket [0-9]* all-reduce</title>" docs/data-parallel-buckets.svg)
 check '[ "$buckets" -ge 2 ] && [ "$bars" -eq "$buckets" ] && grep -q ">dp sums<" docs/data-parallel-buckets.svg' \

@@ -236,6 +236,64 @@ static void test_rope_attention(void) {
     free(c.qkv); free(c.work); free(c.gw); free(c.out); free(c.lse); free(ref); free(g); free(oref); free(lref); free(dqkv);
 }
 
+/* The offset form (kernels/attention.h, context parallelism): a sequence cut into chunks, each chunk's queries at
+ * their offset against the packed k|v of the whole sequence, gives the whole sequence's output, lse and gradients;
+ * keys after a chunk's end are never read (NaN there changes nothing), the backward writes only dq of qkv and adds dk|dv. */
+static void test_attention_at(void) {
+    int NKV = rand_int(1, 3), n_chunks = rand_int(2, 4);
+    int B = rand_int(1, 2), C = rand_int(1, 6), T = n_chunks * C, NH = NKV * rand_int(1, 3), HD = 2 * rand_int(1, 6);
+    int QKV = (NH + 2 * NKV) * HD, KVW = 2 * NKV * HD;
+    size_t n = (size_t)B * T * QKV, no = (size_t)B * T * NH * HD, nkv = (size_t)B * T * KVW;
+    float *qkv = randn(n, 1), *out = mallocCheck(no * 4), *lse = mallocCheck((size_t)B * NH * T * 4), *dout = randn(no, 1);
+    float *dqkv = mallocCheck(n * 4), *kv = mallocCheck(nkv * 4), *dkv = calloc(nkv, 4);
+    be->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
+    be->attention_backward(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HD, 0, NULL, 0);
+    for (size_t r = 0; r < (size_t)B * T; r++) memcpy(kv + r * KVW, qkv + r * QKV + NH * HD, KVW * 4);   /* k|v are adjacent */
+    float *q = mallocCheck((size_t)B * C * QKV * 4), *o = mallocCheck((size_t)B * C * NH * HD * 4), *l = mallocCheck((size_t)B * NH * C * 4);
+    float *dy = mallocCheck((size_t)B * C * NH * HD * 4), *dq = mallocCheck((size_t)B * C * QKV * 4), *late = mallocCheck(nkv * 4);
+    double worst_o = 0, worst_l = 0, worst_dq = 0;
+    int kv_kept = 1, finite = 1;
+    for (int j = n_chunks - 1; j >= 0; j--) {   /* the late chunks first: the order a key's sums come in is free */
+        int q0 = j * C;
+        for (int b = 0; b < B; b++) {
+            memcpy(q + (size_t)b * C * QKV, qkv + ((size_t)b * T + q0) * QKV, (size_t)C * QKV * 4);
+            memcpy(dy + (size_t)b * C * NH * HD, dout + ((size_t)b * T + q0) * NH * HD, (size_t)C * NH * HD * 4);
+        }
+        memcpy(late, kv, nkv * 4);   /* keys after this chunk: NaN, never to be read */
+        for (int b = 0; b < B; b++)
+            for (size_t i = (size_t)(q0 + C) * KVW; i < (size_t)T * KVW; i++) late[(size_t)b * T * KVW + i] = NAN;
+        be->attention_forward_at(o, l, q, late, B, C, q0, T, NH, NKV, HD);
+        for (size_t i = 0; i < (size_t)B * C * QKV; i++) dq[i] = 7.0f;   /* the k, v parts must stay 7 */
+        be->attention_backward_at(dq, dkv, dy, q, late, o, l, B, C, q0, T, NH, NKV, HD);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < C; t++) {
+                const float *row = dq + ((size_t)b * C + t) * QKV, *want = dqkv + ((size_t)b * T + q0 + t) * QKV;
+                for (int i = 0; i < NH * HD; i++) worst_dq = fmax(worst_dq, fabs(row[i] - want[i]) / (fabs(want[i]) + 1e-3));
+                for (int i = NH * HD; i < QKV; i++) kv_kept &= row[i] == 7.0f;
+                for (int h = 0; h < NH; h++) {
+                    worst_l = fmax(worst_l, fabs(l[((size_t)b * NH + h) * C + t] - lse[((size_t)b * NH + h) * T + q0 + t]));
+                    for (int i = 0; i < HD; i++) {
+                        float got = o[((size_t)b * C + t) * NH * HD + h * HD + i], w = out[((size_t)b * T + q0 + t) * NH * HD + h * HD + i];
+                        finite &= isfinite(got);
+                        worst_o = fmax(worst_o, fabs(got - w) / (fabs(w) + 1e-3));
+                    }
+                }
+            }
+    }
+    double worst_dkv = 0;
+    for (size_t r = 0; r < (size_t)B * T; r++)
+        for (int i = 0; i < KVW; i++) {
+            float w = dqkv[r * QKV + NH * HD + i];
+            worst_dkv = fmax(worst_dkv, fabs(dkv[r * KVW + i] - w) / (fabs(w) + 1e-3));
+        }
+    CHECK(finite && worst_o < 1e-5 && worst_l < 1e-5, "attention at an offset, %d chunks of %d (B=%d NH=%d NKV=%d HD=%d): out %.3g lse %.3g "
+          "from the whole sequence's%s", n_chunks, C, B, NH, NKV, HD, worst_o, worst_l, finite ? "" : " (a key after the chunk was read)");
+    CHECK(worst_dq < 1e-4 && worst_dkv < 1e-4, "attention backward at an offset: dq %.3g, dk|dv summed over the chunks %.3g from the whole's",
+          worst_dq, worst_dkv);
+    CHECK(kv_kept, "attention backward at an offset wrote the k, v part of dqkv, which belongs to the caller");
+    free(qkv); free(out); free(lse); free(dout); free(dqkv); free(kv); free(dkv); free(q); free(o); free(l); free(dy); free(dq); free(late);
+}
+
 /* ------------------------------------------------------------------ swiglu */
 typedef struct { int N, F; float *h13, *out, *gw; } SwiCtx;
 static double swi_obj(void *p) {
@@ -404,6 +462,7 @@ int main(void) {
         test_matmul();
         test_rmsnorm();
         test_rope_attention();
+        test_attention_at();
         test_swiglu();
         test_cross_entropy();
         test_embedding();

@@ -37,7 +37,7 @@ scripts/setup.sh --check > "$dir/setup.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ]' "scripts/setup.sh --check (the first command's setup) finds everything: $(cat "$dir/setup.log")"
 
 # the pages whose blocks run after the README's, in the README's folder (their commands read what its made)
-DOC_PAGES=(docs/speedup.md docs/tensor-parallel.md docs/nccl-errors.md)
+DOC_PAGES=(docs/speedup.md docs/tensor-parallel.md docs/nccl-errors.md docs/context-parallel.md)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1   # the pages' mpirun lines, as root on 2 cores
 # every line of the ```sh blocks, comments dropped; "@end" ends a block (and its export lines' hold); "@page P" starts page P
 lines=$(for page in README.md "${DOC_PAGES[@]}"; do

@@ -12,7 +12,7 @@
 #     schedules at the formula's 33.3% and 11.1%;
 #   - `plan` predicts the memory the training run itself plans, layout by layout;
 #     a model that fits no layout is refused with the closest one and by how much;
-#   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture;
+#   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture; at cp=2 its split shows the K/V gathers as exposed;
 #     more ranks than GPUs under NCCL is refused;
 #   - `plot` draws a run's log, leaves no scratch file behind, and refuses a file that is not one.
 source "$(dirname "$0")/ranks.sh"
@@ -72,7 +72,7 @@ echo "bubble | pp=2: m=2 measured $b2 (formula 0.333), m=8 measured $b8 (formula
 check '[ $rc -eq 0 ] && [ -s "$dir/plan.json" ]' "plan on 2 CPU 'GPUs' runs and writes its JSON: $(tail -3 "$dir/plan.log")"
 for layout in "2 1 1" "1 2 1"; do
     set -- $layout
-    planned=$(grep "\"dp\": $1, \"tp\": $2, \"pp\": $3, \"batch_size\": 2, \"micro_batches\": $((128 / (32 * $1))), \"recompute\": 0, \"zero\": 0" \
+    planned=$(grep "\"dp\": $1, \"tp\": $2, \"pp\": $3, \"cp\": 1, \"batch_size\": 2, \"micro_batches\": $((128 / (32 * $1))), \"recompute\": 0, \"zero\": 0" \
               "$dir/plan.json" | grep -o '"memory_bytes": [0-9]*' | awk '{print $2}')
     timeout 120 mpirun -np 2 "$BUILD"/train $tiny --vocab_size=300 --dp=$1 --tp=$2 --pp=$3 --total_batch_tokens=128 --max_steps=1 \
         --log_jsonl="$dir/mem$1$2.jsonl" > /dev/null 2>&1
@@ -84,10 +84,10 @@ done
 check '[ $rc -eq 0 ] && grep -q "device cuda, precision bf16 (plan.s defaults" "$dir/plan8.log" && grep -q "comm exposed/total ms" "$dir/plan8.log"' \
       "plan plans for GPUs by default, says so in its header, and labels exposed and total communication: $(head -1 "$dir/plan8.log")"
 rows() { grep -E "^ *[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ " "$1"; }
-grids=$(rows "$dir/plan8.log" | awk '{print $2 "x" $3 "x" $4}')
-check '[ "$(echo "$grids" | wc -l)" -eq 9 ] && [ "$(echo "$grids" | sort -u | wc -l)" -eq 9 ]' "its first 9 rows are 9 distinct dp x tp x pp: $(echo $grids)"
+grids=$(rows "$dir/plan8.log" | awk '{print $2 "x" $3 "x" $4 "x" $5}')
+check '[ "$(echo "$grids" | wc -l)" -eq 9 ] && [ "$(echo "$grids" | sort -u | wc -l)" -eq 9 ]' "its first 9 rows are 9 distinct dp x tp x pp x cp: $(echo $grids)"
 "$BUILD"/train plan --preset=l350m --gpus=8 --top=1 --precision=fp32 > "$dir/plan8fp32.log" 2>&1
-bf16_ms=$(rows "$dir/plan8.log" | head -1 | awk '{print $11}'); fp32_ms=$(rows "$dir/plan8fp32.log" | head -1 | awk '{print $11}')
+bf16_ms=$(rows "$dir/plan8.log" | head -1 | awk '{print $12}'); fp32_ms=$(rows "$dir/plan8fp32.log" | head -1 | awk '{print $12}')
 check 'awk "BEGIN {exit !($fp32_ms > 5 * $bf16_ms)}"' "fp32's step is predicted slower than bf16's (no tensor cores): $fp32_ms ms against $bf16_ms ms"
 "$BUILD"/train plan --preset=l350m --vocab_size=32000 --gpus=2 --gpu_mem_gib=0.5 --device=cuda --precision=bf16 > "$dir/nofit.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "no layout of 2 GPUs fits 0 GiB a GPU; the closest" "$dir/nofit.log" && grep -q "GiB over" "$dir/nofit.log"' \
@@ -97,6 +97,11 @@ check '[ $rc -ne 0 ] && grep -q "no layout of 2 GPUs fits 0 GiB a GPU; the close
 timeout 300 "$BUILD"/train scale --ranks=1,2,4 --steps=3 --warmup=1 --out="$dir/scale" $tiny --total_batch_tokens=128 > "$dir/scale.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "\"ranks\": 4" "$dir/scale/scale.json" && [ -s "$dir/scale/scale.png" ]' "scale 1,2,4 writes scale.json and scale.png: $(tail -4 "$dir/scale.log")"
 check 'grep -q "^why   | 4 ranks" "$dir/scale.log" && grep -q "^loss  |" "$dir/scale.log"' "scale gives a verdict per size and checks the losses"
+# context parallel: scale takes cp into its replicas (dp = ranks / cp), and cp's K/V gathers, blocking inside the
+# layers, show in the split as exposed communication even without data parallelism
+timeout 120 "$BUILD"/train scale --ranks=2 --cp=2 --steps=2 --warmup=1 --out="$dir/scalecp" $tiny --total_batch_tokens=64 > "$dir/scalecp.log" 2>&1; rc=$?
+cpexp=$(grep -o '"comm_exposed_ms": [0-9.]*' "$dir/scalecp/scale.json" 2>/dev/null | awk '{print $2}')
+check '[ $rc -eq 0 ] && [ -n "$cpexp" ] && awk "BEGIN {exit !($cpexp > 0)}"' "scale at cp=2 (one replica of 2 ranks) runs, its K/V gathers exposed in the split: ${cpexp:-?} ms ($(tail -2 "$dir/scalecp.log" | head -1))"
 "$BUILD"/train scale --ranks=1,2 --device=cuda --comm_backend=nccl $tiny > "$dir/nccl.log" 2>&1; rc=$?
 check '[ $rc -ne 0 ] && grep -q "rank(s) with comm_backend=nccl need [12] GPUs, and this machine has 0" "$dir/nccl.log"' "more NCCL ranks than GPUs refused: $(head -2 "$dir/nccl.log")"
 

@@ -31,8 +31,9 @@ static int local_state(Trainer *tr, float **host) {
     Model *m = &tr->model;
     Ddp *d = &tr->ddp;
     const Comm *c = &tr->comm;
+    int me = comm_group_rank(c, comm_replica_group(c)), replicas = comm_group_size(c, comm_replica_group(c));   /* ranks holding the same weights */
     if (!d->zero) {
-        if (c->dp_rank != 0) return 0;
+        if (me != 0) return 0;
         model_get_params(m, host[0]);
         optimizer_moments_get(&tr->opt, m, host[1], host[2]);
         return 1;
@@ -41,23 +42,23 @@ static int local_state(Trainer *tr, float **host) {
     for (int k = 0; k < 3; k++) view[k] = mallocCheck((d->shard_n + 1) * sizeof(float));
     tr->be->download(view[0], d->master_shard, d->shard_n * sizeof(float));
     optimizer_moments_get(&tr->opt, m, view[1], view[2]);
-    int holder = comm_world_rank(c, 0, c->pp_rank, c->tp_rank);
-    if (c->dp_rank != 0) {
+    int holder = comm_world_rank(c, 0, c->pp_rank, 0, c->tp_rank);
+    if (me != 0) {
         for (int k = 0; k < 3; k++) comm_send_host(c, holder, view[k], d->shard_n * sizeof(float));
     } else {
         for (int k = 0; k < 3; k++) ddp_view_to_full(d, 0, view[k], host[k]);
-        for (int r = 1; r < c->dp; r++) {
+        for (int r = 1; r < replicas; r++) {
             size_t n = ddp_view_size(d, r);
             float *theirs = mallocCheck((n + 1) * sizeof(float));
             for (int k = 0; k < 3; k++) {
-                comm_recv_host(c, comm_world_rank(c, r, c->pp_rank, c->tp_rank), theirs, n * sizeof(float));
+                comm_recv_host(c, comm_world_rank(c, r / c->cp, c->pp_rank, r % c->cp, c->tp_rank), theirs, n * sizeof(float));
                 ddp_view_to_full(d, r, theirs, host[k]);
             }
             free(theirs);
         }
     }
     for (int k = 0; k < 3; k++) free(view[k]);
-    return c->dp_rank == 0;
+    return me == 0;
 }
 
 /* Where the writer takes each whole tensor from: this rank's arrays (one rank), or the assembler (many). */
@@ -214,7 +215,7 @@ void trainer_restore(Trainer *tr) {
         }
         set_weights(tr, host[0]);
         if (tr->ddp.zero) {   /* my pieces of the moments */
-            for (int k = 1; k < 3; k++) ddp_full_to_view(&tr->ddp, comm->dp_rank, host[k], host[k]);
+            for (int k = 1; k < 3; k++) ddp_full_to_view(&tr->ddp, comm_group_rank(comm, comm_replica_group(comm)), host[k], host[k]);
         }
         optimizer_moments_set(&tr->opt, &tr->model, host[1], host[2]);   /* quantized into 8-bit state for adamw8bit */
         for (int k = 0; k < 3; k++) free(host[k]);

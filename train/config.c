@@ -52,8 +52,9 @@ const ConfigField config_fields[] = {
     F(compute_weights, FIELD_CHOICE, "keep", 0, 0, "keep|per_layer", "system", "the bf16/fp16 weights the model runs with: keep = a compute-dtype copy of all of them, refreshed by the optimizer; per_layer = no copy: each layer, the embedding and the head are cast from the fp32 master just before they run (forward, recompute, backward) into a buffer for one layer (the embedding's and head's place lies in the recompute buffers when recompute is on): the same results, ~2 bytes/param less; not with zero=1 and dp > 1. No effect in fp32, where the master is the compute copy"),
     F(loss_scale_init, FIELD_FLOAT, "65536", 1, 1e30, NULL, "system", "fp16 only: starting dynamic loss scale (x2 after 2000 clean steps, x0.5 and the step skipped on overflow)"),
     F(max_skipped_steps, FIELD_INT, "100", 1, 1000000, NULL, "system", "fp16 and fp8: steps in a row skipped for inf/nan gradients before the run stops (exit 1); fp16 also stops when its scale would fall under 1"),
-    F(dp, FIELD_INT, "1", 1, 65536, NULL, "parallel", "data-parallel ranks: each trains on its own part of every step's batch (world = dp * pp * tp)"),
+    F(dp, FIELD_INT, "1", 1, 65536, NULL, "parallel", "data-parallel ranks: each trains on its own part of every step's batch (world = dp * pp * cp * tp)"),
     F(tp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "tensor-parallel ranks: every layer's heads and FFN columns and the vocabulary split tp ways (Megatron); tp must divide n_heads, n_kv_heads and ffn_dim; keep it within the GPUs of one host"),
+    F(cp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "context-parallel ranks: each sequence is cut into 2*cp chunks and cp rank r holds chunks r and 2*cp-1-r (equal causal work), so activations are 1/cp; attention all-gathers K/V over the cp ranks every layer (docs/context-parallel.md); seq_len must divide by 2*cp; the weights and gradients are the same on every cp rank (reduced over dp x cp)"),
     F(sequence_parallel, FIELD_BOOL, "0", 0, 1, NULL, "parallel", "with tp > 1: norms, residual stream and adds on batch_size*seq_len/tp tokens per rank, the tp all-reduces become reduce-scatter + all-gather (less activation memory, same bytes sent)"),
     F(pp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "pipeline stages: each holds consecutive layers (embedding on the first, head on the last)"),
     F(pp_schedule, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|gpipe|interleaved|zb1", "parallel", "pipeline schedule; interleaved runs pp_virtual chunks of layers per stage; zb1 = zero-bubble ZB-H1: the backward split into B (input gradients) and W (weight gradients), W filling 1F1B's drain bubble, at 1F1B's micro-batches in flight (docs/pipeline-parallel.md)"),
@@ -327,14 +328,24 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
         FAIL("head dim dim/n_heads = %d is odd: rotary embeddings rotate pairs of channels, so it must be even", config_head_dim(c));
     ModelConfig mc = {.n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads, .ffn_dim = c->ffn_dim};
     if (model_check_tp(&mc, c->tp, err, err_size) != 0) return -1;
+    if (c->cp > 1 && c->seq_len % (2 * c->cp))
+        FAIL("cp=%d cuts each sequence into 2*cp = %d chunks of equal length (cp rank r holds chunks r and 2*cp-1-r), and seq_len=%d "
+             "does not divide by %d\n  hint: choose seq_len a multiple of %d, or a cp whose 2*cp divides seq_len", c->cp, 2 * c->cp,
+             c->seq_len, 2 * c->cp, 2 * c->cp);
     long tokens = (long)c->batch_size * c->seq_len;
     if (tokens > 2147483647L)
         FAIL("batch_size*seq_len = %d*%d = %ld tokens per micro-batch is more than 2147483647; use a smaller batch_size",
              c->batch_size, c->seq_len, tokens);
-    if (c->sequence_parallel && c->tp > 1 && tokens % c->tp)
+    long local = tokens / (c->cp > 0 ? c->cp : 1);   /* a micro-batch's tokens on one cp rank */
+    if (c->sequence_parallel && c->tp > 1 && local % c->tp) {
+        if (c->cp > 1)
+            FAIL("sequence_parallel=1 splits a cp rank's batch_size*seq_len/cp = %d*%d/%d = %ld tokens of a micro-batch over tp=%d ranks, "
+                 "and %ld does not divide by %d\n  hint: choose batch_size and seq_len whose product divides by cp*tp, or --sequence_parallel=0",
+                 c->batch_size, c->seq_len, c->cp, local, c->tp, local, c->tp);
         FAIL("sequence_parallel=1 splits the batch_size*seq_len = %d*%d = %ld tokens of a micro-batch over tp=%d ranks, and %ld does not "
              "divide by %d\n  hint: choose batch_size and seq_len whose product divides by tp, or --sequence_parallel=0",
              c->batch_size, c->seq_len, tokens, c->tp, tokens, c->tp);
+    }
     long per_micro = tokens * c->dp;
     if (c->total_batch_tokens && c->total_batch_tokens % per_micro)
         FAIL("total_batch_tokens=%d is not a multiple of batch_size*seq_len*dp = %d*%d*%d = %ld: every data-parallel rank "
@@ -343,8 +354,8 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
     if (c->precision == PRECISION_FP8 && c->device == DEVICE_CUDA && c->n_heads > 0 && c->tp > 0) {
         /* cuBLASLt's FP8 matmuls take rows of 16-byte multiples: every block matmul's sizes on a rank */
         int hd = c->dim / c->n_heads, sizes[5] = {c->dim, c->ffn_dim / c->tp, c->n_heads / c->tp * hd,
-                                                  (c->n_heads + 2 * c->n_kv_heads) / c->tp * hd, c->batch_size * c->seq_len};
-        static const char *what[5] = {"dim", "ffn_dim/tp", "n_heads/tp*head_dim", "(n_heads+2*n_kv_heads)/tp*head_dim", "batch_size*seq_len"};
+                                                  (c->n_heads + 2 * c->n_kv_heads) / c->tp * hd, (int)local};
+        static const char *what[5] = {"dim", "ffn_dim/tp", "n_heads/tp*head_dim", "(n_heads+2*n_kv_heads)/tp*head_dim", "batch_size*seq_len/cp"};
         for (int k = 0; k < 5; k++)
             if (sizes[k] % 16)
                 FAIL("precision=fp8 on cuda multiplies FP8 matrices whose sizes must be multiples of 16, and %s = %d is not\n"
@@ -353,14 +364,14 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
     if (c->grad_reduce_dtype == GRAD_REDUCE_BF16 && config_act_dtype(c->precision) != DTYPE_BF16)
         FAIL("grad_reduce_dtype=bf16 sends the gradients in the compute dtype, and precision=%s\n"
              "  hint: use --precision=bf16, or --grad_reduce_dtype=fp32", config_precision_name(c->precision));
-    if (c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && (c->zero == 1 || c->zero == 2) && c->dp > 1 && c->precision != PRECISION_FP32)
+    if (c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && (c->zero == 1 || c->zero == 2) && c->dp * c->cp > 1 && c->precision != PRECISION_FP32)
         FAIL("compute_weights=per_layer casts each layer's weights from this rank's whole fp32 master, and zero=%d keeps only a "
-             "1/dp shard of the master on each of the dp=%d ranks\n"
-             "  hint: use --compute_weights=keep with --zero=%d, or --zero=0 with --compute_weights=per_layer", c->zero, c->dp, c->zero);
+             "1/(dp*cp) shard of the master on each of the dp*cp=%d ranks\n"
+             "  hint: use --compute_weights=keep with --zero=%d, or --zero=0 with --compute_weights=per_layer", c->zero, c->dp * c->cp, c->zero);
     if (c->pp_schedule == 3 /* zb1 */ && c->pp > 1 && c->precision == PRECISION_FP8)
         FAIL("pp_schedule=zb1 splits the backward into B and W, and precision=fp8's matmul backward casts its operands for both "
              "halves at once: the two do not run together yet\n  hint: use --pp_schedule=1f1b with --precision=fp8, or --precision=bf16 with zb1");
-    if (c->zero >= 2 && c->dp == 1)
+    if (c->zero >= 2 && c->dp * c->cp == 1)
         FAIL("zero=%d shards gradients%s over the data-parallel ranks, and dp=1: there is nothing to shard over\n"
              "  hint: use --dp=2 or more with --zero=%d, or --zero=0 on one data-parallel rank", c->zero, c->zero == 3 ? " and weights" : "", c->zero);
     if (c->zero == 3 && c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER)

@@ -83,8 +83,12 @@ static void print_banner(const Trainer *tr) {
     if (tr->comm.world_size > 1) {
         char split[256];
         partition_describe(&tr->model_cfg, &tr->layout, split, sizeof split);
-        printf("ranks | %d = dp %d x pp %d x tp %d through %s | rank 0 holds %zu parameters", tr->comm.world_size, c->dp, c->pp, c->tp,
-               comm_transport_name(&tr->comm), m->n_params);
+        if (c->cp > 1)
+            printf("ranks | %d = dp %d x pp %d x cp %d x tp %d through %s | rank 0 holds %zu parameters and %d of each sequence's %d tokens",
+                   tr->comm.world_size, c->dp, c->pp, c->cp, c->tp, comm_transport_name(&tr->comm), m->n_params, c->seq_len / c->cp, c->seq_len);
+        else
+            printf("ranks | %d = dp %d x pp %d x tp %d through %s | rank 0 holds %zu parameters", tr->comm.world_size, c->dp, c->pp, c->tp,
+                   comm_transport_name(&tr->comm), m->n_params);
         if (c->pp > 1) printf(" | layers per stage %s | %s, %d micro-batches", split, c->pp_schedule == 0 ? "1f1b" : c->pp_schedule == 1 ? "gpipe" : c->pp_schedule == 2 ? "interleaved" : "zb1",
                               tr->accum);
         if (tr->ddp.zero) printf(" | ZeRO-%d", tr->ddp.zero);
@@ -117,7 +121,7 @@ static void log_eval(Trainer *tr, double val) {
     }
 }
 
-/* --nproc=N: the config, its layout (dp x pp x tp = N) and the outputs are checked
+/* --nproc=N: the config, its layout (dp x pp x cp x tp = N) and the outputs are checked
  * here, once, before N ranks are started to find the same mistake N times. */
 static void check_before_launch(int argc, char **argv) {
     int asked = 0;
@@ -125,7 +129,10 @@ static void check_before_launch(int argc, char **argv) {
     if (!asked || getenv("OMPI_COMM_WORLD_SIZE")) return;   /* under mpirun: launch_nproc compares N with the world */
     Config c;
     config_parse_args(&c, argc, argv);
-    long long want = (long long)c.dp * c.pp * c.tp;
+    long long want = (long long)c.dp * c.pp * c.cp * c.tp;
+    if (c.nproc > 1 && want != c.nproc && c.cp > 1)
+        die("--nproc=%d starts %d ranks, but the layout dp=%d x pp=%d x cp=%d x tp=%d takes %lld\n  hint: use --nproc=%lld, or set dp, pp, "
+            "cp and tp so that their product is %d", c.nproc, c.nproc, c.dp, c.pp, c.cp, c.tp, want, want, c.nproc);
     if (c.nproc > 1 && want != c.nproc)
         die("--nproc=%d starts %d ranks, but the layout dp=%d x pp=%d x tp=%d takes %lld\n  hint: use --nproc=%lld, or set dp, pp and tp "
             "so that their product is %d", c.nproc, c.nproc, c.dp, c.pp, c.tp, want, want, c.nproc);

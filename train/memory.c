@@ -11,10 +11,12 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     ModelPart q = part ? *part : model_part_whole(mc);
     q.weights_per_layer = compute_weights == COMPUTE_WEIGHTS_PER_LAYER;   /* model_plan drops it in fp32 */
     q.fp8 = c->precision == PRECISION_FP8;
-    int zero = comm->dp > 1 ? c->zero : 0;
+    int zero = c->dp * c->cp > 1 ? c->zero : 0;   /* ZeRO shards over dp x cp */
+    int T = c->seq_len / (c->cp > 1 ? c->cp : 1);   /* context parallel: this rank's tokens of each sequence */
     q.grads_elsewhere = zero >= 2;
     q.weights_elsewhere = zero == 3;
-    model_plan(&m, mc, be, comm, &q, batch_size, c->seq_len, recompute);
+    q.cp = c->cp;
+    model_plan(&m, mc, be, comm, &q, batch_size, T, recompute);
     MemoryPlan p = {0};
     size_t P = m.n_params;
     Config oc = *c;
@@ -38,17 +40,17 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     ddp_free(&d);
     p.activations = m.act_bytes;
     if (be->workspace_bytes) {   /* the CUDA kernels' scratch: attention's per-query statistics and dS tiles, the embedding backward's sort */
-        size_t N = (size_t)batch_size * c->seq_len;
-        AttentionScratch a = attention_backward_scratch(batch_size, c->seq_len, m.NH, m.HD, be->act);
+        size_t N = (size_t)batch_size * T;
+        AttentionScratch a = attention_backward_scratch(batch_size, T, m.NH, m.HD, be->act);
         p.workspace = be->workspace_bytes + a.row_sums + N * 16;
-        if (a.ds_tiles > model_attention_work_bytes(&m, batch_size, c->seq_len)) p.workspace += a.ds_tiles;   /* more than the model lends */
+        if (a.ds_tiles > model_attention_work_bytes(&m, batch_size, T)) p.workspace += a.ds_tiles;   /* more than the model lends */
     }
     p.total = p.master + p.compute + p.grads + p.optimizer + p.shards + p.places + p.activations + p.workspace;
     model_plan_free(&m);
     return p;
 }
 
-int memory_per_layer_switch(const Config *c, const Backend *be) { return be->act != DTYPE_FP32 && !(c->zero && c->dp > 1); }
+int memory_per_layer_switch(const Config *c, const Backend *be) { return be->act != DTYPE_FP32 && !(c->zero && c->dp * c->cp > 1); }
 
 Backend memory_plan_backend(const Config *c) {
     DType act = config_act_dtype(c->precision);
@@ -89,8 +91,11 @@ void memory_print_ranks(const MemoryPlan *p, size_t measured_peak, const Comm *c
     for (int r = 0; comm->rank == 0 && r < comm->world_size; r++) {
         size_t pred = all[2 * r], got = all[2 * r + 1];
         char b1[32], b2[32];
-        fprintf(out, "memory | rank %d (dp %d, pp %d, tp %d): predicted %zu bytes (%s), measured peak %zu bytes (%s): prediction %+.1f%%\n", r,
-                r / (comm->tp * comm->pp), r / comm->tp % comm->pp, r % comm->tp, pred, format_bytes((double)pred, b1, sizeof b1), got,
+        int cp = comm->cp > 0 ? comm->cp : 1;
+        char at[64] = "";   /* the cp coordinate only where there is one */
+        if (cp > 1) snprintf(at, sizeof at, ", cp %d", r / comm->tp % cp);
+        fprintf(out, "memory | rank %d (dp %d, pp %d%s, tp %d): predicted %zu bytes (%s), measured peak %zu bytes (%s): prediction %+.1f%%\n", r,
+                r / (comm->tp * cp * comm->pp), r / (comm->tp * cp) % comm->pp, at, r % comm->tp, pred, format_bytes((double)pred, b1, sizeof b1), got,
                 format_bytes((double)got, b2, sizeof b2), got ? 100.0 * ((double)pred - (double)got) / (double)got : 0.0);
     }
     fflush(out);
@@ -127,7 +132,7 @@ void memory_check_fits(const MemoryPlan *p, const Config *c, const ModelConfig *
                         fprintf(stderr, "(%s)\n", format_bytes((double)q.total, need, sizeof need));
                         shown++;
                     }
-    for (int z = c->zero + 1; comm->dp > 1 && z <= 3 && !(z >= 2 && (c->tie_embeddings || c->grad_reduce_dtype == GRAD_REDUCE_BF16)); z++) {
+    for (int z = c->zero + 1; c->dp * c->cp > 1 && z <= 3 && !(z >= 2 && (c->tie_embeddings || c->grad_reduce_dtype == GRAD_REDUCE_BF16)); z++) {
         Config zc = *c;   /* ZeRO-2/3 shard the gradients and weights over the dp ranks (docs/zero.md) */
         zc.zero = z;
         if (z == 3) zc.compute_weights = COMPUTE_WEIGHTS_KEEP;

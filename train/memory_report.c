@@ -50,14 +50,16 @@ int memory_main(int argc, char **argv) {
     model_config_from(&mc, &c, vocab);
     Comm comm;   /* the grid's shape: no ranks are started */
     comm_init_one(&comm);
-    comm.dp = c.dp; comm.tp = c.tp; comm.pp = c.pp; comm.world_size = c.dp * c.tp * c.pp;
+    comm.dp = c.dp; comm.tp = c.tp; comm.pp = c.pp; comm.cp = c.cp; comm.world_size = c.dp * c.tp * c.pp * c.cp;
     Backend be = memory_plan_backend(&c);
     static const char *rname[] = {"none", "selective", "full"}, *oname[] = {"adamw", "adamw8bit"}, *wname[] = {"keep", "per_layer"};
+    char cp[32] = "";   /* the cp axis named where there is one */
+    if (c.cp > 1) snprintf(cp, sizeof cp, " x cp %d", c.cp);
     printf("memory | plan of %s%s: %zu parameters, vocab %d | device %s (%s) | batch %d x %d | recompute %s | optimizer %s | "
-"compute weights %s | %d rank%s (dp %d x pp %d x tp %d)%s\n", c.preset[0] ? "preset " : "", c.preset[0] ? c.preset : "these settings",
+"compute weights %s | %d rank%s (dp %d x pp %d%s x tp %d)%s\n", c.preset[0] ? "preset " : "", c.preset[0] ? c.preset : "these settings",
            model_count_params(&mc), vocab, be.name, dtype_name(be.act), c.batch_size, c.seq_len, rname[c.recompute], oname[c.optimizer],
            be.act == DTYPE_FP32 ? "the fp32 master" : wname[c.compute_weights], comm.world_size, comm.world_size > 1 ? "s" : "",
-           c.dp, c.pp, c.tp, c.zero && c.dp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "");
+           c.dp, c.pp, cp, c.tp, c.zero && c.dp * c.cp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "");
     Schedule s;
     trainer_schedule(&s, &c, &mc, &comm, &be);
     ModelPart part = trainer_part(&c, &mc, &s, 0, 0, be.act);   /* stage 0; every stage below when there are several */
@@ -83,8 +85,9 @@ int memory_main(int argc, char **argv) {
                 printf("  --recompute=%-9s --optimizer=%-9s%s total %10s%s\n", rname[r], oname[o], w_key,
                        format_bytes((double)q.total, b, sizeof b), r == c.recompute && o == c.optimizer && w == c.compute_weights ? "   (this run)" : "");
             }
-    if (c.dp > 1 && !c.tie_embeddings && c.grad_reduce_dtype != GRAD_REDUCE_BF16) {   /* the ZeRO stages over these dp ranks */
-        printf("memory | ZeRO stages over dp=%d, this run's other switches (stage 0; zero=3 with compute_weights=keep):\n", c.dp);
+    if (c.dp * c.cp > 1 && !c.tie_embeddings && c.grad_reduce_dtype != GRAD_REDUCE_BF16) {   /* the ZeRO stages over these dp (x cp) ranks */
+        if (c.cp > 1) printf("memory | ZeRO stages over dp x cp = %d, this run's other switches (stage 0; zero=3 with compute_weights=keep):\n", c.dp * c.cp);
+        else printf("memory | ZeRO stages over dp=%d, this run's other switches (stage 0; zero=3 with compute_weights=keep):\n", c.dp);
         for (int z = 0; z <= 3; z++) {
             Config zc = c;
             zc.zero = z;

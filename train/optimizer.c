@@ -95,7 +95,7 @@ size_t optimizer_cut_rule(const void *ctx, size_t offset) {
 }
 
 OptimizerView optimizer_zero_view(const Ddp *d, OptPiece **pieces) {
-    int me = d->comm->dp_rank, n = 0;
+    int me = comm_group_rank(d->comm, comm_replica_group(d->comm)), n = 0;
     *pieces = callocCheck(d->n_buckets + 1, sizeof(OptPiece));
     for (int b = d->n_buckets - 1; b >= 0; b--) {   /* buffer order */
         const Bucket *k = &d->buckets[b];
@@ -241,7 +241,7 @@ double optimizer_step(Optimizer *o, Model *m, float lr, float loss_scale) {
         if (ss < 0) ss = 0;
     }
     ss = comm_sum(m->comm, GROUP_MP, ss);
-    if (v->sharded_over_dp) ss = comm_sum(m->comm, GROUP_DP, ss);
+    if (v->sharded_over_dp) ss = comm_sum(m->comm, comm_replica_group(m->comm), ss);   /* ZeRO shards over dp x cp */
     double norm = sqrt(ss) / loss_scale;
     if (!isfinite(norm)) return norm;   /* before either optimizer touches anything */
     float clip = (o->grad_clip > 0 && norm > o->grad_clip) ? (float)(o->grad_clip / (norm + 1e-6)) : 1.0f;

@@ -1,7 +1,7 @@
 /* train/plan.c — `build/train plan`: which layout to rent, before renting it.
  *
- * The idea: for N GPUs, enumerate dp x tp x pp, the micro-batch, recompute and
- * ZeRO (0-3); predict each layout's memory per rank with the memory plan training
+ * The idea: for N GPUs, enumerate dp x tp x pp (x cp where a sequence is long:
+ * seq_len >= PLAN_CP_MIN_T), the micro-batch, recompute and ZeRO (0-3); predict each layout's memory per rank with the memory plan training
  * itself allocates from (train/memory.c, on the schedule's own activation
  * slots), and its step time from a cost model:
  *   compute  one GPU's measured compute per token (--profile, written by a run
@@ -17,7 +17,11 @@
  *            zero=3's two all-gathers of the weights a micro-batch (forward and
  *            backward), one unit ahead, hidden behind the compute but for the
  *            first unit, and no all-gather after the optimizer (docs/zero.md);
- *            pipeline messages of B*T*C per micro-batch;
+ *            pipeline messages of B*T*C per micro-batch; context parallel's
+ *            K/V all-gathers (forward, backward, and the recompute's) and its
+ *            fp32 dK/dV reduce-scatter every layer and micro-batch, in the open
+ *            (model/context.c does not overlap them); with cp the gradients
+ *            are reduced and ZeRO shards over dp x cp;
  *   optimizer the profile's, per parameter on the rank.
  * Then the usual rule — fits one GPU: data parallel; else tensor parallel
  * inside a node, pipeline across nodes — and the ranking by tokens/s, shown
@@ -36,6 +40,8 @@
 #define H200_FP32_PEAK 67e12    /* fp32 without tensor cores: llm3d's fp32 GEMMs are exact fp32 (no TF32) by default */
 #define NO_PROFILE_MFU 0.37     /* llm3d's measured l124m bf16 MFU on an H200 (docs/performance.md, 2026-12-02) */
 static const double recompute_factor[3] = {1.0, 1.09, 1.20};   /* step time, l124m bf16 H200, 2026-12-02 (README) */
+#define PLAN_CP_MIN_T 8192      /* context parallel is a candidate from this seq_len: below it activations rarely decide, and its
+                                 * gathers cost about what the attention they feed does (docs/context-parallel.md) */
 
 typedef struct { double compute_ms, optimizer_ms, host_ms, tokens, params; int have; } Profile;
 
@@ -101,7 +107,7 @@ static void flops_split(const ModelConfig *mc, double *layer, double *head) {
 }
 
 typedef struct {
-    int dp, tp, pp, B, m, recompute, zero;
+    int dp, tp, pp, cp, B, m, recompute, zero;
     double mem_gib, step_ms, tokens_per_s, comm_ms, comm_total_ms, bubble;   /* comm_ms: exposed (in the step); total: busy */
     int fits, level, rank;   /* level: 0 the fastest of its dp x tp x pp, 1 of its zero/recompute mix too, 2 a near-duplicate */
     char why[160];
@@ -123,11 +129,11 @@ static double link_busbw(const char *key, const char *link) {   /* GB/s of bus b
 static void predict(Layout *L, const Config *base, const ModelConfig *mc, const Backend *be, const Profile *prof, int gpus_per_node,
                     double link_node, double link_net, double gpu_mem) {
     Config c = *base;
-    c.dp = L->dp; c.tp = L->tp; c.pp = L->pp; c.batch_size = L->B; c.recompute = L->recompute; c.zero = L->zero;
+    c.dp = L->dp; c.tp = L->tp; c.pp = L->pp; c.cp = L->cp; c.batch_size = L->B; c.recompute = L->recompute; c.zero = L->zero;
     c.total_batch_tokens = L->m * L->B * c.seq_len * L->dp;
     Comm grid;
     comm_init_one(&grid);
-    grid.world_size = L->dp * L->tp * L->pp; grid.dp = L->dp; grid.tp = L->tp; grid.pp = L->pp;
+    grid.world_size = L->dp * L->tp * L->pp * L->cp; grid.dp = L->dp; grid.tp = L->tp; grid.pp = L->pp; grid.cp = L->cp;
     Schedule s;
     trainer_schedule(&s, &c, mc, &grid, be);
     double most = 0, layer_f, head_f, heaviest = 0;
@@ -150,20 +156,26 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
     double peak = be->act == DTYPE_FP32 ? H200_FP32_PEAK : H200_BF16_PEAK;
     double s_per_flop = prof->have ? prof->compute_ms / 1e3 / (prof->tokens * model_flops_per_token(mc))
                                    : 1.0 / (peak * NO_PROFILE_MFU);
-    double micro = tokens * heaviest * s_per_flop / L->tp;
+    double micro = tokens * heaviest * s_per_flop / L->tp / L->cp;   /* cp: each rank 1/cp of every sequence, balanced */
     double compute = micro * L->m;
     double bubble_frac = schedule_bubble_formula(&s);
     double pipeline = compute / (1 - bubble_frac);
     /* communication: tp inside a node, dp and pp across nodes when the job spans several */
-    int multi = L->dp * L->tp * L->pp > gpus_per_node;
-    double act_bytes = tokens * mc->dim * dtype_size(be->act);
+    int multi = L->dp * L->tp * L->pp * L->cp > gpus_per_node;
+    double act_bytes = tokens / L->cp * mc->dim * dtype_size(be->act);   /* a rank's share of the micro-batch */
     double tp_s = L->tp > 1 ? 4.0 * heaviest_layers * L->m * act_bytes * 2.0 * (L->tp - 1) / L->tp / (link_node * 1e9) : 0;
+    /* cp: a layer gathers the sequence's K/V (act dtype) in the forward, again in the backward and in a recompute, and
+     * reduce-scatters dK/dV in fp32; a rank moves (cp-1)/cp of each; inside a node while tp x cp fits one */
+    double kv = tokens * 2.0 * mc->n_kv_heads / L->tp * (mc->dim / mc->n_heads), gathers = L->recompute ? 3 : 2;
+    double cp_bw = L->tp * L->cp <= gpus_per_node ? link_node : link_net;
+    double cp_s = L->cp > 1 ? heaviest_layers * L->m * kv * (gathers * dtype_size(be->act) + 4.0) * (L->cp - 1) / L->cp / (cp_bw * 1e9) : 0;
     double params_rank = model_count_params(mc) / (double)(L->pp * L->tp);
+    int D = L->dp * L->cp;   /* the ranks holding the same weights: gradients reduced, ZeRO sharded over them */
     double dp_bw = multi ? link_net : link_node;
-    double dp_total = L->dp > 1 ? params_rank * 4 * 2.0 * (L->dp - 1) / L->dp / (dp_bw * 1e9) : 0;
-    double last_bucket = L->dp > 1 ? fmin(dp_total, c.bucket_mb * 1048576 * 2.0 / (dp_bw * 1e9)) : 0;
+    double dp_total = D > 1 ? params_rank * 4 * 2.0 * (D - 1) / D / (dp_bw * 1e9) : 0;
+    double last_bucket = D > 1 ? fmin(dp_total, c.bucket_mb * 1048576 * 2.0 / (dp_bw * 1e9)) : 0;
     double dp_exposed = fmax(last_bucket, dp_total - micro * 2.0 / 3.0);   /* hidden behind the last backward */
-    double weights_once = L->dp > 1 ? params_rank * dtype_size(be->act) * (L->dp - 1.0) / L->dp / (dp_bw * 1e9) : 0;
+    double weights_once = D > 1 ? params_rank * dtype_size(be->act) * (D - 1.0) / D / (dp_bw * 1e9) : 0;
     double unit = 1.0 / (heaviest_layers + 2);   /* one unit's share of the stage's parameters, roughly */
     if (L->zero >= 2) {   /* a reduce-scatter (half an all-reduce) every micro-batch, behind every backward but the last unit's */
         dp_total = L->m * dp_total / 2;
@@ -175,13 +187,13 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
         dp_exposed += weights_once;
     double gather = L->zero == 3 ? 2.0 * L->m * weights_once : L->zero ? weights_once : 0;   /* all the weights' gathers, hidden or not */
     double pp_s = L->pp > 1 ? 2.0 * L->m * act_bytes / ((multi ? link_net : link_node) * 1e9) : 0;
-    double opt = prof->have ? prof->optimizer_ms / 1e3 * params_rank / prof->params / (L->zero ? L->dp : 1) : 0;
+    double opt = prof->have ? prof->optimizer_ms / 1e3 * params_rank / prof->params / (L->zero ? D : 1) : 0;
     double host = prof->have ? prof->host_ms / 1e3 : 0;
-    double step = pipeline + tp_s + dp_exposed + pp_s + opt + host;
+    double step = pipeline + tp_s + cp_s + dp_exposed + pp_s + opt + host;
     L->step_ms = step * 1e3;
     L->tokens_per_s = L->m * tokens * L->dp / step;
-    L->comm_ms = (tp_s + dp_exposed + pp_s) * 1e3;
-    L->comm_total_ms = (tp_s + dp_total + gather + pp_s) * 1e3;   /* the dp reduction's hidden part included */
+    L->comm_ms = (tp_s + cp_s + dp_exposed + pp_s) * 1e3;
+    L->comm_total_ms = (tp_s + cp_s + dp_total + gather + pp_s) * 1e3;   /* the dp reduction's hidden part included */
     L->bubble = bubble_frac;
     schedule_free(&s);
 }
@@ -207,7 +219,7 @@ static int by_level(const void *a, const void *b) {
 static const char *usage =
     "usage: build/train plan --preset=P --gpus=N [--device=cuda --precision=bf16] [--gpu_mem_gib=80] [--gpus_per_node=8] [--link=nvlink|pcie|ib|eth|GBPS]\n"
     "                        [--net=ib|eth|GBPS] [--profile=PROFILE.json] [--out=PLAN.json] [--top=15] [config keys]\n"
-    "  every dp x tp x pp x micro-batch x recompute x zero layout of N GPUs: memory per rank (the memory plan\n"
+    "  every dp x tp x pp (x cp from seq_len 8192) x micro-batch x recompute x zero layout of N GPUs: memory per rank (the memory plan\n"
     "  training allocates from) and predicted step time; ranked, each with why. A profile comes from a\n"
     "  one-GPU run with --profile_out=PATH; without one, compute is estimated from FLOPs. It plans for GPUs,\n"
     "  device=cuda precision=bf16, unless --device, --precision or a --config file say otherwise. The fastest\n"
@@ -258,21 +270,23 @@ int plan_main(int argc, char **argv) {
     Layout *all = callocCheck(8192, sizeof(Layout));
     int count = 0;
     for (int tp = 1; tp <= gpus && tp <= per_node; tp *= 2)
-        for (int pp = 1; tp * pp <= gpus && pp <= mc.n_layers; pp++) {
-            if (gpus % (tp * pp) || !divides_model(&mc, tp)) continue;
-            int dp = gpus / (tp * pp);
+        for (int pp = 1; tp * pp <= gpus && pp <= mc.n_layers; pp++)
+        for (int cp = 1; tp * pp * cp <= gpus; cp *= 2) {   /* cp: only for long sequences it can cut in 2*cp chunks */
+            if (cp > 1 && (c.seq_len < PLAN_CP_MIN_T || c.seq_len % (2 * cp))) break;
+            if (gpus % (tp * pp * cp) || !divides_model(&mc, tp)) continue;
+            int dp = gpus / (tp * pp * cp);
             for (int B = 1; B <= c.batch_size * 4 && B <= 64; B *= 2) {
                 long per = (long)B * c.seq_len * dp;
                 if (global % per) continue;
                 int m = (int)(global / per);
                 if (m < pp || m > 4096) continue;
                 for (int r = 0; r < 3; r++)
-                    for (int z = 0; z <= (dp > 1 ? 3 : 0); z++) {
+                    for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) {
                         if (count == 8192) break;
                         if (z >= 2 && (c.tie_embeddings || c.grad_reduce_dtype == GRAD_REDUCE_BF16)) continue;   /* refused: config.c */
                         if (z == 3 && c.compute_weights == COMPUTE_WEIGHTS_PER_LAYER) continue;
                         Layout *L = &all[count++];
-                        *L = (Layout){.dp = dp, .tp = tp, .pp = pp, .B = B, .m = m, .recompute = r, .zero = z};
+                        *L = (Layout){.dp = dp, .tp = tp, .pp = pp, .cp = cp, .B = B, .m = m, .recompute = r, .zero = z};
                         predict(L, &c, &mc, &planned, &prof, per_node, link_node, link_net, mem_gib * 1073741824.0);
                     }
             }
@@ -284,7 +298,8 @@ int plan_main(int argc, char **argv) {
         all[i].level = 2;
         int first_grid = 1, first_mix = 1;
         for (int j = 0; j < i; j++) {
-            if (all[j].fits != all[i].fits || all[j].dp != all[i].dp || all[j].tp != all[i].tp || all[j].pp != all[i].pp) continue;
+            if (all[j].fits != all[i].fits || all[j].dp != all[i].dp || all[j].tp != all[i].tp || all[j].pp != all[i].pp ||
+                all[j].cp != all[i].cp) continue;
             first_grid = 0;
             if (all[j].zero == all[i].zero && all[j].recompute == all[i].recompute) first_mix = 0;
         }
@@ -299,13 +314,15 @@ int plan_main(int argc, char **argv) {
         Layout *L = &all[i];
         int plain_fits = 1;   /* the same layout without ZeRO */
         for (int k = 0; k < count; k++)
-            if (all[k].zero == 0 && all[k].dp == L->dp && all[k].tp == L->tp && all[k].pp == L->pp && all[k].B == L->B &&
+            if (all[k].zero == 0 && all[k].dp == L->dp && all[k].tp == L->tp && all[k].pp == L->pp && all[k].cp == L->cp && all[k].B == L->B &&
                 all[k].recompute == L->recompute) plain_fits = all[k].fits;
         if (!L->fits) snprintf(L->why, sizeof L->why, "does not fit: %.1f GiB > %.0f GiB", L->mem_gib, mem_gib);
         else if (L->zero >= 2 && !plain_fits)
-            snprintf(L->why, sizeof L->why, "ZeRO-%d: fits only with %s sharded over dp=%d%s", L->zero,
-                     L->zero == 3 ? "weights, gradients and optimizer state" : "gradients and optimizer state", L->dp,
-                     L->zero == 3 ? "; each unit gathered a unit ahead, twice a micro-batch" : "");
+            snprintf(L->why, sizeof L->why, "ZeRO-%d: fits only with %s sharded over dp%s=%d%s", L->zero,
+                     L->zero == 3 ? "weights, gradients and optimizer state" : "gradients and optimizer state", L->cp > 1 ? " x cp" : "",
+                     L->dp * L->cp, L->zero == 3 ? "; each unit gathered a unit ahead, twice a micro-batch" : "");
+        else if (L->cp > 1)
+            snprintf(L->why, sizeof L->why, "context parallel: each rank 1/%d of every sequence's activations, K/V gathered every layer", L->cp);
         else if (L->tp == 1 && L->pp == 1) snprintf(L->why, sizeof L->why, "the model fits one GPU: data parallel, the least communication");
         else if (one_gpu) snprintf(L->why, sizeof L->why, "fits, but the model fits one GPU: splitting it only adds communication%s",
                                    L->pp > 1 ? " and a bubble" : "");
@@ -322,15 +339,16 @@ int plan_main(int argc, char **argv) {
     else printf("plan | compute estimated from FLOPs at %.0f%% of an H200's dense %s peak, %.0f TFLOP/s (no --profile%s)\n", 100 * NO_PROFILE_MFU,
                 c.precision == PRECISION_FP32 ? "fp32" : "bf16", (c.precision == PRECISION_FP32 ? H200_FP32_PEAK : H200_BF16_PEAK) / 1e12,
                 c.precision == PRECISION_FP8 ? "; fp8 counted at bf16's rate: measured 1.03-1.11x bf16, docs/performance.md" : "");
-    printf("plan | first the fastest of each dp x tp x pp, then each zero/recompute mix, then other micro-batch sizes (#: rank by speed);\n"
-           "       comm: exposed (in the step's time) / total (busy, the part hidden behind the backward included)\n");
-    printf("  #  dp tp pp   B    m recomp zero  mem/rank   step ms    tokens/s  comm exposed/total ms  bubble  why\n");
+    printf("plan | first the fastest of each dp x tp x pp x cp, then each zero/recompute mix, then other micro-batch sizes (#: rank by speed);\n"
+           "       comm: exposed (in the step's time) / total (busy, the part hidden behind the backward included)%s\n",
+           c.seq_len >= PLAN_CP_MIN_T ? "" : "; no cp: seq_len under 8192");
+    printf("  #  dp tp pp cp   B    m recomp zero  mem/rank   step ms    tokens/s  comm exposed/total ms  bubble  why\n");
     Layout *shown_order = mallocCheck((size_t)count * sizeof(Layout));
     memcpy(shown_order, all, (size_t)count * sizeof(Layout));
     qsort(shown_order, count, sizeof(Layout), by_level);
     for (int i = 0; i < count && i < top; i++) {
         Layout *L = &shown_order[i];
-        printf("%3d %3d %2d %2d %3d %4d %6s %4d %7.2f GiB %9.1f %11.0f %9.1f / %-9.1f %6.1f%%  %s\n", L->rank, L->dp, L->tp, L->pp, L->B,
+        printf("%3d %3d %2d %2d %2d %3d %4d %6s %4d %7.2f GiB %9.1f %11.0f %9.1f / %-9.1f %6.1f%%  %s\n", L->rank, L->dp, L->tp, L->pp, L->cp, L->B,
                L->m, rname[L->recompute], L->zero, L->mem_gib, L->step_ms, L->tokens_per_s, L->comm_ms, L->comm_total_ms, 100 * L->bubble,
                L->why);
     }
@@ -341,10 +359,10 @@ int plan_main(int argc, char **argv) {
         fprintf(f, "{\"gpus\": %d, \"gpu_mem_gib\": %g, \"global_tokens\": %ld, \"layouts\": [\n", gpus, mem_gib, global);
         for (int i = 0; i < count; i++) {
             const Layout *L = &all[i];
-            fprintf(f, "  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"batch_size\": %d, \"micro_batches\": %d, \"recompute\": %d, \"zero\": %d, "
+            fprintf(f, "  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"batch_size\": %d, \"micro_batches\": %d, \"recompute\": %d, \"zero\": %d, "
                        "\"memory_bytes\": %.0f, \"fits\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.0f, \"comm_exposed_ms\": %.3f, "
                        "\"comm_total_ms\": %.3f, \"bubble\": %.4f}%s\n",
-                    L->dp, L->tp, L->pp, L->B, L->m, L->recompute, L->zero, L->mem_gib * 1073741824.0, L->fits, L->step_ms, L->tokens_per_s,
+                    L->dp, L->tp, L->pp, L->cp, L->B, L->m, L->recompute, L->zero, L->mem_gib * 1073741824.0, L->fits, L->step_ms, L->tokens_per_s,
                     L->comm_ms, L->comm_total_ms, L->bubble, i + 1 < count ? "," : "");
         }
         fprintf(f, "]}\n");
@@ -355,9 +373,9 @@ int plan_main(int argc, char **argv) {
         Layout best = all[0];
         for (int i = 1; i < count; i++) if (all[i].mem_gib < best.mem_gib) best = all[i];
         free(all);
-        die("plan: no layout of %d GPUs fits %.0f GiB a GPU; the closest, dp=%d tp=%d pp=%d B=%d recompute=%s zero=%d, needs %.1f GiB "
+        die("plan: no layout of %d GPUs fits %.0f GiB a GPU; the closest, dp=%d tp=%d pp=%d cp=%d B=%d recompute=%s zero=%d, needs %.1f GiB "
             "(%.1f GiB over)\n  hint: more GPUs, GPUs with more memory, optimizer=adamw8bit, or a smaller model",
-            gpus, mem_gib, best.dp, best.tp, best.pp, best.B, rname[best.recompute], best.zero, best.mem_gib, best.mem_gib - mem_gib);
+            gpus, mem_gib, best.dp, best.tp, best.pp, best.cp, best.B, rname[best.recompute], best.zero, best.mem_gib, best.mem_gib - mem_gib);
     }
     free(all);
     return 0;

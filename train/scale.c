@@ -111,7 +111,7 @@ static void draw(const char *script, const char *out) {
 
 static const char *usage =
     "usage: build/train scale --ranks=1,2,4,8 [--mode=weak|strong] [--steps=5] [--warmup=2] [--out=runs/scale] [config keys]\n"
-    "  runs the same job on each number of ranks (dp = ranks / (tp*pp)), through mpirun, and prints speedup,\n"
+    "  runs the same job on each number of ranks (dp = ranks / (tp*pp*cp)), through mpirun, and prints speedup,\n"
     "  efficiency, where the time went and why; writes OUT/scale.json and OUT/scale.png (gnuplot).\n"
     "  weak: every rank keeps its batch (the global batch grows); strong: the global batch stays.\n"
     "  OUT keeps one scale run: a folder that already holds one's results is refused; give another --out.\n"
@@ -149,10 +149,12 @@ int scale_main(int argc, char **argv) {
     if (steps < 1 || warmup < 0 || steps + warmup > MAX_STEPS) die("scale: --steps (1..) and --warmup (0..) must add up to at most %d", MAX_STEPS);
     Config c;
     config_parse_args(&c, n, rest);
-    int mp = c.tp * c.pp, gpus = c.device == DEVICE_CUDA ? backend_cuda_device_count() : 0;
+    int mp = c.tp * c.pp * c.cp, gpus = c.device == DEVICE_CUDA ? backend_cuda_device_count() : 0;   /* the ranks of one replica */
     long base = c.total_batch_tokens ? c.total_batch_tokens / c.dp : (long)c.batch_size * c.seq_len;   /* per data-parallel rank */
     int most = 0;
     for (int i = 0; i < n_sizes; i++) {
+        if (sizes[i] % mp && c.cp > 1)
+            die("scale: %d ranks do not divide into replicas of tp*pp*cp = %d*%d*%d ranks", sizes[i], c.tp, c.pp, c.cp);
         if (sizes[i] % mp) die("scale: %d ranks do not divide into tp*pp = %d*%d model replicas", sizes[i], c.tp, c.pp);
         const char *sw = getenv(LAUNCH_HOSTS_ON_ONE_GPU_ENV);   /* test hosts on one GPU (comm/launch.h): any number */
         if (c.device == DEVICE_CUDA && c.comm_backend == COMM_NCCL && sizes[i] > gpus && !(sw && !strcmp(sw, "1")))

@@ -28,14 +28,14 @@ static double median_of(const StepSplit *all, int n, const int *key, int me, dou
     return m % 2 ? scratch[m / 2] : 0.5 * (scratch[m / 2 - 1] + scratch[m / 2]);
 }
 
-void straggler_find(StepStats *s, const StepSplit *all, int n, int pp, int tp, double pct) {
+void straggler_find(StepStats *s, const StepSplit *all, int n, int pp, int inner, double pct) {
     s->straggler_rank = -1;
     s->stragglers = 0;
     if (pct <= 0 || n < 2) return;
     int *key = malloc(n * sizeof(int));
     double *scratch = malloc(n * sizeof(double)), *median = malloc(n * sizeof(double));
     if (!key || !scratch || !median) die("out of host memory for the straggler check");
-    for (int r = 0; r < n; r++) key[r] = n / pp > 1 ? (r / tp) % pp : 0;   /* the same pipeline stage, if it has company */
+    for (int r = 0; r < n; r++) key[r] = n / pp > 1 ? (r / inner) % pp : 0;   /* the same pipeline stage, if it has company */
     double worst = 0;
     for (int r = 0; r < n; r++) {
         median[r] = median_of(all, n, key, r, scratch);

@@ -11,6 +11,7 @@
 #include "../comm/launch.h"
 #include "../comm/flight.h"
 #include "../comm/watchdog.h"
+#include "../model/context.h"
 #include <errno.h>
 #include <libgen.h>
 #include <math.h>
@@ -94,7 +95,7 @@ void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const
     }
     schedule_build(s, layout.pp_schedule, p, config_grad_accum_steps(c), v, steps);
     free(steps);
-    int zero = comm->dp > 1 ? c->zero : 0;
+    int zero = c->dp * c->cp > 1 ? c->zero : 0;   /* ZeRO shards over dp x cp */
     for (int st = 0; st < p; st++) {   /* where each stage's buckets start reducing (zero=2/3: and its units gather) */
         ModelPart part = partition_part(mc, &layout, st, comm->tp_rank);
         Model plan;
@@ -124,9 +125,11 @@ ModelPart trainer_part(const Config *c, const ModelConfig *mc, const Schedule *s
     ModelPart part = partition_part(mc, &layout, stage, tp_rank);
     part.n_slots = s->slots[stage];
     if (c->pp > 1 && part.n_slots < 2) part.n_slots = 2;   /* evaluation receives the next micro-batch while sending the last */
-    part.master_in_shard = c->zero && c->dp > 1 && act != DTYPE_FP32 && c->zero < 3;
-    part.grads_elsewhere = c->zero >= 2 && c->dp > 1;
-    part.weights_elsewhere = c->zero == 3 && c->dp > 1;
+    int replicas = c->dp * c->cp;   /* ranks holding the same weights: ZeRO shards over dp x cp */
+    part.master_in_shard = c->zero && replicas > 1 && act != DTYPE_FP32 && c->zero < 3;
+    part.grads_elsewhere = c->zero >= 2 && replicas > 1;
+    part.weights_elsewhere = c->zero == 3 && replicas > 1;
+    part.cp = c->cp;   /* cp_rank: the caller's (the same sizes on every cp rank) */
     part.weights_per_layer = c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && act != DTYPE_FP32;
     part.fp8 = c->precision == PRECISION_FP8;
     part.split_backward = s->split;   /* zb1: what W reads is kept from each B to its W */
@@ -219,7 +222,7 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     launch_init(NULL, NULL);
     launch_errors_rank0_only(1);   /* what follows fails alike on every rank: rank 0 says it */
     trainer_check_outputs(c);
-    comm_init(&tr->comm, c->dp, c->pp, c->tp, c->comm_backend, c->device == DEVICE_CUDA);
+    comm_init(&tr->comm, c->dp, c->pp, c->cp, c->tp, c->comm_backend, c->device == DEVICE_CUDA);
     tr->comm.timeout_s = c->comm_timeout_s * WATCHDOG_FIRST_FACTOR;   /* start-up and the first step; trainer_step sets the rest */
     watchdog_start(&tr->comm, c->run_dir);
     DType act = config_act_dtype(c->precision);
@@ -249,10 +252,14 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     tr->layout = trainer_layout(&tr->cfg);
     build_schedule(tr);
     ModelPart part = trainer_part(c, &tr->model_cfg, &tr->schedule, tr->comm.pp_rank, tr->comm.tp_rank, act);
-    int zero = c->zero && tr->comm.dp > 1;
+    part.cp_rank = tr->comm.cp_rank;
+    int zero = c->zero && c->dp * c->cp > 1;
+    if (c->cp > 1 && !tr->be->attention_forward_at)
+        die("cp=%d runs attention on a chunk of queries at an offset against the gathered K/V, and the %s backend has no such kernel "
+            "yet\n  hint: use --cp=1 on this device, or --device=cpu", c->cp, tr->be->name);
     tr->memory = memory_plan(c, &tr->model_cfg, tr->be, &tr->comm, &part, c->recompute, c->optimizer, c->compute_weights, c->batch_size);
     memory_check_fits(&tr->memory, c, &tr->model_cfg, tr->be, &tr->comm, &part);   /* before allocating: say what would fit */
-    model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, &part, c->batch_size, c->seq_len, c->recompute);
+    model_create(&tr->model, &tr->model_cfg, tr->be, &tr->comm, &part, c->batch_size, c->seq_len / c->cp, c->recompute);   /* cp: my share */
     OptimizerCut cut = {&tr->model, &tr->cfg};
     DdpOptions ddp = {c->bucket_mb, c->zero, c->grad_reduce_dtype == GRAD_REDUCE_BF16, optimizer_cut_rule, &cut};
     ddp_create(&tr->ddp, &tr->model, &tr->comm, &ddp);
@@ -322,8 +329,8 @@ void trainer_init(Trainer *tr, const Config *cfg) {
 void trainer_sample(Trainer *tr) {
     const Config *c = &tr->cfg;
     if (!tr->tokenizer || tr->comm.rank != 0) return;
-    if (c->tp > 1 || c->pp > 1 || tr->ddp.zero == 3) {   /* rank 0 holds only part of the model */
-        printf("sample | skipped: with tp or pp > 1 or zero=3 no rank holds the whole model; "
+    if (c->tp > 1 || c->pp > 1 || c->cp > 1 || tr->ddp.zero == 3) {   /* rank 0 holds only part of the model, or of the sequence */
+        printf("sample | skipped: with tp, pp or cp > 1 or zero=3 no rank holds the whole model and sequence; "
                "after training, `build/train sample --model=%s` samples from the checkpoint\n", c->run_dir);
         return;
     }
@@ -407,7 +414,9 @@ StepStats trainer_step(Trainer *tr) {
     s.split.data = now_seconds() - t0;
     long valid = 0;
     for (size_t i = 0; i < (size_t)tr->accum * BT; i++) valid += tr->targets[i] != IGNORE_INDEX;
-    double total_valid = comm_sum(&tr->comm, GROUP_DP, (double)valid);
+    double total_valid = comm_sum(&tr->comm, GROUP_DP, (double)valid);   /* counted on whole sequences: every cp rank has them */
+    context_slice_tokens(tr->ids, tr->accum, B, T, c->cp, tr->comm.cp_rank);   /* cp: my chunks of each sequence (model/context.h) */
+    context_slice_tokens(tr->targets, tr->accum, B, T, c->cp, tr->comm.cp_rank);
     float dloss = total_valid > 0 ? (float)(tr->loss_scale / total_valid) : 0.0f;   /* gradients come out x loss_scale */
     if (fault_now(tr, FAULT_NAN)) dloss = NAN;
     if (fault_now(tr, FAULT_EXIT)) { fprintf(stderr, "fault: rank %d exits at step %d\n", tr->comm.rank, tr->step + 1); _exit(3); }
@@ -417,8 +426,9 @@ StepStats trainer_step(Trainer *tr) {
     }
 
     model_zero_grads(m);
-    double loss_sum = executor_run(&tr->exec, tr->schedule.list[stage], tr->schedule.n[stage], tr->ids, tr->targets, B, T, dloss);
+    double loss_sum = executor_run(&tr->exec, tr->schedule.list[stage], tr->schedule.n[stage], tr->ids, tr->targets, B, T / c->cp, dloss);
     loss_sum = comm_sum(&tr->comm, GROUP_PP, loss_sum);   /* the last stage computed it */
+    loss_sum = comm_sum(&tr->comm, GROUP_CP, loss_sum);   /* each cp rank its tokens' */
     loss_sum = comm_sum(&tr->comm, GROUP_DP, loss_sum);
     tr->be->synchronize();
     tr->step++;
@@ -456,7 +466,7 @@ StepStats trainer_step(Trainer *tr) {
         }
         s.slowest = all[s.slowest_rank];
         s.reported = 1;
-        straggler_find(&s, all, n, c->pp, c->tp, c->straggler_pct);
+        straggler_find(&s, all, n, c->pp, c->tp * c->cp, c->straggler_pct);   /* a stage's ranks: tp x cp apart */
         free(all);
     }
     return s;
@@ -489,13 +499,16 @@ double trainer_eval(Trainer *tr) {
             else for (int t = 0; t < T; t++) { in[t] = 0; out[t] = IGNORE_INDEX; }
             for (int t = 0; t < T; t++) count += out[t] != IGNORE_INDEX;
         }
+    context_slice_tokens(ids, mine, B, T, c->cp, tr->comm.cp_rank);   /* counted above on whole sequences */
+    context_slice_tokens(targets, mine, B, T, c->cp, tr->comm.cp_rank);
     Schedule ev;
     eval_schedule(&ev, tr, mine);
     if (ev.slots[tr->comm.pp_rank] > tr->model.part.n_slots) die("internal: evaluation needs %d activation slots", ev.slots[tr->comm.pp_rank]);
-    double sum = executor_run(&tr->exec, ev.list[tr->comm.pp_rank], ev.n[tr->comm.pp_rank], ids, targets, B, T, 0.0f);
+    double sum = executor_run(&tr->exec, ev.list[tr->comm.pp_rank], ev.n[tr->comm.pp_rank], ids, targets, B, T / c->cp, 0.0f);
     schedule_free(&ev);
     free(ids); free(targets);
     sum = comm_sum(&tr->comm, GROUP_PP, sum);
+    sum = comm_sum(&tr->comm, GROUP_CP, sum);
     sum = comm_sum(&tr->comm, GROUP_DP, sum);
     count = comm_sum(&tr->comm, GROUP_DP, count);
     return count > 0 ? sum / count : NAN;

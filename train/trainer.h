@@ -138,7 +138,7 @@ void trainer_log_step(Trainer *tr, const StepStats *s);
 int trainer_log_flush(Trainer *tr);
 /* Checks the run's outputs before any work (run_dir, profile_out): dies naming the key. */
 void trainer_check_outputs(const Config *c);
-/* train/straggler.c: from every rank's split (n ranks, pp stages, tp), the
- * straggler of s over pct percent; its log line (nothing when there is none). */
-void straggler_find(StepStats *s, const StepSplit *all, int n, int pp, int tp, double pct);
+/* train/straggler.c: from every rank's split (n ranks, pp stages, a stage's ranks in runs of
+ * inner = tp x cp), the straggler of s over pct percent; its log line (nothing when there is none). */
+void straggler_find(StepStats *s, const StepSplit *all, int n, int pp, int inner, double pct);
 void straggler_print(const StepStats *s, double pct, FILE *out);

@@ -25,7 +25,14 @@
  * computes Dsum = rowwise dout . out for its queries in its prologue (out staged
  * beside dout) and stores it for the dk/dv kernel: no separate pass over dout
  * and out (0.048 ms at l124m). Rows and keys past T
- * are zero-filled and masked, so any T works. */
+ * are zero-filled and masked, so any T works.
+ *
+ * The same kernels run the offset form of kernels/attention.h (context
+ * parallelism): FaShape says where the rows are — Tq queries of qkv at
+ * positions q0.., keys and values in a buffer of their own (qkv itself for the
+ * whole sequence) — and the dk/dv kernel ADDS into an fp32 dkv instead of
+ * storing into dqkv. Positions in the masks are global, rows in memory local;
+ * the whole-sequence form is q0 = 0, Tq = Tk = T, kv = qkv. */
 #include "common.cuh"
 #include "tensor_core.cuh"
 #include <math.h>
@@ -117,25 +124,35 @@ template <typename T> __device__ __forceinline__ void load_rows_async(T *dst, co
     }
 }
 
+/* Where a kernel's rows are: Tq queries (rows of qkv, q part) at positions q0 .. q0+Tq-1, keys 0 .. Tk-1 in rows of
+ * kv_stride elements (k of KV head 0 at column k_col, v at v_col); keys from q0+Tq on are never read (the end) */
+struct FaShape {
+    int Tq, q0, Tk;
+    size_t kv_stride;
+    int k_col, v_col;
+    __host__ __device__ int end() const { return q0 + Tq; }
+};
+
 /* ---- forward ---------------------------------------------------------------------- */
-/* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD); block = 16*NW queries of one (b, h);
- * grid (B*NH, query tiles), the last (longest) query tile first */
-template <typename T, int NW> __global__ void __launch_bounds__(NW * 32) flash_forward_kernel(T *out, float *lse, const T *qkv, int T_,
-                                                                                          int NH, int NKV, float scale) {
+/* out (B,Tq,NH*HD), lse (B,NH,Tq) from the queries of qkv (B,Tq,(NH+2*NKV)*HD) and the keys of kv (FaShape);
+ * block = 16*NW queries of one (b, h); grid (B*NH, query tiles), the last (longest) query tile first */
+template <typename T, int NW> __global__ void __launch_bounds__(NW * 32) flash_forward_kernel(T *out, float *lse, const T *qkv, const T *kv,
+                                                                                          FaShape sh, int NH, int NKV, float scale) {
     constexpr int BQ = 16 * NW;
     static_assert(BQ <= 2 * FA_BN, "q is staged in stage 1 (two tiles)");
     __shared__ __align__(128) T sm[4 * FA_TILE];   /* K, V of stage 0, K, V of stage 1; q first passes through stage 1 */
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
+    int lq0 = (gridDim.y - 1 - blockIdx.y) * BQ, q0 = sh.q0 + lq0, end = sh.end();   /* local row, global position */
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     size_t QKV = (size_t)(NH + 2 * NKV) * FA_HD;
-    const T *base = qkv + (size_t)b * T_ * QKV, *Kg = base + (NH + kvh) * FA_HD, *Vg = base + (NH + NKV + kvh) * FA_HD;
+    const T *base = qkv + (size_t)b * sh.Tq * QKV, *kbase = kv + (size_t)b * sh.Tk * sh.kv_stride;
+    const T *Kg = kbase + sh.k_col + kvh * FA_HD, *Vg = kbase + sh.v_col + kvh * FA_HD;
     float sl2 = scale * LOG2E;
-    int nk = (min(q0 + BQ, T_) + FA_BN - 1) / FA_BN;   /* key tiles this block sees */
-    load_rows_async<T>(sm + 2 * FA_TILE, base + h * FA_HD, q0, BQ, T_, QKV);
+    int nk = (min(q0 + BQ, end) + FA_BN - 1) / FA_BN;   /* key tiles this block sees */
+    load_rows_async<T>(sm + 2 * FA_TILE, base + h * FA_HD, lq0, BQ, sh.Tq, QKV);
     cp_commit();
-    load_rows_async<T>(sm, Kg, 0, FA_BN, T_, QKV);
-    load_rows_async<T>(sm + FA_TILE, Vg, 0, FA_BN, T_, QKV);
+    load_rows_async<T>(sm, Kg, 0, FA_BN, end, sh.kv_stride);
+    load_rows_async<T>(sm + FA_TILE, Vg, 0, FA_BN, end, sh.kv_stride);
     cp_commit();
     cp_wait<1>();
     __syncthreads();
@@ -149,8 +166,8 @@ template <typename T, int NW> __global__ void __launch_bounds__(NW * 32) flash_f
         int k0 = j * FA_BN;
         if (j + 1 < nk) {   /* prefetch tile j+1 into the other stage (freed by the barrier closing iteration j-1) */
             T *st = sm + ((j + 1) & 1) * 2 * FA_TILE;
-            load_rows_async<T>(st, Kg, k0 + FA_BN, FA_BN, T_, QKV);
-            load_rows_async<T>(st + FA_TILE, Vg, k0 + FA_BN, FA_BN, T_, QKV);
+            load_rows_async<T>(st, Kg, k0 + FA_BN, FA_BN, end, sh.kv_stride);
+            load_rows_async<T>(st + FA_TILE, Vg, k0 + FA_BN, FA_BN, end, sh.kv_stride);
         }
         cp_commit();
         cp_wait<1>();
@@ -159,13 +176,13 @@ template <typename T, int NW> __global__ void __launch_bounds__(NW * 32) flash_f
         if (k0 <= r0 + 15) {   /* else every key of the tile is after every row of this warp */
             float s[8][4] = {};
             rows_times_tile<T, 8>(s, qa, Ks);
-            if (k0 + FA_BN - 1 > r0 || k0 + FA_BN > T_) {   /* the tile crosses the diagonal or the end: mask */
+            if (k0 + FA_BN - 1 > r0 || k0 + FA_BN > end) {   /* the tile crosses the diagonal or the end: mask */
 #pragma unroll
                 for (int nt = 0; nt < 8; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         int col = k0 + nt * 8 + 2 * t + (e & 1);
-                        if (col > row[e / 2] || col >= T_) s[nt][e] = -INFINITY;
+                        if (col > row[e / 2] || col >= end) s[nt][e] = -INFINITY;
                     }
             }
             float mx[2] = {m[0], m[1]}, corr[2], ms[2], sum[2] = {0, 0};
@@ -200,35 +217,39 @@ template <typename T, int NW> __global__ void __launch_bounds__(NW * 32) flash_f
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        if (row[r] >= T_) continue;
-        T *y = out + ((size_t)b * T_ + row[r]) * NH * FA_HD + h * FA_HD;
+        if (row[r] >= end) continue;
+        int lr = row[r] - sh.q0;   /* the local row */
+        T *y = out + ((size_t)b * sh.Tq + lr) * NH * FA_HD + h * FA_HD;
         float inv = 1.0f / l[r];
 #pragma unroll
         for (int nt = 0; nt < FA_HD / 8; nt++)
             *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[nt][2 * r] * inv, o[nt][2 * r + 1] * inv);
-        if (t == 0) lse[((size_t)b * NH + h) * T_ + row[r]] = m[r] * scale + logf(l[r]);
+        if (t == 0) lse[((size_t)b * NH + h) * sh.Tq + lr] = m[r] * scale + logf(l[r]);
     }
 }
 
 /* ---- backward --------------------------------------------------------------------- */
-/* dq part of dqkv: block = 16*NW queries of one (b, h), key tiles 0..the diagonal; grid (B*NH, query tiles), longest first */
+/* dq part of dqkv (B,Tq,QKV): block = 16*NW queries of one (b, h), key tiles 0..the diagonal; grid (B*NH, query tiles),
+ * longest first */
 template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_bounds__(NW * 32, MINB) flash_backward_dq_kernel(T *dqkv, const T *dout, const T *qkv,
-                                                                                              const T *out, const float *lse, float *Dsum,
-                                                                                              int T_, int NH, int NKV, float scale) {
+                                                                                              const T *kv, const T *out, const float *lse,
+                                                                                              float *Dsum, FaShape sh, int NH, int NKV,
+                                                                                              float scale) {
     constexpr int BQ = 16 * NW;
     static_assert(BQ <= FA_BN, "q, out and dout are staged in tiles 0, 1 and 2");
     __shared__ __align__(128) T sm[4 * FA_TILE];   /* K, V of stage 0, K, V of stage 1; q, out and dout first pass through */
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
+    int lq0 = (gridDim.y - 1 - blockIdx.y) * BQ, q0 = sh.q0 + lq0, end = sh.end(), Tq = sh.Tq;   /* local row, global position */
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     size_t QKV = (size_t)(NH + 2 * NKV) * FA_HD;
-    const T *base = qkv + (size_t)b * T_ * QKV, *Kg = base + (NH + kvh) * FA_HD, *Vg = base + (NH + NKV + kvh) * FA_HD;
+    const T *base = qkv + (size_t)b * Tq * QKV, *kbase = kv + (size_t)b * sh.Tk * sh.kv_stride;
+    const T *Kg = kbase + sh.k_col + kvh * FA_HD, *Vg = kbase + sh.v_col + kvh * FA_HD;
     float sl2 = scale * LOG2E;
-    int nk = (min(q0 + BQ, T_) + FA_BN - 1) / FA_BN;
+    int nk = (min(q0 + BQ, end) + FA_BN - 1) / FA_BN;
     /* q and dout rows of this warp into registers, staged through the tiles */
-    load_rows_async<T>(sm, base + h * FA_HD, q0, BQ, T_, QKV);
-    load_rows_async<T>(sm + 2 * FA_TILE, dout + (size_t)b * T_ * NH * FA_HD + h * FA_HD, q0, BQ, T_, (size_t)NH * FA_HD);
-    if (out) load_rows_async<T>(sm + FA_TILE, out + (size_t)b * T_ * NH * FA_HD + h * FA_HD, q0, BQ, T_, (size_t)NH * FA_HD);
+    load_rows_async<T>(sm, base + h * FA_HD, lq0, BQ, Tq, QKV);
+    load_rows_async<T>(sm + 2 * FA_TILE, dout + (size_t)b * Tq * NH * FA_HD + h * FA_HD, lq0, BQ, Tq, (size_t)NH * FA_HD);
+    if (out) load_rows_async<T>(sm + FA_TILE, out + (size_t)b * Tq * NH * FA_HD + h * FA_HD, lq0, BQ, Tq, (size_t)NH * FA_HD);
     cp_commit();
     cp_wait<0>();
     __syncthreads();
@@ -238,7 +259,7 @@ template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_boun
         load_a(qa[kk], sm, w * 16, kk * 16, FA_LD);
         load_a(da[kk], sm + 2 * FA_TILE, w * 16, kk * 16, FA_LD);
     }
-    int r0 = q0 + w * 16, row[2] = {r0 + g, r0 + g + 8};
+    int r0 = q0 + w * 16, row[2] = {r0 + g, r0 + g + 8}, lrow[2] = {row[0] - sh.q0, row[1] - sh.q0};   /* global, local */
     float L[2], D[2];
     if (out) {   /* D = rowwise dout . out of this warp's 16 rows: lane l sums half l%2 of row l/2 (rows past T are zeros) */
         int l = threadIdx.x % 32, rr = w * 16 + l / 2;
@@ -251,32 +272,32 @@ template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_boun
             for (int e = 0; e < 8; e++) d += a.v[e] * o.v[e];
         }
         d += __shfl_xor_sync(0xffffffffu, d, 1);
-        if (l % 2 == 0 && r0 + l / 2 < T_) Dsum[((size_t)b * NH + h) * T_ + r0 + l / 2] = d;   /* for the dk/dv kernel */
+        if (l % 2 == 0 && r0 + l / 2 < end) Dsum[((size_t)b * NH + h) * Tq + r0 - sh.q0 + l / 2] = d;   /* for the dk/dv kernel */
         D[0] = __shfl_sync(0xffffffffu, d, 2 * g);
         D[1] = __shfl_sync(0xffffffffu, d, 2 * (g + 8));
     } else {
 #pragma unroll
-        for (int r = 0; r < 2; r++) D[r] = row[r] < T_ ? Dsum[((size_t)b * NH + h) * T_ + row[r]] : 0.0f;
+        for (int r = 0; r < 2; r++) D[r] = row[r] < end ? Dsum[((size_t)b * NH + h) * Tq + lrow[r]] : 0.0f;
     }
     __syncthreads();
-    load_rows_async<T>(sm, Kg, 0, FA_BN, T_, QKV);
-    load_rows_async<T>(sm + FA_TILE, Vg, 0, FA_BN, T_, QKV);
+    load_rows_async<T>(sm, Kg, 0, FA_BN, end, sh.kv_stride);
+    load_rows_async<T>(sm + FA_TILE, Vg, 0, FA_BN, end, sh.kv_stride);
     cp_commit();
 #pragma unroll
-    for (int r = 0; r < 2; r++) L[r] = row[r] < T_ ? lse[((size_t)b * NH + h) * T_ + row[r]] * LOG2E : 0.0f;
+    for (int r = 0; r < 2; r++) L[r] = row[r] < end ? lse[((size_t)b * NH + h) * Tq + lrow[r]] * LOG2E : 0.0f;
     float dq[FA_HD / 8][4] = {};
     for (int j = 0; j < nk; j++) {
         int k0 = j * FA_BN;
         if (j + 1 < nk) {
             T *st = sm + ((j + 1) & 1) * 2 * FA_TILE;
-            load_rows_async<T>(st, Kg, k0 + FA_BN, FA_BN, T_, QKV);
-            load_rows_async<T>(st + FA_TILE, Vg, k0 + FA_BN, FA_BN, T_, QKV);
+            load_rows_async<T>(st, Kg, k0 + FA_BN, FA_BN, end, sh.kv_stride);
+            load_rows_async<T>(st + FA_TILE, Vg, k0 + FA_BN, FA_BN, end, sh.kv_stride);
         }
         cp_commit();
         cp_wait<1>();
         __syncthreads();
         const T *Ks = sm + (j & 1) * 2 * FA_TILE, *Vs = Ks + FA_TILE;
-        bool edge = k0 + FA_BN - 1 > r0 || k0 + FA_BN > T_;
+        bool edge = k0 + FA_BN - 1 > r0 || k0 + FA_BN > end;
 #pragma unroll
         for (int c0 = 0; c0 < FA_BN; c0 += FA_BN / SPLIT) {   /* the tile's keys in SPLIT parts (fewer live registers) */
             constexpr int NT = FA_BN / SPLIT / 8;
@@ -290,7 +311,7 @@ template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_boun
                 for (int e = 0; e < 4; e++) {   /* s becomes ds = p * (dp - D) * scale */
                     int col = k0 + c0 + nt * 8 + 2 * t + (e & 1), r = e / 2;
                     float p = exp2f(fmaf(s[nt][e], sl2, -L[r]));
-                    if (edge && (col > row[r] || col >= T_)) p = 0.0f;
+                    if (edge && (col > row[r] || col >= end)) p = 0.0f;
                     s[nt][e] = p * (dp[nt][e] - D[r]) * scale;
                 }
             scores_times_tile<T, NT>(dq, s, Ks + c0 * FA_LD);   /* dq += dS @ K */
@@ -299,31 +320,33 @@ template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_boun
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        if (row[r] >= T_) continue;
-        T *y = dqkv + ((size_t)b * T_ + row[r]) * QKV + h * FA_HD;
+        if (row[r] >= end) continue;
+        T *y = dqkv + ((size_t)b * Tq + lrow[r]) * QKV + h * FA_HD;
 #pragma unroll
         for (int nt = 0; nt < FA_HD / 8; nt++)
             *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(dq[nt][2 * r], dq[nt][2 * r + 1]);
     }
 }
 
-/* dk, dv parts of dqkv: block = 16*NW keys of one (b, kv head); every head of the group, query tiles from the diagonal,
- * streamed as one sequence of (head, query tile) items; grid (B*NKV, key tiles), the first (longest) key tile first */
-template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_bounds__(NW * 32, MINB) flash_backward_dkv_kernel(T *dqkv, const T *dout, const T *qkv,
-                                                                                               const float *lse, const float *Dsum,
-                                                                                               int T_, int NH, int NKV, float scale) {
+/* dk, dv parts of dqkv (whole sequence; dkv NULL) or ADDED into dkv (B,Tk,2*NKV*HD) fp32 (offset form): block = 16*NW keys
+ * of one (b, kv head); every head of the group, query tiles from the diagonal, streamed as one sequence of (head, query
+ * tile) items; grid (B*NKV, key tiles up to the end), the first (longest) key tile first */
+template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_bounds__(NW * 32, MINB) flash_backward_dkv_kernel(T *dqkv, float *dkv, const T *dout,
+                                                                                               const T *qkv, const T *kv, const float *lse,
+                                                                                               const float *Dsum, FaShape sh, int NH,
+                                                                                               int NKV, float scale) {
     constexpr int BK = 16 * NW;
     static_assert(BK <= 2 * FA_BN && BK % FA_BN == 0, "k and v are staged in the four tiles");
     __shared__ __align__(128) T sm[4 * FA_TILE];   /* q, dout of stage 0, q, dout of stage 1; k and v first pass through */
     __shared__ float LD[2][2][FA_BN];              /* [stage][lse, Dsum][query] */
     int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV;
-    int k0 = blockIdx.y * BK;
+    int k0 = blockIdx.y * BK, end = sh.end(), Tq = sh.Tq;
     int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
     size_t QKV = (size_t)(NH + 2 * NKV) * FA_HD;
-    const T *base = qkv + (size_t)b * T_ * QKV;
+    const T *base = qkv + (size_t)b * Tq * QKV, *kbase = kv + (size_t)b * sh.Tk * sh.kv_stride;
     float sl2 = scale * LOG2E;
-    load_rows_async<T>(sm, base + (NH + kvh) * FA_HD, k0, BK, T_, QKV);
-    load_rows_async<T>(sm + 2 * FA_TILE, base + (NH + NKV + kvh) * FA_HD, k0, BK, T_, QKV);
+    load_rows_async<T>(sm, kbase + sh.k_col + kvh * FA_HD, k0, BK, end, sh.kv_stride);
+    load_rows_async<T>(sm + 2 * FA_TILE, kbase + sh.v_col + kvh * FA_HD, k0, BK, end, sh.kv_stride);
     cp_commit();
     cp_wait<0>();
     __syncthreads();
@@ -334,17 +357,18 @@ template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_boun
         load_a(va[kk], sm + 2 * FA_TILE, w * 16, kk * 16, FA_LD);
     }
     __syncthreads();
-    int nq = (T_ - k0 + FA_BN - 1) / FA_BN, items = G * nq;   /* query tiles q0 = k0, k0+64, ... of each head */
-    /* item i: head kvh*G + i/nq, queries q0 = k0 + (i%nq)*64 .. +63, with their lse and Dsum */
+    int first = k0 > sh.q0 ? k0 - sh.q0 : 0;   /* the local row of the first query at or after this block's first key */
+    int nq = (Tq - first + FA_BN - 1) / FA_BN, items = G * nq;   /* query tiles from there, of each head */
+    /* item i: head kvh*G + i/nq, local queries first + (i%nq)*64 .. +63, with their lse and Dsum */
     auto load_item = [&](int i, int st) {
-        int h = kvh * G + i / nq, q0 = k0 + i % nq * FA_BN;
-        load_rows_async<T>(sm + st * 2 * FA_TILE, base + h * FA_HD, q0, FA_BN, T_, QKV);
-        load_rows_async<T>(sm + st * 2 * FA_TILE + FA_TILE, dout + (size_t)b * T_ * NH * FA_HD + h * FA_HD, q0, FA_BN, T_,
+        int h = kvh * G + i / nq, lq0 = first + i % nq * FA_BN;
+        load_rows_async<T>(sm + st * 2 * FA_TILE, base + h * FA_HD, lq0, FA_BN, Tq, QKV);
+        load_rows_async<T>(sm + st * 2 * FA_TILE + FA_TILE, dout + (size_t)b * Tq * NH * FA_HD + h * FA_HD, lq0, FA_BN, Tq,
                            (size_t)NH * FA_HD);
         if (threadIdx.x < 2 * FA_BN) {
             int which = threadIdx.x / FA_BN, c = threadIdx.x % FA_BN;
-            const float *src = (which ? Dsum : lse) + ((size_t)b * NH + h) * T_;
-            cp_async4(&LD[st][which][c], src + (q0 + c < T_ ? q0 + c : 0), q0 + c < T_);
+            const float *src = (which ? Dsum : lse) + ((size_t)b * NH + h) * Tq;
+            cp_async4(&LD[st][which][c], src + (lq0 + c < Tq ? lq0 + c : 0), lq0 + c < Tq);
         }
     };
     load_item(0, 0);
@@ -352,14 +376,14 @@ template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_boun
     int kw = k0 + w * 16, key[2] = {kw + g, kw + g + 8};
     float dk[FA_HD / 8][4] = {}, dv[FA_HD / 8][4] = {};
     for (int i = 0; i < items; i++) {
-        int q0 = k0 + i % nq * FA_BN;
+        int lq0 = first + i % nq * FA_BN, q0 = sh.q0 + lq0;   /* local row, global position */
         if (i + 1 < items) load_item(i + 1, (i + 1) & 1);
         cp_commit();
         cp_wait<1>();
         __syncthreads();
         const T *Qs = sm + (i & 1) * 2 * FA_TILE, *Ds = Qs + FA_TILE;
         const float *Ls = LD[i & 1][0], *Dl = LD[i & 1][1];
-        bool edge = q0 < kw + 15 || q0 + FA_BN > T_;
+        bool edge = q0 < kw + 15 || lq0 + FA_BN > Tq;
 #pragma unroll
         for (int c0 = 0; c0 < FA_BN; c0 += FA_BN / SPLIT) {   /* the tile's queries in SPLIT parts (fewer live registers) */
             constexpr int NT = FA_BN / SPLIT / 8;
@@ -373,7 +397,7 @@ template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_boun
                 for (int e = 0; e < 4; e++) {   /* s becomes p, dp becomes ds */
                     int c = c0 + nt * 8 + 2 * t + (e & 1), q = q0 + c, r = e / 2;
                     float p = exp2f(fmaf(s[nt][e], sl2, -Ls[c] * LOG2E));
-                    if (edge && (q < key[r] || q >= T_)) p = 0.0f;
+                    if (edge && (q < key[r] || q >= end)) p = 0.0f;
                     s[nt][e] = p;
                     dp[nt][e] = p * (dp[nt][e] - Dl[c]) * scale;
                 }
@@ -384,8 +408,20 @@ template <typename T, int NW, int MINB, int SPLIT> __global__ void __launch_boun
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        if (key[r] >= T_) continue;
-        T *yk = dqkv + ((size_t)b * T_ + key[r]) * QKV + (NH + kvh) * FA_HD, *yv = yk + (size_t)NKV * FA_HD;
+        if (key[r] >= end) continue;
+        if (dkv) {   /* the offset form: this block owns these rows of dkv, so a plain read-add-write is exact */
+            size_t KVW = (size_t)2 * NKV * FA_HD;
+            float *gk = dkv + ((size_t)b * sh.Tk + key[r]) * KVW + kvh * FA_HD, *gv = gk + (size_t)NKV * FA_HD;
+#pragma unroll
+            for (int nt = 0; nt < FA_HD / 8; nt++) {
+                float2 *pk = reinterpret_cast<float2 *>(gk + nt * 8 + 2 * t), *pv = reinterpret_cast<float2 *>(gv + nt * 8 + 2 * t);
+                float2 a = *pk, c = *pv;
+                *pk = make_float2(a.x + dk[nt][2 * r], a.y + dk[nt][2 * r + 1]);
+                *pv = make_float2(c.x + dv[nt][2 * r], c.y + dv[nt][2 * r + 1]);
+            }
+            continue;
+        }
+        T *yk = dqkv + ((size_t)b * sh.Tk + key[r]) * QKV + (NH + kvh) * FA_HD, *yv = yk + (size_t)NKV * FA_HD;
 #pragma unroll
         for (int nt = 0; nt < FA_HD / 8; nt++) {
             *reinterpret_cast<uint32_t *>(yk + nt * 8 + 2 * t) = pack2<T>(dk[nt][2 * r], dk[nt][2 * r + 1]);
@@ -402,24 +438,40 @@ extern "C" int attention_mma_supported(int HD, const void *a, const void *b, con
 /* Measured at l124m on the H200 (bf16, B=16 T=1024 NH=12 NKV=4): the forward is 0.143 ms with 8 warps (128 queries) a
  * block, 0.147 with 4; the backward 0.477 ms with both kernels at 4 warps capped to 168 registers (3 blocks per SM) and
  * the streamed tile handled in halves, against 0.50-0.58 for 8 warps, uncapped, or whole tiles. */
-template <typename T> static void forward(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV, float scale) {
-    flash_forward_kernel<T, 8><<<dim3(B * NH, ceil_div(T_, 128)), 256, 0, cuda_stream>>>((T *)out, lse, (const T *)qkv, T_, NH, NKV, scale);
+/* The whole sequence: queries, keys and values all in qkv */
+static FaShape whole(int T_, int NH, int NKV) {
+    return FaShape{T_, 0, T_, (size_t)(NH + 2 * NKV) * FA_HD, NH * FA_HD, (NH + NKV) * FA_HD};
+}
+/* The offset form: Tq queries at q0 against the packed k|v rows of kv (B,Tk,2*NKV*HD) */
+static FaShape at(int Tq, int q0, int Tk, int NKV) { return FaShape{Tq, q0, Tk, (size_t)2 * NKV * FA_HD, 0, NKV * FA_HD}; }
+
+template <typename T> static void forward(void *out, float *lse, const void *qkv, const void *kv, FaShape sh, int B, int NH, int NKV,
+                                          float scale) {
+    flash_forward_kernel<T, 8><<<dim3(B * NH, ceil_div(sh.Tq, 128)), 256, 0, cuda_stream>>>((T *)out, lse, (const T *)qkv, (const T *)kv, sh,
+                                                                                          NH, NKV, scale);
     launchCheck();
 }
 
 extern "C" void attention_forward_mma(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV) {
     float scale = 1.0f / sqrtf((float)FA_HD);
-    if (cuda_act == DTYPE_BF16) forward<__nv_bfloat16>(out, lse, qkv, B, T_, NH, NKV, scale);
-    else forward<__half>(out, lse, qkv, B, T_, NH, NKV, scale);
+    if (cuda_act == DTYPE_BF16) forward<__nv_bfloat16>(out, lse, qkv, qkv, whole(T_, NH, NKV), B, NH, NKV, scale);
+    else forward<__half>(out, lse, qkv, qkv, whole(T_, NH, NKV), B, NH, NKV, scale);
 }
 
-template <typename T> static void backward(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                                           float *Dsum, int B, int T_, int NH, int NKV, float scale) {
-    flash_backward_dq_kernel<T, 4, 3, 2><<<dim3(B * NH, ceil_div(T_, 64)), 128, 0, cuda_stream>>>(
-        (T *)dqkv, (const T *)dout, (const T *)qkv, (const T *)out, lse, Dsum, T_, NH, NKV, scale);
+extern "C" void attention_forward_at_mma(void *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int q0, int Tk, int NH,
+                                         int NKV) {
+    float scale = 1.0f / sqrtf((float)FA_HD);
+    if (cuda_act == DTYPE_BF16) forward<__nv_bfloat16>(out, lse, qkv, kv, at(Tq, q0, Tk, NKV), B, NH, NKV, scale);
+    else forward<__half>(out, lse, qkv, kv, at(Tq, q0, Tk, NKV), B, NH, NKV, scale);
+}
+
+template <typename T> static void backward(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const void *out,
+                                           const float *lse, float *Dsum, FaShape sh, int B, int NH, int NKV, float scale) {
+    flash_backward_dq_kernel<T, 4, 3, 2><<<dim3(B * NH, ceil_div(sh.Tq, 64)), 128, 0, cuda_stream>>>(
+        (T *)dqkv, (const T *)dout, (const T *)qkv, (const T *)kv, (const T *)out, lse, Dsum, sh, NH, NKV, scale);
     launchCheck();
-    flash_backward_dkv_kernel<T, 4, 3, 2><<<dim3(B * NKV, ceil_div(T_, 64)), 128, 0, cuda_stream>>>(
-        (T *)dqkv, (const T *)dout, (const T *)qkv, lse, Dsum, T_, NH, NKV, scale);
+    flash_backward_dkv_kernel<T, 4, 3, 2><<<dim3(B * NKV, ceil_div(sh.end(), 64)), 128, 0, cuda_stream>>>(
+        (T *)dqkv, dkv, (const T *)dout, (const T *)qkv, (const T *)kv, lse, Dsum, sh, NH, NKV, scale);
     launchCheck();
 }
 
@@ -428,6 +480,16 @@ template <typename T> static void backward(void *dqkv, const void *dout, const v
 extern "C" void attention_backward_mma(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                        float *Dsum, int B, int T_, int NH, int NKV) {
     float scale = 1.0f / sqrtf((float)FA_HD);
-    if (cuda_act == DTYPE_BF16) backward<__nv_bfloat16>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale);
-    else backward<__half>(dqkv, dout, qkv, out, lse, Dsum, B, T_, NH, NKV, scale);
+    FaShape sh = whole(T_, NH, NKV);
+    if (cuda_act == DTYPE_BF16) backward<__nv_bfloat16>(dqkv, NULL, dout, qkv, qkv, out, lse, Dsum, sh, B, NH, NKV, scale);
+    else backward<__half>(dqkv, NULL, dout, qkv, qkv, out, lse, Dsum, sh, B, NH, NKV, scale);
+}
+
+/* The offset form (kernels/attention.h): dq into the q part of dqkv (B,Tq,QKV), dk|dv ADDED into dkv (B,Tk,2*NKV*HD) fp32 */
+extern "C" void attention_backward_at_mma(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const void *out,
+                                          const float *lse, float *Dsum, int B, int Tq, int q0, int Tk, int NH, int NKV) {
+    float scale = 1.0f / sqrtf((float)FA_HD);
+    FaShape sh = at(Tq, q0, Tk, NKV);
+    if (cuda_act == DTYPE_BF16) backward<__nv_bfloat16>(dqkv, dkv, dout, qkv, kv, out, lse, Dsum, sh, B, NH, NKV, scale);
+    else backward<__half>(dqkv, dkv, dout, qkv, kv, out, lse, Dsum, sh, B, NH, NKV, scale);
 }

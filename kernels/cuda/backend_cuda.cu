@@ -117,6 +117,9 @@ static void cuda_zero(void *p, size_t bytes) { cudaCheck(cudaMemsetAsync(p, 0, b
 static void cuda_copy(void *dst, const void *src, size_t bytes) {
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cuda_stream));
 }
+static void cuda_copy2d(void *dst, size_t dst_pitch, const void *src, size_t src_pitch, size_t width, size_t rows) {
+    if (width && rows) cudaCheck(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows, cudaMemcpyDeviceToDevice, cuda_stream));
+}
 
 /* ---- copies that do not wait for the device ------------------------------------------------ */
 /* Page-locked host memory: what a copy between host and device needs to run on the stream without the host. */
@@ -215,7 +218,7 @@ static const char *cuda_fp8_unsupported(void) {
 #define CUDA_OPS \
     .alloc = cuda_alloc, .free = cuda_free_, .upload = cuda_upload, .download = cuda_download, \
     .upload_async = cuda_upload_async, .download_async = cuda_download_async, .alloc_host = cuda_alloc_host, \
-    .free_host = cuda_free_host, .zero = cuda_zero, .copy = cuda_copy, .synchronize = cuda_synchronize, .memory_in_use = cuda_memory_in_use, .memory_peak = cuda_memory_peak, .memory_free = cuda_memory_free, .peak_flops = 0, \
+    .free_host = cuda_free_host, .zero = cuda_zero, .copy = cuda_copy, .copy2d = cuda_copy2d, .synchronize = cuda_synchronize, .memory_in_use = cuda_memory_in_use, .memory_peak = cuda_memory_peak, .memory_free = cuda_memory_free, .peak_flops = 0, \
     .event_create = cuda_event_create, .event_record = cuda_event_record, .event_seconds = cuda_event_seconds, \
     .event_destroy = cuda_event_destroy, \
     .embedding_forward = embedding_forward_cuda, .embedding_backward = embedding_backward_cuda, \
@@ -227,6 +230,7 @@ static const char *cuda_fp8_unsupported(void) {
     .rope_forward = rope_forward_cuda, .rope_backward = rope_backward_cuda, \
     .attention_forward = attention_forward_cuda, .attention_backward = attention_backward_cuda, \
     .attention_cached = attention_cached_cuda, \
+    .attention_forward_at = attention_forward_at_cuda, .attention_backward_at = attention_backward_at_cuda, \
     .swiglu_forward = swiglu_forward_cuda, .swiglu_backward = swiglu_backward_cuda, \
     .cross_entropy_stats = cross_entropy_stats_cuda, .cross_entropy_loss = cross_entropy_loss_cuda, \
     .adamw_update = adamw_update_cuda, .adamw8bit_update = adamw8bit_update_cuda, \

@@ -19,6 +19,7 @@ extern int cuda_attention_pairing;   /* the wgmma dk/dv kernel pairs key tiles k
 extern int cuda_cross_entropy_staged;   /* the one-part loss-and-gradient kernel reads its row from a copy in shared memory: 1 (default), 0 never */
 extern long cuda_cross_entropy_staged_launches; /* launches that did (the op test's proof the path ran) */
 #define CUDA_CROSS_ENTROPY_STAGED_MAX (72 * 1024)  /* the longest row (bytes) it stages: three blocks an SM (V = 36,864 in bf16) */
+extern long cuda_attention_at_mma_launches; /* offset-form calls the tensor-core kernels took (context parallelism; the op test's proof) */
 extern long cuda_attention_paired_launches; /* dk/dv launches that paired them (the op test's proof the path ran) */
 int attention_wgmma_available(void); /* 1 when this binary has sm_90a code and the GPU runs it */
 extern int cuda_attention_fa3;              /* 1: the forward is attention_fa3.cu's where it takes the shape (Hopper's default) */

@@ -13,22 +13,24 @@
 # tp), the 8-bit AdamW layouts (test_layouts_q8's table, LLM3D_TEST_PART=table: every
 # moment code against one rank's; and its tiny-preset-size runs at adam_eps 1e-8,
 # LLM3D_TEST_PART=tiny: tp, dp, pp, ZeRO-1/2/3 and 3D on 8 ranks within 1e-4 whole
-# and 5e-4 a tensor of one rank's, issue 52), ZeRO-2/3 (test_layouts_zero) and
+# and 5e-4 a tensor of one rank's, issue 52), ZeRO-2/3 (test_layouts_zero),
 # precision=fp8 (test_layouts_fp8: one rank's scales through NCCL's world
-# reduction) run side by side. One result line per layout; logs under $OUT (or
+# reduction) and context parallelism (test_layouts_cp: cp = 2 and 4 alone, with
+# dp, tp + SP, pp, ZeRO-1/3, 8-bit AdamW, recompute, bf16, resume cp=4 <-> cp=1)
+# run side by side. One result line per layout; logs under $OUT (or
 # build/gpu)/nccl_layouts. Ends with "N passed, N failed".
 #   run: make -j16 && tests/gpu/nccl_layouts.sh
 source "$(dirname "$0")/nccl_common.sh"
-for b in test_layouts test_layouts_q8 test_layouts_zero test_layouts_fp8; do
+for b in test_layouts test_layouts_q8 test_layouts_zero test_layouts_fp8 test_layouts_cp; do
     [ -x build/tests/$b ] || { echo "  FAIL no build/tests/$b: run make first"; failed=1; finish; }
 done
 export LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl" NCCL_DEBUG=INFO
 t0=$(date +%s)
 pids=()
-parts="dp tp q8 q8tiny zero fp8"
+parts="dp tp q8 q8tiny zero fp8 cp"
 for part in $parts; do
     case $part in q8) bin=test_layouts_q8 p=table;; q8tiny) bin=test_layouts_q8 p=tiny;; zero) bin=test_layouts_zero p=$part;;
-                  fp8) bin=test_layouts_fp8 p=$part;; *) bin=test_layouts p=$part;; esac
+                  fp8) bin=test_layouts_fp8 p=$part;; cp) bin=test_layouts_cp p=$part;; *) bin=test_layouts p=$part;; esac
     LLM3D_TEST_PART=$p timeout 250 build/tests/$bin >"$LOGS/$part.log" 2>&1 &
     pids+=($!)
 done

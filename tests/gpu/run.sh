@@ -8,6 +8,7 @@
 # without Hopper's wgmma runs), and a misspelt LLM3D_ATTENTION refused. Long
 # sequences: the memory plan against the measured peak at T = 8192 and 32768,
 # and a batch far past the GPU's memory refused with settings that would fit.
+# Context parallelism's memory per rank at T = 32k and 64k, cp = 1, 2, 4 (tests/gpu/cp_memory.sh).
 # Then multi-rank NCCL with every rank a test host on the one GPU
 # (tests/gpu/nccl.sh: nccl_layouts.sh, nccl_faults.sh, nccl_doctor.sh, nccl_scale.sh;
 # docs/nccl-one-gpu.md). `--bench` also times every op at the l124m shape
@@ -47,6 +48,11 @@ echo "== op test"
 build/gpu/test_cuda_ops >build/gpu/test_cuda_ops.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint' build/gpu/test_cuda_ops.log | head -40
 tally build/gpu/test_cuda_ops.log $rc
+
+echo "== attention at an offset (context parallelism): readable and tensor-core kernels against the CPU"
+build/gpu/test_cuda_attention_at >build/gpu/test_cuda_attention_at.log 2>&1; rc=$?
+grep -E '^FAIL|^error|hint' build/gpu/test_cuda_attention_at.log | head -40
+tally build/gpu/test_cuda_attention_at.log $rc
 
 echo "== FP8 op test: precision=fp8's casts and products against the CPU's exact emulation"
 build/gpu/test_cuda_fp8 >build/gpu/test_cuda_fp8.log 2>&1; rc=$?
@@ -121,6 +127,11 @@ build/bench/bench_train --preset=l124m --device=cuda --precision=bf16 --steps=1 
 if [ $rc -ne 0 ] && grep -q 'this run needs about .* of GPU memory and .* is free' build/gpu/long_refused.log \
         && grep -q -- '--batch_size=' build/gpu/long_refused.log; then passed=$((passed + 1))
 else echo "FAIL: T=131072 B=16 (far more than the GPU holds) gave rc $rc:"; tail -5 build/gpu/long_refused.log; failed=$((failed + 1)); fi
+
+echo "== context parallelism's memory per rank on one GPU: l124m at T = 32k and 64k, cp = 1, 2, 4 (tests/gpu/cp_memory.sh)"
+OUT=build/gpu tests/gpu/cp_memory.sh >build/gpu/cp_memory.log 2>&1; rc=$?
+grep -E '^  FAIL|^ +[0-9]+ +[124] ' build/gpu/cp_memory.log | head -20
+tally build/gpu/cp_memory.log $rc
 
 echo "== NCCL on one GPU, every rank a test host (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1): layouts, faults, doctor, the split"
 OUT=build/gpu tests/gpu/nccl.sh >build/gpu/nccl.log 2>&1; rc=$?

@@ -1,0 +1,139 @@
+/* tests/test_layouts_cp.c — context parallelism keeps the layout promise (docs/context-parallel.md): each
+ * sequence cut into 2*cp chunks, cp rank r holding chunks r and 2cp-1-r, attention all-gathering K/V over the
+ * cp ranks, gives one rank's losses (fp32: within 1e-6) and tensors (within 1e-5 after three steps) at cp = 2
+ * and 4, and combined with dp, tp + sequence parallelism, pp (1F1B and ZB-H1), ZeRO-1/2/3 (sharded over dp x cp), 8-bit AdamW,
+ * recompute, bf16 and fp8 (one rank's scales), with three other axes on 8 ranks; checkpoints stay whole tensors (cp=4 saved, cp=1 resumed, and back);
+ * the memory plan is what each rank allocates and its activations shrink with cp; a split that cannot be is
+ * refused in one line. Harness: tests/layouts.h (the tiny model: seq_len 16, so 2*cp divides it up to cp = 8).
+ * Through NCCL, every rank a test host on one GPU (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, tests/gpu/nccl_layouts.sh): the
+ * layouts and resumes alone (the CPU's memory accounting and the refusals are this file's CPU half). */
+#include "test.h"
+#include "layouts.h"
+
+static const double loss_tol = 1e-6;
+
+/* The banner says the run was context parallel: the path this test is about was taken. */
+static void said_cp(const char *args, int cp) {
+    char want[64];
+    snprintf(want, sizeof want, "x cp %d x", cp);
+    CHECK(strstr(out, want) != NULL, "%s: the banner does not say '%s':\n%.1500s", args, want, out);
+}
+
+static void cp_layout(const char *name, int ranks, const char *args, int cp, double tensor_tol) {
+    layout_tol("ref", name, ranks, args, loss_tol, tensor_tol);
+    said_cp(args, cp);
+}
+
+static void cp_alone(void) {
+    cp_layout("cp2", 2, "--cp=2", 2, fp32);
+    cp_layout("cp4", 4, "--cp=4", 4, fp32);
+    cp_layout("cp2rs", 2, "--cp=2 --recompute=selective", 2, fp32);
+    cp_layout("cp2rf", 2, "--cp=2 --recompute=full", 2, fp32);
+}
+
+static void cp_combined(void) {
+    cp_layout("dp2cp2", 4, "--dp=2 --cp=2", 2, fp32);
+    cp_layout("cp2tp2sp", 4, "--cp=2 --tp=2 --sequence_parallel=1", 2, fp32);
+    cp_layout("pp2cp2", 4, "--pp=2 --cp=2", 2, fp32);
+    cp_layout("pp2cp2zb", 4, "--pp=2 --cp=2 --pp_schedule=zb1", 2, fp32);   /* the backward split into B and W */
+    cp_layout("cp2z1", 2, "--cp=2 --zero=1", 2, fp32);
+    cp_layout("cp2z2", 2, "--cp=2 --zero=2", 2, fp32);   /* gradients sharded over the cp ranks alone */
+    cp_layout("dp2cp2z3", 4, "--dp=2 --cp=2 --zero=3", 2, fp32);
+    /* three axes beside cp on 8 ranks: dp x pp x cp with ZeRO-1 over dp x cp and full recompute; pp x cp x tp with
+     * sequence parallelism and ZeRO-3 over the cp ranks alone */
+    cp_layout("dppcp", 8, "--dp=2 --pp=2 --cp=2 --zero=1 --recompute=full", 2, fp32);
+    cp_layout("ppcptp", 8, "--pp=2 --cp=2 --tp=2 --sequence_parallel=1 --zero=3", 2, fp32);
+}
+
+/* 8-bit AdamW: the same elements quantized alike on every layout (test_layouts_q8's rule), against its own reference */
+static void cp_q8(void) {
+    if (train("refq8", 1, "--optimizer=adamw8bit --adamw8bit_min_numel=1024")) { CHECK(0, "the 8-bit reference failed:\n%s", out); return; }
+    layout_tol("refq8", "cp2q8", 2, "--cp=2 --optimizer=adamw8bit --adamw8bit_min_numel=1024", loss_tol, 1e-4);
+    said_cp("--cp=2 --optimizer=adamw8bit", 2);
+    layout_tol("refq8", "dp2cp2q8", 4, "--dp=2 --cp=2 --zero=1 --optimizer=adamw8bit --adamw8bit_min_numel=1024", loss_tol, 1e-4);
+}
+
+/* bf16: within its rounding, as the other layouts' */
+static void cp_bf16(void) {
+    layout_tol("refbf", "cp2bf", 2, "--cp=2 --precision=bf16", bf16, 1e-2);
+}
+
+/* The FP8 scales' fingerprints of a run, step by step, from its log (test_layouts_fp8's record). */
+static int fp8_scales(const char *name, long *scales, int cap) {
+    char path[512], line[4096];
+    snprintf(path, sizeof path, "%s/%s.jsonl", dir, name);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    const char *p;
+    while (f && fgets(line, sizeof line, f))
+        if ((p = strstr(line, "\"fp8_scales\": ")) && n < cap) scales[n++] = atol(p + 14);
+    if (f) fclose(f);
+    return n;
+}
+
+/* precision=fp8: the maxima behind the delayed scales are reduced over the world, so over the cp ranks' tokens too:
+ * one rank's scales at every step, and its losses and tensors to bf16's tolerance */
+static void cp_fp8(void) {
+    if (train("ref8", 1, "--precision=fp8")) { CHECK(0, "the fp8 reference failed:\n%s", out); return; }
+    layout_tol("ref8", "cp2f8", 2, "--cp=2 --precision=fp8", bf16, 1e-2);
+    said_cp("--cp=2 --precision=fp8", 2);
+    long a[8], b[8];
+    int na = fp8_scales("ref8", a, 8), nb = fp8_scales("cp2f8", b, 8), same = na == nb && na == 3;
+    for (int k = 0; same && k < na; k++) same = a[k] == b[k];
+    CHECK(same, "--cp=2 --precision=fp8: the FP8 scales differ from one rank's (%d and %d steps logged)", nb, na);
+}
+
+static void cp_resume(void) {
+    resume("ref", "rcp41", 4, "--cp=4", 1, "");
+    resume("ref", "rcp14", 1, "", 4, "--cp=4");
+}
+
+/* The plan's activations of `build/train memory` (bytes, from its "activations N.N KiB|MiB" figure). */
+static double plan_activations(const char *args) {
+    char cmd[512], a[1024];
+    snprintf(cmd, sizeof cmd, "%s memory", trainer);
+    snprintf(a, sizeof a, "%s --train_data=%s/train.bin --total_batch_tokens=0 %s", BASE, dir, args);
+    const char *p = test_run(cmd, a, out, sizeof out) == 0 ? strstr(out, "| activations ") : NULL;
+    if (!p) { printf("--- memory %s:\n%s\n", args, out); return -1; }
+    double v = atof(p + 14);
+    const char *unit = p + 14 + strspn(p + 14, "0123456789.");
+    return v * (!strncmp(unit, " MiB", 4) ? 1048576.0 : !strncmp(unit, " KiB", 4) ? 1024.0 : !strncmp(unit, " GiB", 4) ? 1073741824.0 : 1.0);
+}
+
+/* Each rank's plan is what it allocates; a cp rank keeps 1/cp of the activations, plus one layer's whole-sequence K/V. */
+static void cp_memory(void) {
+    size_t two = memory_same(2, "--seq_len=128 --cp=2"), four = memory_same(4, "--seq_len=128 --cp=4");
+    CHECK(four < two, "memory per rank falls with cp: %zu bytes (cp=2), %zu (cp=4)", two, four);
+    double a1 = plan_activations("--seq_len=1024"), a2 = plan_activations("--seq_len=1024 --cp=2"), a4 = plan_activations("--seq_len=1024 --cp=4");
+    CHECK(a1 > 0 && a2 > 0 && a4 > 0 && a2 < 0.6 * a1 && a4 < 0.6 * a2,
+          "the plan's activations fall near 1/cp: %.0f bytes (cp=1), %.0f (cp=2), %.0f (cp=4)", a1, a2, a4);
+    printf("%-44s plan's activations at T=1024: %.0f (cp=1) %.0f (cp=2: %.2f) %.0f (cp=4: %.2f)\n", "--cp=1,2,4", a1, a2, a2 / a1, a4, a4 / a1);
+}
+
+static void cp_refusals(void) {
+    refused(2, "--cp=2 --seq_len=18", "cp=2 cuts each sequence into 2*cp = 4 chunks");
+    refused(4, "--cp=4 --seq_len=20", "seq_len=20 does not divide by 8");
+    refused(3, "--cp=2", "dp*pp*cp*tp = 1*1*2*1 = 2, but 3 ranks were launched");
+    refused(8, "--cp=2 --tp=4 --sequence_parallel=1 --batch_size=1 --seq_len=12 --total_batch_tokens=48 " H84,
+            "sequence_parallel=1 splits a cp rank's batch_size*seq_len/cp = 1*12/2 = 6 tokens");
+}
+
+int main(void) {
+#ifndef LLM3D_MPI
+    printf("skipped: this build has no Open MPI, so only the one-rank grid exists\n");
+    return test_summary();
+#endif
+    layouts_begin();
+    if (train("ref", 1, "") || train("refbf", 1, "--precision=bf16")) die("test: the one-rank reference run failed:\n%s", out);
+    cp_alone();
+    cp_combined();
+    cp_q8();
+    cp_bf16();
+    cp_fp8();
+    cp_resume();
+    if (!nccl_hosts) {
+        cp_memory();
+        cp_refusals();
+    }
+    return layouts_end();
+}
