@@ -233,23 +233,39 @@ CommHandle comm_allgather_start(const Comm *c, CommGroup g, const void *send, vo
     return rec_handle(c, c->impl->device->allgather_start(c, g, send, recv, counts, dt), id);
 }
 
+/* A send/recv group's flight entry is shared by its operations' handles (MPI: one each): it ends with the last wait. */
 void comm_wait(const Comm *c, CommHandle h) {
     if (h < 0) return;
     c->impl->device->wait(c, h);
-    flight_end(c->impl->flight[h]);
+    uint64_t id = c->impl->flight[h];
+    c->impl->flight[h] = 0;
+    for (int k = 0; k < COMM_MAX_HANDLES; k++)
+        if (id && c->impl->flight[k] == id) return;
+    if (id) flight_end(id);
 }
 
 void comm_progress(const Comm *c) {
     if (c->impl && c->impl->device) c->impl->device->progress(c);
 }
 
-void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops) {
+void comm_p2p_start(const Comm *c, const CommP2P *ops, int n_ops, CommHandle *handles) {
+    for (int i = 0; i < n_ops; i++) handles[i] = -1;
     if (c->world_size == 1 || c->ablate || n_ops == 0) return;
     size_t bytes = 0;
     for (int i = 0; i < n_ops; i++) bytes += ops[i].n * dtype_size(ops[i].dt);
     uint64_t id = rec(c, "pipeline send/recv", FLIGHT_P2P, bytes, ops[0].peer);
-    c->impl->device->p2p(c, ops, n_ops);
-    flight_end(id);
+    c->impl->device->p2p_start(c, ops, n_ops, handles);
+    int any = 0;
+    for (int i = 0; i < n_ops; i++)
+        if (handles[i] >= 0) { c->impl->flight[handles[i]] = id; any = 1; }
+    if (!any) flight_end(id);
+}
+
+void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops) {
+    CommHandle h[64];
+    if (n_ops > 64) die("internal: more than 64 sends and receives in one group");
+    comm_p2p_start(c, ops, n_ops, h);
+    for (int i = 0; i < n_ops; i++) comm_wait(c, h[i]);
 }
 
 CommStats comm_stats_take(const Comm *c) {

@@ -33,7 +33,7 @@ typedef struct {
     CommHandle (*allgather_start)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
     void (*wait)(const Comm *c, CommHandle h);
     void (*progress)(const Comm *c);
-    void (*p2p)(const Comm *c, const CommP2P *ops, int n_ops);
+    void (*p2p_start)(const Comm *c, const CommP2P *ops, int n_ops, CommHandle *handles);   /* comm_p2p_start */
     void (*stats)(const Comm *c, CommStats *add);   /* add what was measured since the last call, reset */
 } CommTransport;
 
