@@ -24,7 +24,7 @@
 #include <mpi-ext.h>
 #endif
 
-#define MAX_OPS 256        /* operations in flight at once */
+#define MAX_OPS COMM_MAX_HANDLES   /* operations in flight at once */
 #define MAX_STAGING 512
 #define TAG_P2P 1
 #define TAG_HOST 2
@@ -199,6 +199,8 @@ static void mpi_progress(const Comm *c) {
         }
 }
 
+static int mpi_done(const Comm *c, CommHandle h) { return c->impl->mpi->ops[h].active && c->impl->mpi->ops[h].done > 0; }
+
 /* ---- device collectives */
 
 static CommHandle mpi_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
@@ -306,7 +308,7 @@ const CommTransport comm_mpi_transport = {
     .name = "mpi", .allreduce = mpi_allreduce, .reduce_scatter = mpi_reduce_scatter, .allgather = mpi_allgather,
     .allreduce_start = mpi_allreduce_start,
     .reduce_scatter_start = mpi_reduce_scatter_start, .allgather_start = mpi_allgather_start,
-    .wait = mpi_wait, .progress = mpi_progress, .p2p_start = mpi_p2p_start, .stats = mpi_stats,
+    .wait = mpi_wait, .progress = mpi_progress, .done = mpi_done, .p2p_start = mpi_p2p_start, .stats = mpi_stats,
 };
 
 /* ---- host values */

@@ -23,7 +23,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#define MAX_OPS 256
+#define MAX_OPS COMM_MAX_HANDLES   /* a step's groups and buckets between two stats calls: sends now wait late */
 #define MAX_TIMED 4096     /* blocking collectives timed between two stats calls */
 
 struct NcclState {
