@@ -126,6 +126,12 @@ static void nccl_data_and_pipeline(void) {
     layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
     layout("ref", "pp4zb", 4, "--pp=4 --pp_schedule=zb1", fp32);
     layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
+    /* zbv: its turn on stage p-1 is a copy, every other message a posted NCCL group waited for by the compute stream */
+    if (train("ref8", 1, "--n_layers=8")) die("test: a one-rank reference run failed:\n%s", out);
+    layout("ref", "pp2zv", 2, "--pp=2 --pp_schedule=zbv", fp32);
+    layout("ref8", "pp4zv", 4, "--pp=4 --n_layers=8 --pp_schedule=zbv", fp32);
+    layout("ref", "dp2pp2zv3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zbv", fp32);
+    resume("ref", "rzv", 2, "--pp=2 --pp_schedule=zbv", 2, "--pp=2 --pp_schedule=zb1");
     resume("ref", "r21", 2, "--dp=2", 1, "");
     resume("ref", "rp", 2, "--pp=2", 4, "--pp=4");
     resume("ref", "rpi", 2, "--pp=2 --pp_schedule=interleaved", 2, "--dp=2 --zero=1");
@@ -139,6 +145,7 @@ static void nccl_tensor(void) {
     layout("ref", "dp2tp2pp2", 8, "--dp=2 --tp=2 --pp=2", fp32);
     layout("ref", "dp2tp2pp2i", 8, "--dp=2 --tp=2 --pp=2 --pp_schedule=interleaved --pp_virtual=2 --zero=1 --sequence_parallel=1", fp32);
     layout("ref", "tp2pp2s", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective", fp32);
+    layout("ref", "tp2pp2zv", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective --pp_schedule=zbv", fp32);
     layout_tol("refbf", "tp2sbf", 2, "--tp=2 --sequence_parallel=1 --precision=bf16", bf16, 5e-2);
     /* fp16: partial sums rounded before the tp sum, as bf16 above (measured on CPU ranks: tensors 4.1e-3, a norm weight's v) */
     layout_tol("ref16", "tp2f16", 2, "--tp=2 --precision=fp16 --recompute=selective", bf16, 5e-2);
