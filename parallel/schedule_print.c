@@ -142,7 +142,7 @@ static int panel(FILE *f, const Schedule *s, const ScheduleSim *sim, const char 
     int *y = mallocCheck(((size_t)s->stages + 1) * sizeof(int)), *ops = callocCheck((size_t)s->stages, sizeof(int)), any = 0;
     for (int st = 0; st < s->stages; st++)
         for (int i = 0; i < s->n[st]; i++) ops[st] += s->list[st][i].kind == ACT_REDUCE || s->list[st][i].kind == ACT_GATHER;
-    y[0] = top + 30;
+    y[0] = top + 40;
     for (int st = 0; st < s->stages; st++) { y[st + 1] = y[st] + lane + (ops[st] ? lane : 0); any |= ops[st] > 0; }
     /* the legend, a line each, short enough to read at the picture's rendered size */
     char legend[5][160];
@@ -161,7 +161,7 @@ static int panel(FILE *f, const Schedule *s, const ScheduleSim *sim, const char 
         snprintf(legend[n_legend++], sizeof legend[0], "from when it may start to where the stage waits for it:");
         snprintf(legend[n_legend++], sizeof legend[0], "what runs under the compute is hidden; a short tick is waited for at once");
     }
-    int legend_w = TEXT_PX(strlen(title));
+    int legend_w = 0;
     for (int k = 0; k < n_legend; k++) if (TEXT_PX(strlen(legend[k])) > legend_w) legend_w = TEXT_PX(strlen(legend[k]));
     int plot_w = (int)(sim->makespan * unit), height = y[s->stages] + 14 + 18 * n_legend - top;
     *width = left + (plot_w > legend_w ? plot_w : legend_w) + 20;
@@ -241,7 +241,7 @@ int schedule_write_svg_beside(const Schedule *s, const ScheduleSim *sim, const c
     double span = b && bsim->makespan * k2 > sim->makespan * k1 ? bsim->makespan * k2 : sim->makespan * k1;
     if (b && span * unit > 4000) unit = 4000 / span;   /* within reason */
     int w1, w2 = 0, h1 = panel(NULL, s, sim, title, 0, unit * k1, &w1), h2 = b ? panel(NULL, b, bsim, btitle, 0, unit * k2, &w2) : 0;
-    int w = w1 > w2 ? w1 : w2, h = h1 + h2 + 10;
+    int w = w1 > w2 ? w1 : w2, h = h1 + h2;
     fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' viewBox='0 0 %d %d' font-family='sans-serif' font-size='12'>\n",
             w, h, w, h);   /* the viewBox lets a page scale it to its width */
     fprintf(f, "<rect width='%d' height='%d' fill='white'/>\n", w, h);
