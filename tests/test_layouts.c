@@ -179,9 +179,11 @@ static void zero_bubble(void) {
     zb_layout("ref", "pp2zvr", 2, "--pp=2 --pp_schedule=zbv --recompute=full", fp32);
     zb_layout("reft", "pp2zvt", 2, "--pp=2 --pp_schedule=zbv --tie_embeddings=1", fp32);
     zb_layout("ref", "dp2pp2zv", 4, "--dp=2 --pp=2 --zero=1 --pp_schedule=zbv --bucket_mb=0.004", fp32);
+    zb_layout("ref", "dp2pp2zv2", 4, "--dp=2 --pp=2 --zero=2 --pp_schedule=zbv", fp32);
     zb_layout("ref", "dp2pp2zv3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zbv", fp32);
     zb_layout("ref", "tp2pp2zv", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective --pp_schedule=zbv", fp32);
     zb_layout("ref16", "pp2zvf16", 2, "--pp=2 --pp_schedule=zbv --precision=fp16 --recompute=selective", bf16);
+    zb_layout("refbf", "pp2zvbf", 2, "--pp=2 --pp_schedule=zbv --precision=bf16 --compute_weights=per_layer", bf16);
     /* resume across schedules: zb1 -> 1f1b, 1f1b -> zb1 with dp, zbv -> zb1, 1f1b -> zbv */
     resume("ref", "rzb", 2, "--pp=2 --pp_schedule=zb1", 4, "--pp=4");
     resume("ref", "rzb2", 2, "--pp=2", 4, "--pp=2 --pp_schedule=zb1 --dp=2 --zero=1");
