@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu/nccl_layouts.sh — llm3d's promise through real NCCL on one GPU:
 # the layout table of tests/test_layouts.c (its NCCL half: dp, ZeRO-1, tp with
-# and without sequence parallelism, pp 1F1B / GPipe / interleaved, uneven
+# and without sequence parallelism, pp 1F1B / GPipe / interleaved / zb1 / zbv, uneven
 # stages, 3D on 8 ranks, adamw and adamw8bit, fp32 / bf16 / fp16, recompute,
 # gradient accumulation in every run, resume across layouts: saved by an NCCL
 # run, resumed by another layout), every rank a test host on GPU 0
@@ -25,7 +25,7 @@ pids=()
 parts="dp tp q8 zero fp8"
 for part in $parts; do
     case $part in q8) bin=test_layouts_q8;; zero) bin=test_layouts_zero;; fp8) bin=test_layouts_fp8;; *) bin=test_layouts;; esac
-    LLM3D_TEST_PART=$part timeout 250 build/tests/$bin >"$LOGS/$part.log" 2>&1 &
+    LLM3D_TEST_PART=$part timeout 400 build/tests/$bin >"$LOGS/$part.log" 2>&1 &
     pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
