@@ -198,7 +198,7 @@ static int skip(const Comm *c, CommGroup g) { return alone(c, g) || c->ablate; }
 /* The flight recorder's entry of an operation going out, with this communicator's deadline. */
 static uint64_t rec(const Comm *c, const char *op, int g, size_t bytes, int peer) { return flight_begin(op, g, bytes, c->timeout_s, peer); }
 static CommHandle rec_handle(const Comm *c, CommHandle h, uint64_t id) {
-    if (h >= 0) c->impl->flight[h] = id;
+    if (h >= 0) { c->impl->flight[h] = id; c->impl->ended[h] = 0; }
     else flight_end(id);
     return h;
 }
@@ -268,23 +268,58 @@ CommHandle comm_allgather_start(const Comm *c, CommGroup g, const void *send, vo
     return rec_handle(c, c->impl->device->allgather_start(c, g, send, recv, counts, dt), id);
 }
 
+/* A send/recv group's flight entry is shared by its operations' handles (MPI: one each): it ends with the last wait. */
 void comm_wait(const Comm *c, CommHandle h) {
     if (h < 0) return;
     c->impl->device->wait(c, h);
-    flight_end(c->impl->flight[h]);
+    uint64_t id = c->impl->flight[h];
+    c->impl->flight[h] = 0;
+    c->impl->ended[h] = 0;
+    for (int k = 0; k < COMM_MAX_HANDLES; k++)
+        if (id && c->impl->flight[k] == id && !c->impl->ended[k]) return;
+    if (id) flight_end(id);   /* (again, harmlessly, if comm_progress ended it) */
+}
+
+/* A handle's flight entry (shared by a send/recv group's messages) ends once every handle holding it is done: at
+ * their waits, or earlier where the transport sees them complete (MPI), so a send waited for only at the end of the
+ * step does not look stalled to the watchdog meanwhile. */
+static void end_if_all_done(const Comm *c, uint64_t id) {
+    CommImpl *x = c->impl;
+    for (int k = 0; k < COMM_MAX_HANDLES; k++)
+        if (x->flight[k] == id && !x->ended[k]) return;
+    flight_end(id);
 }
 
 void comm_progress(const Comm *c) {
-    if (c->impl && c->impl->device) c->impl->device->progress(c);
+    if (!c->impl || !c->impl->device) return;
+    CommImpl *x = c->impl;
+    x->device->progress(c);
+    if (!x->device->done) return;
+    for (int h = 0; h < COMM_MAX_HANDLES; h++)
+        if (x->flight[h] && !x->ended[h] && x->device->done(c, h)) {
+            x->ended[h] = 1;
+            end_if_all_done(c, x->flight[h]);
+        }
 }
 
-void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops) {
+void comm_p2p_start(const Comm *c, const CommP2P *ops, int n_ops, CommHandle *handles) {
+    for (int i = 0; i < n_ops; i++) handles[i] = -1;
     if (c->world_size == 1 || c->ablate || n_ops == 0) return;
     size_t bytes = 0;
     for (int i = 0; i < n_ops; i++) bytes += ops[i].n * dtype_size(ops[i].dt);
     uint64_t id = rec(c, "pipeline send/recv", FLIGHT_P2P, bytes, ops[0].peer);
-    c->impl->device->p2p(c, ops, n_ops);
-    flight_end(id);
+    c->impl->device->p2p_start(c, ops, n_ops, handles);
+    int any = 0;
+    for (int i = 0; i < n_ops; i++)
+        if (handles[i] >= 0) { c->impl->flight[handles[i]] = id; c->impl->ended[handles[i]] = 0; any = 1; }
+    if (!any) flight_end(id);
+}
+
+void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops) {
+    CommHandle h[64];
+    if (n_ops > 64) die("internal: more than 64 sends and receives in one group");
+    comm_p2p_start(c, ops, n_ops, h);
+    for (int i = 0; i < n_ops; i++) comm_wait(c, h[i]);
 }
 
 CommStats comm_stats_take(const Comm *c) {

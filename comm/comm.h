@@ -96,9 +96,16 @@ void comm_wait(const Comm *c, CommHandle h);
 void comm_progress(const Comm *c);
 
 /* ---- device buffers, point to point: one group of sends and receives posted
- * together (so no order between them can deadlock), finished on return */
+ * together (so no order between them can deadlock) */
 typedef struct { int is_send, peer /* world rank */; void *buf; size_t n; DType dt; } CommP2P;
+/* Finished on return. */
 void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops);
+/* Posted now, finished by comm_wait(handles[i]) for each operation: the host goes on at once. A send's buffer
+ * must not change, and a receive's must not be read, before its wait. MPI gives each operation a handle of its
+ * own, done when its partner has posted the other side; NCCL one handle for the whole group (one launch on the
+ * comm stream, after the groups posted before it: a FIFO), and its wait makes the compute stream wait, never the
+ * host. Waiting one handle twice is allowed while no later operation was started on it. */
+void comm_p2p_start(const Comm *c, const CommP2P *ops, int n_ops, CommHandle *handles);
 
 /* ---- what the transport did since the last call (the step-time split) */
 typedef struct {

@@ -33,16 +33,18 @@ typedef struct {
     CommHandle (*allgather_start)(const Comm *c, CommGroup g, const void *send, void *recv, const size_t *counts, DType dt);
     void (*wait)(const Comm *c, CommHandle h);
     void (*progress)(const Comm *c);
-    void (*p2p)(const Comm *c, const CommP2P *ops, int n_ops);
+    int (*done)(const Comm *c, CommHandle h);   /* seen complete by progress, not yet waited; NULL: the device's events tell (NCCL) */
+    void (*p2p_start)(const Comm *c, const CommP2P *ops, int n_ops, CommHandle *handles);   /* comm_p2p_start */
     void (*stats)(const Comm *c, CommStats *add);   /* add what was measured since the last call, reset */
 } CommTransport;
 
 struct MpiState;
 struct NcclState;
-#define COMM_MAX_HANDLES 256        /* operations in flight at once: handles are below this */
+#define COMM_MAX_HANDLES 1024       /* operations in flight at once: handles are below this (a step's sends wait late) */
 struct CommImpl {
     const CommTransport *device;   /* moves device buffers: comm_mpi_transport or comm_nccl_transport */
     uint64_t flight[COMM_MAX_HANDLES];   /* the flight recorder's id of each handle's operation (comm/flight.h) */
+    char ended[COMM_MAX_HANDLES];        /* its entry was ended by comm_progress (done before its wait) */
     struct MpiState *mpi;          /* communicators of every group, host values (comm_mpi.c) */
     struct NcclState *nccl;        /* comm_nccl.c; NULL when MPI carries device buffers */
 };

@@ -24,7 +24,7 @@
 #include <mpi-ext.h>
 #endif
 
-#define MAX_OPS 256        /* operations in flight at once */
+#define MAX_OPS COMM_MAX_HANDLES   /* operations in flight at once */
 #define MAX_STAGING 512
 #define TAG_P2P 1
 #define TAG_HOST 2
@@ -197,6 +197,8 @@ static void mpi_progress(const Comm *c) {
         }
 }
 
+static int mpi_done(const Comm *c, CommHandle h) { return c->impl->mpi->ops[h].active && c->impl->mpi->ops[h].done > 0; }
+
 /* ---- device collectives */
 
 static CommHandle mpi_allreduce_start(const Comm *c, CommGroup g, void *buf, size_t n, DType dt) {
@@ -281,37 +283,30 @@ static void mpi_allgather(const Comm *c, CommGroup g, const void *send, void *re
     c->impl->mpi->stats.blocking_s += now_seconds() - t0;
 }
 
-static void mpi_p2p(const Comm *c, const CommP2P *ops, int n) {
+/* Every send and receive its own request and handle (comm_p2p_start): receives posted first, so a message that
+ * arrives finds its buffer; a staged receive is copied up by its wait (mpi_wait). */
+static void mpi_p2p_start(const Comm *c, const CommP2P *ops, int n, CommHandle *handles) {
     struct MpiState *s = c->impl->mpi;
-    MPI_Request *req = mallocCheck(n * sizeof(MPI_Request));
-    void **host = callocCheck(n, sizeof(void *));
-    void **staging = callocCheck(n, sizeof(void *));
-    for (int i = 0; i < n; i++) {   /* receives posted first: a message that arrives finds its buffer */
-        if (ops[i].is_send) continue;
-        size_t bytes = ops[i].n * dtype_size(ops[i].dt);
-        if (s->device_sync) c->be->synchronize();
-        host[i] = s->staged ? (staging[i] = staging_get(s, bytes)) : ops[i].buf;
-        MPI_Irecv(host[i], as_int(bytes, "a message"), MPI_BYTE, ops[i].peer, TAG_P2P, s->p2p, &req[i]);
-    }
-    for (int i = 0; i < n; i++) {
-        if (!ops[i].is_send) continue;
-        size_t bytes = ops[i].n * dtype_size(ops[i].dt);
-        host[i] = readable(c, ops[i].buf, bytes, &staging[i]);
-        MPI_Isend(host[i], as_int(bytes, "a message"), MPI_BYTE, ops[i].peer, TAG_P2P, s->p2p, &req[i]);
-    }
-    wait_request(c, req, n, "pipeline send/recv", GROUP_PP);
-    for (int i = 0; i < n; i++) {
-        if (!ops[i].is_send && staging[i]) c->be->upload(ops[i].buf, staging[i], ops[i].n * dtype_size(ops[i].dt));
-        staging_put(s, staging[i]);
-    }
-    free(req); free(host); free(staging);
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++) {
+            if (ops[i].is_send != pass) continue;
+            size_t bytes = ops[i].n * dtype_size(ops[i].dt);
+            MpiOp *op = op_new(c, "pipeline send/recv", GROUP_PP, &handles[i]);
+            if (ops[i].is_send) {
+                void *x = readable(c, ops[i].buf, bytes, &op->staging[0]);
+                MPI_Isend(x, as_int(bytes, "a message"), MPI_BYTE, ops[i].peer, TAG_P2P, s->p2p, &op->req);
+            } else {
+                void *x = writable(c, ops[i].buf, bytes, op, 0);
+                MPI_Irecv(x, as_int(bytes, "a message"), MPI_BYTE, ops[i].peer, TAG_P2P, s->p2p, &op->req);
+            }
+        }
 }
 
 const CommTransport comm_mpi_transport = {
     .name = "mpi", .allreduce = mpi_allreduce, .reduce_scatter = mpi_reduce_scatter, .allgather = mpi_allgather,
     .allreduce_start = mpi_allreduce_start,
     .reduce_scatter_start = mpi_reduce_scatter_start, .allgather_start = mpi_allgather_start,
-    .wait = mpi_wait, .progress = mpi_progress, .p2p = mpi_p2p, .stats = mpi_stats,
+    .wait = mpi_wait, .progress = mpi_progress, .done = mpi_done, .p2p_start = mpi_p2p_start, .stats = mpi_stats,
 };
 
 /* ---- host values */

@@ -23,7 +23,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
-#define MAX_OPS 256
+#define MAX_OPS COMM_MAX_HANDLES   /* a step's groups and buckets between two stats calls: sends now wait late */
 #define MAX_TIMED 4096     /* blocking collectives timed between two stats calls */
 
 struct NcclState {
@@ -252,24 +252,26 @@ static CommHandle nccl_allgather_start(const Comm *c, CommGroup g, const void *s
     return h;
 }
 
-static void nccl_p2p(const Comm *c, const CommP2P *ops, int n) {
+/* One NCCL group on the comm stream after what the compute stream queued so far (the sends' data); every operation
+ * of it gets the group's handle, whose wait makes the compute stream wait for the whole group */
+static void nccl_p2p_start(const Comm *c, const CommP2P *ops, int n, CommHandle *handles) {
     struct NcclState *s = c->impl->nccl;
     CommHandle h = begin(c);
     ncclCheck(ncclGroupStart());
     for (int i = 0; i < n; i++) {
         if (ops[i].is_send) ncclCheck(ncclSend(ops[i].buf, ops[i].n, nccl_type(ops[i].dt), ops[i].peer, s->group[GROUP_WORLD], s->comm));
         else ncclCheck(ncclRecv(ops[i].buf, ops[i].n, nccl_type(ops[i].dt), ops[i].peer, s->group[GROUP_WORLD], s->comm));
+        handles[i] = h;
     }
     ncclCheck(ncclGroupEnd());
     end(c, h);
-    nccl_wait(c, h);
 }
 
 const CommTransport comm_nccl_transport = {
     .name = "nccl", .attach = nccl_attach, .detach = nccl_free, .fault_hang = nccl_fault_hang, .allreduce = nccl_allreduce, .reduce_scatter = nccl_reduce_scatter, .allgather = nccl_allgather,
     .allreduce_start = nccl_allreduce_start,
     .reduce_scatter_start = nccl_reduce_scatter_start, .allgather_start = nccl_allgather_start,
-    .wait = nccl_wait, .progress = nccl_progress, .p2p = nccl_p2p, .stats = nccl_stats,
+    .wait = nccl_wait, .progress = nccl_progress, .p2p_start = nccl_p2p_start, .stats = nccl_stats,
 };
 
 #else   /* no NCCL in this build: MPI carries device buffers too */

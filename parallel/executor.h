@@ -5,7 +5,7 @@
  * forward or backward calls the model on the action's slot, a run of
  * consecutive sends and receives becomes one posted-together group, a bucket
  * action starts or finishes a reduction, the optimizer action calls back into
- * the trainer. It keeps a log of what it ran and when (seconds from the start
+ * the trainer; a wait finishes one message of a group posted before. It keeps a log of what it ran and when (seconds from the start
  * of the step), which the tests read to see that a bucket's reduction really
  * started while the backward still had layers to go. */
 #pragma once
@@ -24,7 +24,7 @@ typedef struct {
     double span_s;              /* from the first action's start to the last's end */
     double compute_s;           /* forwards and backwards, less the blocking collectives inside them */
     double exposed_s;           /* communication the compute waited for: starting and waiting for buckets and gathers, the tp sums */
-    double bubble_s;            /* sends and receives between pipeline stages: mostly waiting for a neighbour */
+    double bubble_s;            /* posting sends and receives between pipeline stages and waiting for them: mostly for a neighbour */
     double optimizer_s;
     double other_s;             /* anything else (none today) */
     double comm_busy_s;         /* the transport's account: every collective in flight, hidden or not */
@@ -41,6 +41,9 @@ typedef struct {
     ExecSplit split;            /* the last run's time */
     void **events;              /* (2 * cap_events) a start and an end event per action */
     int cap_events;
+    CommHandle *handles;        /* (4 x table_mb x table_chunks) the run's messages in flight: a send/recv kind, micro-batch, chunk */
+    size_t cap_handles;
+    int table_mb, table_chunks;
 } Executor;
 
 /* Runs actions[0..n) of this stage for one step whose micro-batch k is

@@ -46,6 +46,19 @@ ModelPart partition_part(const ModelConfig *cfg, const PartitionSpec *spec, int 
         part.has_head = stage == p - 1;
         return part;
     }
+    if (spec->pp_schedule == PP_ZBV && p > 1) {   /* the V: chunk 0 holds virtual stage `stage`, chunk 1 virtual stage 2p-1-stage */
+        if (spec->pp_layers && spec->pp_layers[0])
+            die("pp_layers sets an uneven split, and pp_schedule=zbv needs 2*pp equal chunks\n  hint: drop pp_layers, or use pp_schedule=zb1 with it");
+        if (L % (2 * p))
+            die("pp_schedule=zbv cuts n_layers=%d into 2*pp = %d equal chunks (two a stage, in V order), and %d does not divide by %d\n"
+                "  hint: the smallest n_layers it takes at pp=%d is %d (any multiple of %d), or use pp_schedule=zb1", L, 2 * p, L, 2 * p, p, 2 * p,
+                2 * p);
+        int per = L / (2 * p);
+        part.n_chunks = 2;
+        for (int c = 0; c < 2; c++) part.chunks[c] = (ModelChunk){schedule_virtual_stage(PP_ZBV, p, stage, c) * per, per};
+        part.has_embedding = part.has_head = stage == 0;   /* the first layer and the last sit on stage 0 */
+        return part;
+    }
     int *layers = mallocCheck((size_t)p * sizeof(int)), first = 0;
     stage_layers(cfg, spec, layers);
     for (int s = 0; s < stage; s++) first += layers[s];

@@ -132,28 +132,17 @@ static double wait_time(const Schedule *s, const ScheduleSim *sim, int st, int k
     return -1;
 }
 
-/* Under a stage that reduces buckets of gradients (dp > 1), a lane of its own: each bucket's reduction (and
- * ZeRO-1's all-gather) as a thin bar from where it starts to where the stage waits for it, so what runs
- * under the rest of the backward shows as overlap. Reductions take no simulated time: a bar spans when the
- * operation may run, not how long the link needs. */
-int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *path, const char *title) {
-    char tmp[4200];
-    FILE *f = atomic_open(path, tmp, sizeof tmp);   /* the output door: dies naming path when it cannot be written */
-    const int lane = 34, left = 70, top = 40;
-    /* a time unit's width: 36 px, wider for a short step (640 px at least) and so that the shortest compute
-     * (a ZeRO-3 forward cut into one piece a unit) still holds its label */
-    double unit = sim->makespan * 36 >= 640 ? 36 : 640 / sim->makespan, shortest = 1;
-    for (int st = 0; st < s->stages; st++)
-        for (int i = 0; i < s->n[st]; i++) {
-            size_t k = (size_t)st * sim->max_actions + i;
-            int compute = s->list[st][i].kind == ACT_FORWARD || s->list[st][i].kind == ACT_BACKWARD;
-            if (compute && sim->end[k] > sim->start[k] && sim->end[k] - sim->start[k] < shortest) shortest = sim->end[k] - sim->start[k];
-        }
-    if (unit * shortest < 24) unit = 24 / shortest;
+/* One panel: a title line, each stage's lane (and, under a stage that reduces buckets of gradients (dp > 1), a lane
+ * of its own: each bucket's reduction (and ZeRO-1's all-gather) as a thin bar from where it starts to where the stage
+ * waits for it, so what runs under the rest of the backward shows as overlap; reductions take no simulated time: a
+ * bar spans when the operation may run, not how long the link needs), then its legend. f NULL: only measures.
+ * Returns the panel's height; *width its width. */
+static int panel(FILE *f, const Schedule *s, const ScheduleSim *sim, const char *title, int top, double unit, int *width) {
+    const int lane = 34, left = 70;
     int *y = mallocCheck(((size_t)s->stages + 1) * sizeof(int)), *ops = callocCheck((size_t)s->stages, sizeof(int)), any = 0;
     for (int st = 0; st < s->stages; st++)
         for (int i = 0; i < s->n[st]; i++) ops[st] += s->list[st][i].kind == ACT_REDUCE || s->list[st][i].kind == ACT_GATHER;
-    y[0] = top;
+    y[0] = top + 40;
     for (int st = 0; st < s->stages; st++) { y[st + 1] = y[st] + lane + (ops[st] ? lane : 0); any |= ops[st] > 0; }
     /* the legend, a line each, short enough to read at the picture's rendered size */
     char legend[5][160];
@@ -174,10 +163,10 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
     }
     int legend_w = 0;
     for (int k = 0; k < n_legend; k++) if (TEXT_PX(strlen(legend[k])) > legend_w) legend_w = TEXT_PX(strlen(legend[k]));
-    int plot_w = (int)(sim->makespan * unit), w = left + (plot_w > legend_w ? plot_w : legend_w) + 20, h = y[s->stages] + 14 + 18 * n_legend;
-    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' viewBox='0 0 %d %d' font-family='sans-serif' font-size='12'>\n",
-            w, h, w, h);   /* the viewBox lets a page scale it to its width */
-    fprintf(f, "<rect width='%d' height='%d' fill='white'/>\n<text x='10' y='20' font-size='14'>%s</text>\n", w, h, title);
+    int plot_w = (int)(sim->makespan * unit), height = y[s->stages] + 14 + 18 * n_legend - top;
+    *width = left + (plot_w > legend_w ? plot_w : legend_w) + 20;
+    if (!f) { free(y); free(ops); return height; }
+    fprintf(f, "<text x='10' y='%d' font-size='14'>%s</text>\n", top + 20, title);
     for (int st = 0; st < s->stages; st++) {
         int yy = y[st];
         fprintf(f, "<text x='10' y='%d'>stage %d</text>\n", yy + lane / 2 + 4, st);
@@ -186,7 +175,7 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
             const Action *a = &s->list[st][i];
             if (!action_is_compute(a->kind)) continue;
             double t0 = sim->start[(size_t)st * sim->max_actions + i], t1 = sim->end[(size_t)st * sim->max_actions + i];
-            /* forwards blue, backwards (and zb1's B) green, zb1's W red; later chunks darker */
+            /* forwards blue, backwards (and a split one's B) green, W orange; later chunks darker */
             int shade = 200 - 60 * a->chunk / (s->chunks > 1 ? s->chunks - 1 : 1);
             const char *fmt = a->kind == ACT_FORWARD ? "rgb(90,%d,240)" : a->kind == ACT_BACKWARD_WEIGHT ? "rgb(220,%d,90)" : "rgb(70,200,%d)";
             char colour[32], l[16];
@@ -207,10 +196,10 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
             if (a->kind != ACT_REDUCE && a->kind != ACT_GATHER) continue;
             double t0 = sim->start[(size_t)st * sim->max_actions + i];
             double t1 = wait_time(s, sim, st, a->kind == ACT_REDUCE ? ACT_REDUCE_WAIT : ACT_GATHER_WAIT, a->bucket);
-            double x = left + t0 * unit, width = t1 > t0 ? (t1 - t0) * unit : 0;
-            if (width < 4) width = 4;   /* started where it is waited for: exposed, a tick */
+            double x = left + t0 * unit, bar = t1 > t0 ? (t1 - t0) * unit : 0;
+            if (bar < 4) bar = 4;   /* started where it is waited for: exposed, a tick */
             fprintf(f, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='%s'><title>bucket %d %s</title></rect>\n", x,
-                    yd + 2 + k * row, width, row > 2 ? row - 1 : row, a->kind == ACT_REDUCE ? "rgb(240,150,40)" : "rgb(160,90,200)",
+                    yd + 2 + k * row, bar, row > 2 ? row - 1 : row, a->kind == ACT_REDUCE ? "rgb(240,150,40)" : "rgb(160,90,200)",
                     a->bucket, a->kind == ACT_REDUCE ? (s->zero >= 2 ? "reduce-scatter" : "all-reduce") : "all-gather");
             k++;
         }
@@ -225,8 +214,44 @@ int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *pa
         }
     }
     for (int k = 0; k < n_legend; k++) fprintf(f, "<text x='%d' y='%d'>%s</text>\n", left, y[s->stages] + 20 + 18 * k, legend[k]);
-    fprintf(f, "</svg>\n");
     free(y); free(ops);
+    return height;
+}
+
+/* A time unit's width: 36 px, wider for a short step (640 px at least) and so that the shortest compute (a ZeRO-3
+ * forward cut into one piece a unit) still holds its label. */
+static double unit_of(const Schedule *s, const ScheduleSim *sim) {
+    double unit = sim->makespan * 36 >= 640 ? 36 : 640 / sim->makespan, shortest = 1;
+    for (int st = 0; st < s->stages; st++)
+        for (int i = 0; i < s->n[st]; i++) {
+            size_t k = (size_t)st * sim->max_actions + i;
+            int compute = s->list[st][i].kind == ACT_FORWARD || s->list[st][i].kind == ACT_BACKWARD;
+            if (compute && sim->end[k] > sim->start[k] && sim->end[k] - sim->start[k] < shortest) shortest = sim->end[k] - sim->start[k];
+        }
+    return unit * shortest < 24 ? 24 / shortest : unit;
+}
+
+int schedule_write_svg_beside(const Schedule *s, const ScheduleSim *sim, const char *title, const Schedule *b, const ScheduleSim *bsim,
+                              const char *btitle, const char *path) {
+    char tmp[4200];
+    FILE *f = atomic_open(path, tmp, sizeof tmp);   /* the output door: dies naming path when it cannot be written */
+    /* one time scale for both: a stage's whole forward is one unit, so a zbv chunk (half a stage) is half of one */
+    double k1 = s->kind == PP_ZBV ? 0.5 : 1, k2 = b && b->kind == PP_ZBV ? 0.5 : 1, unit = unit_of(s, sim) / k1;
+    if (b && unit_of(b, bsim) / k2 > unit) unit = unit_of(b, bsim) / k2;
+    double span = b && bsim->makespan * k2 > sim->makespan * k1 ? bsim->makespan * k2 : sim->makespan * k1;
+    if (b && span * unit > 4000) unit = 4000 / span;   /* within reason */
+    int w1, w2 = 0, h1 = panel(NULL, s, sim, title, 0, unit * k1, &w1), h2 = b ? panel(NULL, b, bsim, btitle, 0, unit * k2, &w2) : 0;
+    int w = w1 > w2 ? w1 : w2, h = h1 + h2;
+    fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' viewBox='0 0 %d %d' font-family='sans-serif' font-size='12'>\n",
+            w, h, w, h);   /* the viewBox lets a page scale it to its width */
+    fprintf(f, "<rect width='%d' height='%d' fill='white'/>\n", w, h);
+    panel(f, s, sim, title, 0, unit * k1, &w1);
+    if (b) panel(f, b, bsim, btitle, h1, unit * k2, &w2);
+    fprintf(f, "</svg>\n");
     atomic_commit(f, tmp, path);
     return 0;
+}
+
+int schedule_write_svg(const Schedule *s, const ScheduleSim *sim, const char *path, const char *title) {
+    return schedule_write_svg_beside(s, sim, title, NULL, NULL, NULL, path);
 }

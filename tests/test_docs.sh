@@ -34,6 +34,7 @@ pictures=(
     "pipeline-gpipe --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=gpipe"
     "pipeline-interleaved --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=interleaved"
     "pipeline-zb1 --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1"
+    "pipeline-zbv --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zbv"
     "data-parallel-buckets --dp=2 --micro_batches=2 --bucket_mb=0.05 --n_layers=4"
     "data-parallel-pipeline --pp=2 --dp=2 --micro_batches=4 --n_layers=4 --bucket_mb=0.05"
     "zero-step --dp=2 --zero=3 --n_layers=4 --micro_batches=2 --actions"

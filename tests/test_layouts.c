@@ -126,6 +126,12 @@ static void nccl_data_and_pipeline(void) {
     layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
     layout("ref", "pp4zb", 4, "--pp=4 --pp_schedule=zb1", fp32);
     layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
+    /* zbv: its turn on stage p-1 is a copy, every other message a posted NCCL group waited for by the compute stream */
+    if (train("ref8", 1, "--n_layers=8")) die("test: a one-rank reference run failed:\n%s", out);
+    layout("ref", "pp2zv", 2, "--pp=2 --pp_schedule=zbv", fp32);
+    layout("ref8", "pp4zv", 4, "--pp=4 --n_layers=8 --pp_schedule=zbv", fp32);
+    layout("ref", "dp2pp2zv3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zbv", fp32);
+    resume("ref", "rzv", 2, "--pp=2 --pp_schedule=zbv", 2, "--pp=2 --pp_schedule=zb1");
     resume("ref", "r21", 2, "--dp=2", 1, "");
     resume("ref", "rp", 2, "--pp=2", 4, "--pp=4");
     resume("ref", "rpi", 2, "--pp=2 --pp_schedule=interleaved", 2, "--dp=2 --zero=1");
@@ -139,6 +145,7 @@ static void nccl_tensor(void) {
     layout("ref", "dp2tp2pp2", 8, "--dp=2 --tp=2 --pp=2", fp32);
     layout("ref", "dp2tp2pp2i", 8, "--dp=2 --tp=2 --pp=2 --pp_schedule=interleaved --pp_virtual=2 --zero=1 --sequence_parallel=1", fp32);
     layout("ref", "tp2pp2s", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective", fp32);
+    layout("ref", "tp2pp2zv", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective --pp_schedule=zbv", fp32);
     layout_tol("refbf", "tp2sbf", 2, "--tp=2 --sequence_parallel=1 --precision=bf16", bf16, 5e-2);
     /* fp16: partial sums rounded before the tp sum, as bf16 above (measured on CPU ranks: tensors 4.1e-3, a norm weight's v) */
     layout_tol("ref16", "tp2f16", 2, "--tp=2 --precision=fp16 --recompute=selective", bf16, 5e-2);
@@ -146,12 +153,13 @@ static void nccl_tensor(void) {
     resume("ref", "r3d", 8, "--dp=2 --tp=2 --pp=2", 2, "--tp=2 --sequence_parallel=1");
 }
 
-/* Zero-bubble ZB-H1 (pp_schedule=zb1): the backward split into B and W is the fused backward's gradients, to
- * rounding, under every strategy beside it (each run accumulates 8 micro-batches, 4 with dp=2); the banner names the
- * schedule, so the split path is the one that ran. */
+/* Zero-bubble ZB-H1 (pp_schedule=zb1) and ZB-V (zbv, two chunks a stage in V order): the backward split into B and W
+ * is the fused backward's gradients, to rounding, under every strategy beside it (each run accumulates 8 micro-batches,
+ * 4 with dp=2); the banner names the schedule, so the split path is the one that ran. */
 static void zb_layout(const char *ref, const char *name, int ranks, const char *args, double tol) {
     layout(ref, name, ranks, args, tol);
-    CHECK(strstr(out, "| zb1, "), "%s: the run says it ran pp_schedule=zb1:\n%.3000s", name, out);
+    const char *kind = strstr(args, "zbv") ? "| zbv, " : "| zb1, ";
+    CHECK(strstr(out, kind), "%s: the run says it ran %s:\n%.3000s", name, kind, out);
 }
 static void zero_bubble(void) {
     zb_layout("ref", "pp2zb", 2, "--pp=2 --pp_schedule=zb1", fp32);
@@ -164,11 +172,31 @@ static void zero_bubble(void) {
     zb_layout("ref", "tp2pp2zb", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective --pp_schedule=zb1", fp32);
     zb_layout("refbf", "pp2zbbf", 2, "--pp=2 --pp_schedule=zb1 --precision=bf16 --compute_weights=per_layer", bf16);
     zb_layout("ref16", "pp4zbf16", 4, "--pp=4 --pp_schedule=zb1 --precision=fp16 --recompute=selective", bf16);   /* loss scaling */
+    /* zbv: 2*pp equal chunks (n_layers 4 at pp=2, 8 at pp=4); stage 0 holds the embedding and the head, so tied embeddings run */
+    if (train("ref8", 1, "--n_layers=8") || train("reft", 1, "--tie_embeddings=1")) die("test: a one-rank reference run failed:\n%s", out);
+    zb_layout("ref", "pp2zv", 2, "--pp=2 --pp_schedule=zbv", fp32);
+    zb_layout("ref8", "pp4zv", 4, "--pp=4 --n_layers=8 --pp_schedule=zbv", fp32);
+    zb_layout("ref", "pp2zvr", 2, "--pp=2 --pp_schedule=zbv --recompute=full", fp32);
+    zb_layout("reft", "pp2zvt", 2, "--pp=2 --pp_schedule=zbv --tie_embeddings=1", fp32);
+    zb_layout("ref", "dp2pp2zv", 4, "--dp=2 --pp=2 --zero=1 --pp_schedule=zbv --bucket_mb=0.004", fp32);
+    zb_layout("ref", "dp2pp2zv2", 4, "--dp=2 --pp=2 --zero=2 --pp_schedule=zbv", fp32);
+    zb_layout("ref", "dp2pp2zv3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zbv", fp32);
+    zb_layout("ref", "tp2pp2zv", 4, "--tp=2 --pp=2 --sequence_parallel=1 --recompute=selective --pp_schedule=zbv", fp32);
+    zb_layout("ref16", "pp2zvf16", 2, "--pp=2 --pp_schedule=zbv --precision=fp16 --recompute=selective", bf16);
+    zb_layout("refbf", "pp2zvbf", 2, "--pp=2 --pp_schedule=zbv --precision=bf16 --compute_weights=per_layer", bf16);
+    /* resume across schedules: zb1 -> 1f1b, 1f1b -> zb1 with dp, zbv -> zb1, 1f1b -> zbv */
     resume("ref", "rzb", 2, "--pp=2 --pp_schedule=zb1", 4, "--pp=4");
     resume("ref", "rzb2", 2, "--pp=2", 4, "--pp=2 --pp_schedule=zb1 --dp=2 --zero=1");
+    resume("ref", "rzv", 2, "--pp=2 --pp_schedule=zbv", 2, "--pp=2 --pp_schedule=zb1");
+    resume("ref8", "rzv2", 4, "--pp=4 --n_layers=8", 2, "--n_layers=8 --pp=2 --pp_schedule=zbv");
     memory_same(2, "--pp=2 --pp_schedule=zb1 --recompute=selective");
-    refused(4, "--pp=4 --pp_schedule=zb1 --total_batch_tokens=64", "needs at least 4 micro-batches");
+    memory_same(2, "--pp=2 --pp_schedule=zbv --recompute=selective");
+    refused(4, "--pp=4 --pp_schedule=zb1 --total_batch_tokens=64", "the smallest total_batch_tokens for pp=4 is 128");
     refused(2, "--pp=2 --pp_schedule=zb1 --precision=fp8", "pp_schedule=zb1 splits the backward into B and W, and precision=fp8");
+    refused(2, "--pp=2 --pp_schedule=zbv --precision=fp8", "pp_schedule=zbv splits the backward into B and W, and precision=fp8");
+    refused(2, "--pp=2 --pp_schedule=zbv --n_layers=6", "the smallest n_layers it takes at pp=2 is 4");
+    refused(2, "--pp=2 --pp_schedule=zbv --pp_layers=3,1", "pp_schedule=zbv needs 2*pp equal chunks");
+    refused(4, "--pp=4 --n_layers=8 --pp_schedule=zbv --total_batch_tokens=96", "needs at least 4 micro-batches");
 }
 
 /* Bad launches: one clear line, every rank out. */

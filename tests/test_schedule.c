@@ -9,11 +9,16 @@
  *   - ZeRO-2/3's pass: every gather before its read, every free after its last
  *     read, every place reduced before it is written again; the same lists
  *     with a wait, a free or a reduction's wait removed are caught;
- *   - zb1 (ZB-H1, the backward split into B and W): sound for many (p, m),
- *     each W after its B, a bubble between ZB-H1's formula and 1F1B's, the
- *     micro-batches in flight, one store of what W reads (B to W), the buckets and ZeRO's reductions after the W
+ *   - zb1 (ZB-H1, the backward split into B and W) and zbv (ZB-V, two chunks a
+ *     stage in V order): sound for many (p, m) as MPI and as NCCL's one comm
+ *     stream run them, each W after its B on its B's store, the simulated
+ *     bubble equal to the formula, the memory within the order's cap (1F1B's p
+ *     up to 2p), the buckets and ZeRO's reductions after the W
  *     that completes them (never after a B), ZeRO-3's gathers before B alone;
+ *     zbv's turn as copies on stage p-1;
  *     a W before its B, a missing W and a fused backward in it are caught;
+ *   - waits: a missing wait, a send's buffer written before its wait, and the
+ *     groups cut so NCCL's one stream deadlocks are caught;
  *   - `build/train schedule` prints the same list's timeline and bubble,
  *     draws it, and refuses a pipeline it cannot run; with zero=3 it sums up
  *     and lists the gathers. */
@@ -64,7 +69,7 @@ static void test_builders(void) {
 static void test_forward_only(void) {
     for (int v = 1; v <= 2; v++) {
         Schedule s;
-        schedule_build_forward(&s, 4, 5, v);
+        schedule_build_forward(&s, v > 1 ? PP_INTERLEAVED : PP_1F1B, 4, 5, v);
         schedule_assign_slots(&s);
         ScheduleSim sim;
         char err[512];
@@ -121,6 +126,14 @@ static int find(const Schedule *s, int st, ActionKind k, int mb) {
     for (int i = 0; i < s->n[st]; i++) if (s->list[st][i].kind == k && s->list[st][i].mb == mb) return i;
     return -1;
 }
+static int find_wait(const Schedule *s, int st, ActionKind msg, int mb) {
+    for (int i = 0; i < s->n[st]; i++) if (s->list[st][i].kind == ACT_WAIT && s->list[st][i].msg == (int)msg && s->list[st][i].mb == mb) return i;
+    return -1;
+}
+static void drop_at(Schedule *s, int st, int i) {
+    memmove(&s->list[st][i], &s->list[st][i + 1], (size_t)(s->n[st] - i - 1) * sizeof(Action));
+    s->n[st]--;
+}
 static void swap(Schedule *s, int st, int i, int j) { Action t = s->list[st][i]; s->list[st][i] = s->list[st][j]; s->list[st][j] = t; }
 static void insert(Schedule *s, int st, int at, Action a) {   /* the lists are built with spare room */
     if (s->n[st] == s->cap[st]) die("test: no room to insert");
@@ -133,18 +146,27 @@ static void insert(Schedule *s, int st, int at, Action a) {   /* the lists are b
  * which is in order on its own, but stage 0 sends micro-batch 0 first */
 static void swap_order(Schedule *s) {
     int r0 = find(s, 1, ACT_RECV_ACT, 0), f0 = find(s, 1, ACT_FORWARD, 0), r1 = find(s, 1, ACT_RECV_ACT, 1), f1 = find(s, 1, ACT_FORWARD, 1);
+    int w0 = find_wait(s, 1, ACT_RECV_ACT, 0), w1 = find_wait(s, 1, ACT_RECV_ACT, 1);
     swap(s, 1, r0, r1);
     swap(s, 1, f0, f1);
+    swap(s, 1, w0, w1);
 }
-static void drop_recv(Schedule *s) {    /* stage 1 forgets to receive micro-batch 1's input */
-    int i = find(s, 1, ACT_RECV_ACT, 1);
-    memmove(&s->list[1][i], &s->list[1][i + 1], (size_t)(s->n[1] - i - 1) * sizeof(Action));
-    s->n[1]--;
+static void drop_recv(Schedule *s) {    /* stage 1 forgets to receive micro-batch 1's input (and to wait for it) */
+    drop_at(s, 1, find_wait(s, 1, ACT_RECV_ACT, 1));
+    drop_at(s, 1, find(s, 1, ACT_RECV_ACT, 1));
 }
 static void drop_send(Schedule *s) {    /* stage 1 forgets to send micro-batch 1's gradient */
-    int i = find(s, 1, ACT_SEND_GRAD, 1);
-    memmove(&s->list[1][i], &s->list[1][i + 1], (size_t)(s->n[1] - i - 1) * sizeof(Action));
-    s->n[1]--;
+    drop_at(s, 1, find_wait(s, 1, ACT_SEND_GRAD, 1));
+    drop_at(s, 1, find(s, 1, ACT_SEND_GRAD, 1));
+}
+static void drop_wait(Schedule *s) {    /* stage 1 never waits for micro-batch 1's input: its forward could read it half there */
+    drop_at(s, 1, find_wait(s, 1, ACT_RECV_ACT, 1));
+}
+static void early_slot(Schedule *s) {   /* stage 1 waits for the send of micro-batch 0's gradient only at the end: 1F1B reuses its slot */
+    int i = find_wait(s, 1, ACT_SEND_GRAD, 0);
+    Action w = s->list[1][i];
+    drop_at(s, 1, i);
+    insert(s, 1, s->n[1], w);
 }
 static void early_backward(Schedule *s) {   /* stage 0 runs micro-batch 0's backward before receiving its gradient */
     swap(s, 0, find(s, 0, ACT_RECV_GRAD, 0), find(s, 0, ACT_BACKWARD, 0));
@@ -251,18 +273,34 @@ static void test_cli(void) {
     CHECK(rc == 1 && strstr(out, "every stage needs at least one layer"), "pp > n_layers refused: rc %d\n%s", rc, out);
     snprintf(args, sizeof args, "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1 --svg=%s", svg);
     rc = test_run("build/train", args, out, sizeof out);
-    CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "stage 3|            F0  B0  W0  F1  B1  W1") &&
-          strstr(out, "simulated 20.00% of the step idle (forward 1, B 1, W 1 time units)") && strstr(out, "(p-1)/(3m+p-1) = 11.11%") &&
-          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 4 4 3 2; W stores (micro-batches between B and W at once): 1 1 1 1"),
+    CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "stage 3|            F0  B0  F1  B1  F2  B2") &&
+          strstr(out, "simulated 11.11% of the step idle (forward 1, B 1, W 1 time units)") && strstr(out, "(p-1)/(3m+p-1) = 11.11%") &&
+          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 5 5 5 5; W stores (micro-batches between B and W at once): 3 4 4 5") &&
+          strstr(out, "on NCCL's one comm stream (a stage's groups one after another) 11.11%") && strstr(out, "(1f1b beside it)"),
           "zb1's dry run: its timeline in F, B and W, its bubble beside ZB-H1's formula and 1F1B's:\n%s", out);
     f = fopen(svg, "r");
     static char picture[1 << 18];
     size_t got = f ? fread(picture, 1, sizeof picture - 1, f) : 0;
     picture[got] = 0;
-    CHECK(strstr(picture, ">W0<") && strstr(picture, "rgb(220,") && strstr(picture, "rgb(70,200,") && strstr(picture, "rgb(90,"),
-          "zb1's picture draws F, B and W in three colours");
+    CHECK(strstr(picture, ">W0<") && strstr(picture, "rgb(220,") && strstr(picture, "rgb(70,200,") && strstr(picture, "rgb(90,") &&
+          strstr(picture, ">1f1b: pp=4, m=8, bubble 27.3%"), "zb1's picture draws F, B and W in three colours, 1F1B's under it");
     if (f) fclose(f);
     unlink(svg);
+    snprintf(args, sizeof args, "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zbv --svg=%s", svg);
+    rc = test_run("build/train", args, out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "schedule | zbv | pp=4 stages x 8 micro-batches x 2 chunks in V order") &&
+          strstr(out, "stage 0|F0.0  F1.0  F2.0  F3.0") && strstr(out, "simulated 5.88% of the step idle") &&
+          strstr(out, "(p-1)/(6m+p-1) = 5.88%") && strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "comm stream (a stage's groups one after another) 14.29%") &&
+          strstr(out, "holding at most 4 micro-batches a stage (1F1B: 4)"),
+          "zbv's dry run: its timeline, its bubble beside ZB-V's formula and 1F1B's, NCCL's, its memory:\n%s", out);
+    f = fopen(svg, "r");
+    got = f ? fread(picture, 1, sizeof picture - 1, f) : 0;
+    picture[got] = 0;
+    CHECK(strstr(picture, ">W0.1<") && strstr(picture, ">zbv: pp=4, m=8") && strstr(picture, ">1f1b: pp=4"), "zbv's picture, 1F1B's under it");
+    if (f) fclose(f);
+    unlink(svg);
+    rc = test_run("build/train", "schedule --pp=2 --micro_batches=4 --n_layers=6 --pp_schedule=zbv", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "the smallest n_layers it takes at pp=2 is 4"), "zbv with n_layers=6 at pp=2 refused: rc %d\n%s", rc, out);
     rc = test_run("build/train", "schedule --pp=4 --micro_batches=3 --n_layers=8 --pp_schedule=zb1", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "needs at least 4 micro-batches"), "zb1 with m < p refused naming the smallest m: rc %d\n%s", rc, out);
     rc = test_run("build/train", "schedule --dp=2 --zero=3 --n_layers=4 --micro_batches=2 --actions", out, sizeof out);
@@ -271,42 +309,53 @@ static void test_cli(void) {
           "zero=3's dry run checks, sums up and lists its gathers:\n%s", out);
 }
 
-/* zb1: sound for many (p, m); every W after its B and before the stage's next use of the slot; its simulated bubble
- * below 1F1B's and at least ZB-H1's formula; stage 0 holds 1F1B's p micro-batches, the others one more (the next
- * forward's receive is posted before the W, a group that waits for nothing else). */
+/* zb1 and zbv: sound for many (p, m) (both as MPI and as NCCL's one comm stream run them); every B and W of every
+ * (micro-batch, chunk) once, each W after its B and on its B's W store; the simulated bubble is the schedule's formula
+ * (ZB-H1's (p-1)/(3m+p-1), ZB-V's (p-1)/(6m+p-1)) and below 1F1B's; a stage holds at most the cap its order was found
+ * with, from 1F1B's p up to 2p (micro-batches; a ZB-V chunk is half a stage, so 2 x cap chunks), and zb1 keeps 1F1B's
+ * p - st between a forward and its B. */
+static void zero_bubble_case(int kind, int p, int m) {
+    const char *name = schedule_name(kind);
+    int v = kind == PP_ZBV ? 2 : 1;
+    Schedule s;
+    build(&s, kind, p, m, v, 2);
+    ScheduleSim sim;
+    char err[512] = "";
+    int rc = schedule_check(&s, &sim, err, sizeof err);
+    CHECK(rc == 0, "%s p=%d m=%d: %s", name, p, m, err);
+    double zb = schedule_bubble_formula(&s), f1b = (p - 1.0) / (m + p - 1.0);
+    CHECK(rc == 0 && fabs(sim.bubble - zb) < 1e-9 && sim.bubble < f1b, "%s p=%d m=%d: simulated bubble %.4f, want the formula's %.4f (1F1B %.4f)",
+          name, p, m, sim.bubble, zb, f1b);
+    CHECK(rc == 0 && sim.bubble_fifo >= sim.bubble - 1e-9, "%s p=%d m=%d: NCCL's one stream %.4f is no faster than MPI's %.4f", name, p, m,
+          sim.bubble_fifo, sim.bubble);
+    CHECK(s.zb_cap >= p && s.zb_cap <= 2 * p, "%s p=%d m=%d: the order's cap %d is within [p, 2p]", name, p, m, s.zb_cap);
+    for (int st = 0; st < p; st++) {
+        int n[ACT_KINDS] = {0}, keep[256], same = 1, b_open = 0, most_b = 0;
+        for (int i = 0; i < s.n[st]; i++) {
+            const Action *a = &s.list[st][i];
+            n[a->kind]++;
+            int q = a->mb * v + a->chunk;
+            if (a->kind == ACT_FORWARD && ++b_open > most_b) most_b = b_open;
+            if (a->kind == ACT_BACKWARD_INPUT) { b_open--; if (q < 256) keep[q] = a->keep; }
+            if (a->kind == ACT_BACKWARD_WEIGHT && q < 256) same &= a->keep == keep[q] && a->keep >= 0;
+        }
+        CHECK(n[ACT_BACKWARD_INPUT] == v * m && n[ACT_BACKWARD_WEIGHT] == v * m && n[ACT_BACKWARD] == 0 && n[ACT_FORWARD] == v * m,
+              "%s p=%d m=%d stage %d: %d F, %d B, %d W, %d fused backwards", name, p, m, st, n[ACT_FORWARD], n[ACT_BACKWARD_INPUT],
+              n[ACT_BACKWARD_WEIGHT], n[ACT_BACKWARD]);
+        CHECK(s.slots[st] <= v * s.zb_cap && s.keeps[st] <= s.slots[st] && same, "%s p=%d m=%d stage %d: holds %d (cap %d x %d chunks), "
+              "%d W stores, each W on its B's: %d", name, p, m, st, s.slots[st], s.zb_cap, v, s.keeps[st], same);
+        if (kind == PP_ZB1) CHECK(most_b <= p - st, "zb1 p=%d m=%d stage %d: %d forwards before their B at once, 1F1B's %d", p, m, st, most_b, p - st);
+    }
+    if (rc == 0 && p == 4 && m == 8)
+        printf("%s p=4 m=8: bubble %.4f (formula %.4f, 1F1B's %.4f), makespan %.0f; NCCL's one stream %.4f; holds at most %d micro-batches\n",
+               name, sim.bubble, zb, f1b, sim.makespan, sim.bubble_fifo, s.zb_cap);
+    schedule_sim_free(&sim);
+    schedule_free(&s);
+}
+
 static void test_zb1(void) {
     int cases[][2] = {{2, 2}, {2, 4}, {2, 8}, {3, 3}, {3, 7}, {4, 4}, {4, 8}, {4, 16}, {8, 8}, {8, 24}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        int p = cases[c][0], m = cases[c][1];
-        Schedule s;
-        build(&s, PP_ZB1, p, m, 1, 2);
-        ScheduleSim sim;
-        char err[512] = "";
-        int rc = schedule_check(&s, &sim, err, sizeof err);
-        CHECK(rc == 0, "zb1 p=%d m=%d: %s", p, m, err);
-        double zb = schedule_bubble_formula(&s), f1b = (p - 1.0) / (m + p - 1.0);
-        CHECK(rc == 0 && sim.bubble < f1b - 1e-9 && sim.bubble >= zb - 1e-9, "zb1 p=%d m=%d: simulated bubble %.4f, want in [%.4f, %.4f)", p, m,
-              sim.bubble, zb, f1b);
-        for (int st = 0; st < p; st++) {
-            int n[ACT_KINDS] = {0}, want = st == 0 ? p : p - st + 1;
-            for (int i = 0; i < s.n[st]; i++) n[s.list[st][i].kind]++;
-            CHECK(n[ACT_BACKWARD_INPUT] == m && n[ACT_BACKWARD_WEIGHT] == m && n[ACT_BACKWARD] == 0,
-                  "zb1 p=%d m=%d stage %d: %d B, %d W, %d fused backwards", p, m, st, n[ACT_BACKWARD_INPUT], n[ACT_BACKWARD_WEIGHT], n[ACT_BACKWARD]);
-            CHECK(s.slots[st] == (want < m ? want : m), "zb1 p=%d m=%d: stage %d holds %d micro-batches, want %d", p, m, st, s.slots[st], want);
-            /* each W right after its B: one store of what W reads, shared by the B and the W of a micro-batch */
-            int b_keep[64], same = 1;
-            for (int i = 0; i < s.n[st]; i++) {
-                const Action *a = &s.list[st][i];
-                if (a->kind == ACT_BACKWARD_INPUT && a->mb < 64) b_keep[a->mb] = a->keep;
-                if (a->kind == ACT_BACKWARD_WEIGHT && a->mb < 64) same &= a->keep == b_keep[a->mb] && a->keep >= 0;
-            }
-            CHECK(s.keeps[st] == 1 && same, "zb1 p=%d m=%d stage %d: %d W stores (want 1), each W on its B's: %d", p, m, st, s.keeps[st], same);
-        }
-        if (rc == 0 && p == 4 && m == 8)
-            printf("zb1 p=4 m=8: bubble %.4f (ZB-H1's formula %.4f, 1F1B's %.4f), makespan %.0f\n", sim.bubble, zb, f1b, sim.makespan);
-        schedule_sim_free(&sim);
-        schedule_free(&s);
-    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) zero_bubble_case(PP_ZB1, cases[c][0], cases[c][1]);
     /* the data-parallel pass: the last W of a micro-batch is split where a bucket completes, and the reduction starts after it */
     Schedule s;
     int steps[2] = {5, 4};
@@ -355,6 +404,35 @@ static void test_zb1(void) {
     }
 }
 
+/* zbv: the same facts; stage 0 holds the first virtual stage and the last, the V turns on stage p-1 as copies (a send
+ * to itself before the receive it fills, no wait), and the evaluation's forwards-only list is sound too. */
+static void test_zbv(void) {
+    int cases[][2] = {{2, 2}, {2, 3}, {2, 8}, {3, 3}, {3, 5}, {4, 4}, {4, 8}, {4, 16}, {8, 8}, {8, 24}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) zero_bubble_case(PP_ZBV, cases[c][0], cases[c][1]);
+    Schedule s;
+    build(&s, PP_ZBV, 4, 8, 2, 2);
+    CHECK(schedule_virtual_stage(PP_ZBV, 4, 0, 0) == 0 && schedule_virtual_stage(PP_ZBV, 4, 0, 1) == 7 &&
+          schedule_virtual_stage(PP_ZBV, 4, 3, 1) == 4 && schedule_stage_of(PP_ZBV, 4, 5) == 2, "zbv: the V's places");
+    int self[4] = {0}, waits_on_self = 0;
+    for (int st = 0; st < 4; st++)
+        for (int i = 0; i < s.n[st]; i++) {
+            const Action *a = &s.list[st][i];
+            if (a->kind >= ACT_SEND_ACT && a->kind <= ACT_RECV_GRAD && a->peer == st) self[st]++;
+            if (a->kind == ACT_WAIT && a->peer == st) waits_on_self++;
+        }
+    CHECK(self[0] == 0 && self[1] == 0 && self[2] == 0 && self[3] == 4 * 8 && waits_on_self == 0,
+          "zbv: only stage 3 sends to itself (an activation and a gradient a micro-batch, each sent and received): %d %d %d %d, %d waits",
+          self[0], self[1], self[2], self[3], waits_on_self);
+    schedule_free(&s);
+    schedule_build_forward(&s, PP_ZBV, 4, 5, 2);
+    schedule_assign_slots(&s);
+    ScheduleSim sim;
+    char err[512] = "";
+    CHECK(schedule_check(&s, &sim, err, sizeof err) == 0, "zbv forwards only: %s", err);
+    schedule_sim_free(&sim);
+    schedule_free(&s);
+}
+
 static void zb_w_first(Schedule *s) {   /* stage 1 runs micro-batch 0's W before its B */
     swap(s, 1, find(s, 1, ACT_BACKWARD_INPUT, 0), find(s, 1, ACT_BACKWARD_WEIGHT, 0));
 }
@@ -376,8 +454,11 @@ int main(void) {
     expect_broken("a missing receive", PP_1F1B, drop_recv, "runs before its input was received");
     expect_broken("a missing send", PP_1F1B, drop_send, "has no partner");
     expect_broken("a backward before its gradient", PP_1F1B, early_backward, "before its output's gradient was received");
-    expect_broken("a deadlock", PP_1F1B, deadlock, "deadlocks");
+    expect_broken("a deadlock", PP_1F1B, deadlock, "deadlocks on NCCL's one comm stream");
+    expect_broken("a missing wait", PP_1F1B, drop_wait, "runs before its input was received (and waited for)");
+    expect_broken("a send's buffer reused before its wait", PP_1F1B, early_slot, "may still be reading it");
     test_zb1();
+    test_zbv();
     expect_broken("zb1: a W before its B", PP_ZB1, zb_w_first, "does not continue the weight gradients");
     expect_broken("zb1: a missing W", PP_ZB1, zb_drop_w, "never finishes the weight gradients (W) of micro-batch 1");
     expect_broken("zb1: a fused backward", PP_ZB1, zb_fused, "in a schedule that splits the backward");

@@ -4,6 +4,7 @@
 #include "../model/llama.h"
 #include "../common/util.h"
 #include "../common/options.h"
+#include "../parallel/schedule.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -57,7 +58,7 @@ const ConfigField config_fields[] = {
     F(cp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "context-parallel ranks: each sequence is cut into 2*cp chunks and cp rank r holds chunks r and 2*cp-1-r (equal causal work), so activations are 1/cp; attention all-gathers K/V over the cp ranks every layer (docs/context-parallel.md); seq_len must divide by 2*cp; the weights and gradients are the same on every cp rank (reduced over dp x cp)"),
     F(sequence_parallel, FIELD_BOOL, "0", 0, 1, NULL, "parallel", "with tp > 1: norms, residual stream and adds on batch_size*seq_len/tp tokens per rank, the tp all-reduces become reduce-scatter + all-gather (less activation memory, same bytes sent)"),
     F(pp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "pipeline stages: each holds consecutive layers (embedding on the first, head on the last)"),
-    F(pp_schedule, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|gpipe|interleaved|zb1", "parallel", "pipeline schedule; interleaved runs pp_virtual chunks of layers per stage; zb1 = zero-bubble ZB-H1: the backward split into B (input gradients) and W (weight gradients), W filling 1F1B's drain bubble, at 1F1B's micro-batches in flight (docs/pipeline-parallel.md)"),
+    F(pp_schedule, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|gpipe|interleaved|zb1|zbv", "parallel", "pipeline schedule; interleaved runs pp_virtual chunks of layers per stage; zb1 = zero-bubble ZB-H1: the backward split into B (input gradients) and W (weight gradients), W filling 1F1B's drain bubble, at 1F1B's micro-batches in flight; zbv = ZB-V: the same with two chunks a stage in V order (stage 0 holds the first and the last layers; n_layers must divide by 2*pp) (docs/pipeline-parallel.md)"),
     F(pp_virtual, FIELD_INT, "2", 1, 64, NULL, "parallel", "pp_schedule=interleaved: model chunks per stage (n_layers must divide by pp*pp_virtual)"),
     F(pp_layers, FIELD_STRING, "", 0, 0, NULL, "parallel", "layers of each pipeline stage, e.g. 4,4,3; empty = as even as possible"),
     F(comm_backend, FIELD_CHOICE, "auto", 0, 0, "auto|nccl|mpi", "parallel", "who moves device buffers: nccl (a GPU per rank), mpi (CPU ranks, ranks sharing a GPU); auto picks"),
@@ -368,9 +369,26 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
         FAIL("compute_weights=per_layer casts each layer's weights from this rank's whole fp32 master, and zero=%d keeps only a "
              "1/(dp*cp) shard of the master on each of the dp*cp=%d ranks\n"
              "  hint: use --compute_weights=keep with --zero=%d, or --zero=0 with --compute_weights=per_layer", c->zero, c->dp * c->cp, c->zero);
-    if (c->pp_schedule == 3 /* zb1 */ && c->pp > 1 && c->precision == PRECISION_FP8)
-        FAIL("pp_schedule=zb1 splits the backward into B and W, and precision=fp8's matmul backward casts its operands for both "
-             "halves at once: the two do not run together yet\n  hint: use --pp_schedule=1f1b with --precision=fp8, or --precision=bf16 with zb1");
+    int zb = c->pp_schedule == PP_ZB1 || c->pp_schedule == PP_ZBV;
+    const char *zb_name = schedule_name(c->pp_schedule);
+    if (zb && c->pp > 1 && c->precision == PRECISION_FP8)
+        FAIL("pp_schedule=%s splits the backward into B and W, and precision=fp8's matmul backward casts its operands for both "
+             "halves at once: the two do not run together yet\n  hint: use --pp_schedule=1f1b with --precision=fp8, or --precision=bf16 with %s",
+             zb_name, zb_name);
+    if (c->pp > 1 && c->total_batch_tokens && config_grad_accum_steps(c) < c->pp) {   /* 0: set later (the dry run's --micro_batches) */
+        long smallest = (long)c->pp * per_micro;
+        FAIL("a pipeline of pp=%d stages needs at least %d micro-batches per step, and total_batch_tokens=%d makes %d "
+             "(total_batch_tokens / (batch_size*seq_len*dp) = %d / %ld)\n  hint: the smallest total_batch_tokens for pp=%d is %ld "
+             "(or lower batch_size or pp)", c->pp, c->pp, c->total_batch_tokens, config_grad_accum_steps(c), c->total_batch_tokens,
+             per_micro, c->pp, smallest);
+    }
+    if (c->pp_schedule == PP_ZBV && c->pp > 1 && c->pp_layers[0])
+        FAIL("pp_layers='%s' sets an uneven split, and pp_schedule=zbv needs 2*pp equal chunks\n  hint: drop pp_layers, or use "
+             "--pp_schedule=zb1 with it", c->pp_layers);
+    if (c->pp_schedule == PP_ZBV && c->pp > 1 && c->n_layers % (2 * c->pp))
+        FAIL("pp_schedule=zbv cuts n_layers=%d into 2*pp = %d equal chunks (two a stage, in V order), and %d does not divide by %d\n"
+             "  hint: the smallest n_layers it takes at pp=%d is %d (any multiple of %d), or use --pp_schedule=zb1", c->n_layers,
+             2 * c->pp, c->n_layers, 2 * c->pp, c->pp, 2 * c->pp, 2 * c->pp);
     if (c->zero >= 2 && c->dp * c->cp == 1)
         FAIL("zero=%d shards gradients%s over the data-parallel ranks, and dp=1: there is nothing to shard over\n"
              "  hint: use --dp=2 or more with --zero=%d, or --zero=0 on one data-parallel rank", c->zero, c->zero == 3 ? " and weights" : "", c->zero);

@@ -89,7 +89,7 @@ static void print_banner(const Trainer *tr) {
         else
             printf("ranks | %d = dp %d x pp %d x tp %d through %s | rank 0 holds %zu parameters", tr->comm.world_size, c->dp, c->pp, c->tp,
                    comm_transport_name(&tr->comm), m->n_params);
-        if (c->pp > 1) printf(" | layers per stage %s | %s, %d micro-batches", split, c->pp_schedule == 0 ? "1f1b" : c->pp_schedule == 1 ? "gpipe" : c->pp_schedule == 2 ? "interleaved" : "zb1",
+        if (c->pp > 1) printf(" | layers per stage %s | %s, %d micro-batches", split, schedule_name(c->pp_schedule),
                               tr->accum);
         if (tr->ddp.zero) printf(" | ZeRO-%d", tr->ddp.zero);
         printf("\n");

@@ -7,7 +7,12 @@
  *   compute  one GPU's measured compute per token (--profile, written by a run
  *            with --profile_out), split by FLOPs over the stages and tp ranks,
  *            times the recompute factor measured on l124m;
- *   bubble   the schedule's own (p-1)/(m+p-1) (interleaved: v*m);
+ *   bubble   the schedule's own formula: (p-1)/(m+p-1) for 1F1B; zb1 (ZB-H1)
+ *            (p-1)/(3m+p-1) and zbv (ZB-V) (p-1)/(6m+p-1), the zero-bubble
+ *            ones with F = B = W, each a candidate beside 1F1B for every pp > 1
+ *            (zbv where n_layers divides by 2pp; not with fp8, which they
+ *            refuse), its memory from its own slots and W stores, so the
+ *            ranking picks one where its modelled step is shorter;
  *   comm     nccl-tests' volumes over the link's bus bandwidth: per layer and
  *            micro-batch four tp sums of B*T*C; one data-parallel reduction of
  *            the stage's gradients, hidden behind the last backward but for
@@ -17,7 +22,7 @@
  *            zero=3's two all-gathers of the weights a micro-batch (forward and
  *            backward), one unit ahead, hidden behind the compute but for the
  *            first unit, and no all-gather after the optimizer (docs/zero.md);
- *            pipeline messages of B*T*C per micro-batch; context parallel's
+ *            pipeline messages of B*T*C per micro-batch (zbv: twice, two chunks); context parallel's
  *            K/V all-gathers (forward, backward, and the recompute's) and its
  *            fp32 dK/dV reduce-scatter every layer and micro-batch, in the open
  *            (model/context.c does not overlap them); with cp the gradients
@@ -25,7 +30,7 @@
  *   optimizer the profile's, per parameter on the rank.
  * Then the usual rule — fits one GPU: data parallel; else tensor parallel
  * inside a node, pipeline across nodes — and the ranking by tokens/s, shown
- * with the fastest of each dp x tp x pp first, then of each zero/recompute mix,
+ * with the fastest of each dp x tp x pp first, then of each zero/recompute/schedule mix,
  * so the top rows are choices, not one layout with other micro-batch sizes.
  * It plans for GPUs (device=cuda, bf16) unless told otherwise, and says so;
  * without a profile, fp32 runs on the fp32 peak (exact GEMMs, no tensor cores). */
@@ -107,7 +112,7 @@ static void flops_split(const ModelConfig *mc, double *layer, double *head) {
 }
 
 typedef struct {
-    int dp, tp, pp, cp, B, m, recompute, zero;
+    int dp, tp, pp, cp, B, m, recompute, zero, sched;   /* sched: pp_schedule (PP_*) */
     double mem_gib, step_ms, tokens_per_s, comm_ms, comm_total_ms, bubble;   /* comm_ms: exposed (in the step); total: busy */
     int fits, level, rank;   /* level: 0 the fastest of its dp x tp x pp, 1 of its zero/recompute mix too, 2 a near-duplicate */
     char why[160];
@@ -130,6 +135,7 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
                     double link_node, double link_net, double gpu_mem) {
     Config c = *base;
     c.dp = L->dp; c.tp = L->tp; c.pp = L->pp; c.cp = L->cp; c.batch_size = L->B; c.recompute = L->recompute; c.zero = L->zero;
+    c.pp_schedule = L->sched;
     c.total_batch_tokens = L->m * L->B * c.seq_len * L->dp;
     Comm grid;
     comm_init_one(&grid);
@@ -186,7 +192,7 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
     else if (L->zero)   /* zero=1/2: the updated weights are all-gathered after the optimizer, in the open */
         dp_exposed += weights_once;
     double gather = L->zero == 3 ? 2.0 * L->m * weights_once : L->zero ? weights_once : 0;   /* all the weights' gathers, hidden or not */
-    double pp_s = L->pp > 1 ? 2.0 * L->m * act_bytes / ((multi ? link_net : link_node) * 1e9) : 0;
+    double pp_s = L->pp > 1 ? 2.0 * L->m * act_bytes * (L->sched == PP_ZBV ? 2 : 1) / ((multi ? link_net : link_node) * 1e9) : 0;
     double opt = prof->have ? prof->optimizer_ms / 1e3 * params_rank / prof->params / (L->zero ? D : 1) : 0;
     double host = prof->have ? prof->host_ms / 1e3 : 0;
     double step = pipeline + tp_s + cp_s + dp_exposed + pp_s + opt + host;
@@ -223,7 +229,7 @@ static const char *usage =
     "  training allocates from) and predicted step time; ranked, each with why. A profile comes from a\n"
     "  one-GPU run with --profile_out=PATH; without one, compute is estimated from FLOPs. It plans for GPUs,\n"
     "  device=cuda precision=bf16, unless --device, --precision or a --config file say otherwise. The fastest\n"
-    "  layout of each dp x tp x pp comes first, then each zero/recompute mix, then the other micro-batch sizes.\n";
+    "  layout of each dp x tp x pp comes first, then each zero/recompute/schedule mix, then the other micro-batch sizes.\n";
 
 int plan_main(int argc, char **argv) {
     int gpus = 0, per_node = 8, top = 15;
@@ -281,12 +287,16 @@ int plan_main(int argc, char **argv) {
                 int m = (int)(global / per);
                 if (m < pp || m > 4096) continue;
                 for (int r = 0; r < 3; r++)
-                    for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++) {
+                    for (int z = 0; z <= (dp * cp > 1 ? 3 : 0); z++)
+                    for (int sc = 0; sc < 3; sc++) {   /* 1f1b, and the zero-bubble zb1 and zbv where they run */
+                        int sched = sc == 0 ? PP_1F1B : sc == 1 ? PP_ZB1 : PP_ZBV;
+                        if (sc && (pp == 1 || c.precision == PRECISION_FP8)) continue;
+                        if (sched == PP_ZBV && mc.n_layers % (2 * pp)) continue;
                         if (count == 8192) break;
                         if (z >= 2 && (c.tie_embeddings || c.grad_reduce_dtype == GRAD_REDUCE_BF16)) continue;   /* refused: config.c */
                         if (z == 3 && c.compute_weights == COMPUTE_WEIGHTS_PER_LAYER) continue;
                         Layout *L = &all[count++];
-                        *L = (Layout){.dp = dp, .tp = tp, .pp = pp, .cp = cp, .B = B, .m = m, .recompute = r, .zero = z};
+                        *L = (Layout){.dp = dp, .tp = tp, .pp = pp, .cp = cp, .B = B, .m = m, .recompute = r, .zero = z, .sched = sched};
                         predict(L, &c, &mc, &planned, &prof, per_node, link_node, link_net, mem_gib * 1073741824.0);
                     }
             }
@@ -301,7 +311,7 @@ int plan_main(int argc, char **argv) {
             if (all[j].fits != all[i].fits || all[j].dp != all[i].dp || all[j].tp != all[i].tp || all[j].pp != all[i].pp ||
                 all[j].cp != all[i].cp) continue;
             first_grid = 0;
-            if (all[j].zero == all[i].zero && all[j].recompute == all[i].recompute) first_mix = 0;
+            if (all[j].zero == all[i].zero && all[j].recompute == all[i].recompute && all[j].sched == all[i].sched) first_mix = 0;
         }
         all[i].level = first_grid ? 0 : first_mix ? 1 : 2;
         all[i].rank = i + 1;
@@ -327,8 +337,9 @@ int plan_main(int argc, char **argv) {
         else if (one_gpu) snprintf(L->why, sizeof L->why, "fits, but the model fits one GPU: splitting it only adds communication%s",
                                    L->pp > 1 ? " and a bubble" : "");
         else if (L->tp * L->pp > per_node && L->tp > 1 && L->pp == 1) snprintf(L->why, sizeof L->why, "tensor parallel across nodes: slow links on every layer");
-        else snprintf(L->why, sizeof L->why, "%s%s", L->tp > 1 ? "tensor parallel inside a node" : "",
-                      L->pp > 1 ? (L->tp > 1 ? ", pipeline across stages" : "pipeline: the model does not fit one GPU") : "");
+        else snprintf(L->why, sizeof L->why, "%s%s%s", L->tp > 1 ? "tensor parallel inside a node" : "",
+                      L->pp > 1 ? (L->tp > 1 ? ", pipeline across stages" : "pipeline: the model does not fit one GPU") : "",
+                      L->sched == PP_ZB1 ? "; zb1: W fills the drain" : L->sched == PP_ZBV ? "; zbv: two chunks in V, W fills the rest" : "");
     }
     static const char *rname[] = {"none", "sel", "full"};
     printf("plan | %s | %d GPUs (%d a node, %.0f GiB each) | device %s, precision %s%s | link %s %.0f GB/s, net %s %.0f GB/s | "
@@ -339,18 +350,18 @@ int plan_main(int argc, char **argv) {
     else printf("plan | compute estimated from FLOPs at %.0f%% of an H200's dense %s peak, %.0f TFLOP/s (no --profile%s)\n", 100 * NO_PROFILE_MFU,
                 c.precision == PRECISION_FP32 ? "fp32" : "bf16", (c.precision == PRECISION_FP32 ? H200_FP32_PEAK : H200_BF16_PEAK) / 1e12,
                 c.precision == PRECISION_FP8 ? "; fp8 counted at bf16's rate: measured 1.03-1.11x bf16, docs/performance.md" : "");
-    printf("plan | first the fastest of each dp x tp x pp x cp, then each zero/recompute mix, then other micro-batch sizes (#: rank by speed);\n"
+    printf("plan | first the fastest of each dp x tp x pp x cp, then each zero/recompute/schedule mix, then other micro-batch sizes (#: rank by speed);\n"
            "       comm: exposed (in the step's time) / total (busy, the part hidden behind the backward included)%s\n",
            c.seq_len >= PLAN_CP_MIN_T ? "" : "; no cp: seq_len under 8192");
-    printf("  #  dp tp pp cp   B    m recomp zero  mem/rank   step ms    tokens/s  comm exposed/total ms  bubble  why\n");
+    printf("  #  dp tp pp cp   B    m recomp zero  mem/rank   step ms    tokens/s  comm exposed/total ms  bubble sched  why\n");
     Layout *shown_order = mallocCheck((size_t)count * sizeof(Layout));
     memcpy(shown_order, all, (size_t)count * sizeof(Layout));
     qsort(shown_order, count, sizeof(Layout), by_level);
     for (int i = 0; i < count && i < top; i++) {
         Layout *L = &shown_order[i];
-        printf("%3d %3d %2d %2d %2d %3d %4d %6s %4d %7.2f GiB %9.1f %11.0f %9.1f / %-9.1f %6.1f%%  %s\n", L->rank, L->dp, L->tp, L->pp, L->cp, L->B,
+        printf("%3d %3d %2d %2d %2d %3d %4d %6s %4d %7.2f GiB %9.1f %11.0f %9.1f / %-9.1f %6.1f%% %5s  %s\n", L->rank, L->dp, L->tp, L->pp, L->cp, L->B,
                L->m, rname[L->recompute], L->zero, L->mem_gib, L->step_ms, L->tokens_per_s, L->comm_ms, L->comm_total_ms, 100 * L->bubble,
-               L->why);
+               L->pp > 1 ? schedule_name(L->sched) : "-", L->why);
     }
     free(shown_order);
     if (out) {
@@ -361,9 +372,9 @@ int plan_main(int argc, char **argv) {
             const Layout *L = &all[i];
             fprintf(f, "  {\"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"batch_size\": %d, \"micro_batches\": %d, \"recompute\": %d, \"zero\": %d, "
                        "\"memory_bytes\": %.0f, \"fits\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.0f, \"comm_exposed_ms\": %.3f, "
-                       "\"comm_total_ms\": %.3f, \"bubble\": %.4f}%s\n",
+                       "\"comm_total_ms\": %.3f, \"bubble\": %.4f, \"pp_schedule\": \"%s\"}%s\n",
                     L->dp, L->tp, L->pp, L->cp, L->B, L->m, L->recompute, L->zero, L->mem_gib * 1073741824.0, L->fits, L->step_ms, L->tokens_per_s,
-                    L->comm_ms, L->comm_total_ms, L->bubble, i + 1 < count ? "," : "");
+                    L->comm_ms, L->comm_total_ms, L->bubble, schedule_name(L->sched), i + 1 < count ? "," : "");
         }
         fprintf(f, "]}\n");
         atomic_commit(f, tmp, out);

@@ -14,7 +14,7 @@
 #include <string.h>
 
 static const char *usage =
-    "usage: build/train schedule [--pp=4] [--micro_batches=8] [--pp_schedule=1f1b|gpipe|interleaved|zb1] [--pp_virtual=2]\n"
+    "usage: build/train schedule [--pp=4] [--micro_batches=8] [--pp_schedule=1f1b|gpipe|interleaved|zb1|zbv] [--pp_virtual=2]\n"
     "                            [--dp=2 --bucket_mb=25 --zero=1|2|3] [--preset=P | model keys] [--svg=PATH] [--actions]\n"
     "  the step's action lists for every pipeline stage, checked by simulation and drawn;\n"
     "  --micro_batches=m sets total_batch_tokens = m * batch_size * seq_len * dp; --actions lists every action in order\n";
@@ -53,15 +53,15 @@ int schedule_main(int argc, char **argv) {
     ScheduleSim sim;
     char err[2048];
     int rc = schedule_check(&s, &sim, err, sizeof err);
-    static const char *names[] = {"1f1b", "gpipe", "interleaved", "zb1"};
-    printf("schedule | %s | pp=%d stages x %d micro-batches%s | dp=%d%s | %d layers\n", names[s.kind], s.stages, s.micro_batches,
-           s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "", c.n_layers);
+    printf("schedule | %s | pp=%d stages x %d micro-batches%s | dp=%d%s | %d layers\n", schedule_name(s.kind), s.stages, s.micro_batches,
+           s.kind == PP_ZBV ? " x 2 chunks in V order" : s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "", c.n_layers);
     if (rc != 0) {
         schedule_free(&s);
         die("schedule: %s", err);
     }
     schedule_print(&s, &sim, stdout);
-    printf("check    | every send meets its receive in order; every action finds its inputs; no stage waits for ever\n");
+    printf("check    | every send meets its receive in order; every action finds its inputs (waited for); no buffer is written "
+           "while a send reads it; no stage waits for ever, as MPI or NCCL's one comm stream runs the messages\n");
     if (s.zero) {
         printf("check    | zero=%d: every gradient place is reduced before it is written again and before the optimizer%s\n", s.zero,
                s.zero == 3 ? "; every unit's weights are gathered and waited for before a compute reads them, into a free place, "
@@ -71,27 +71,48 @@ int schedule_main(int argc, char **argv) {
     }
     if (actions) schedule_print_actions(&s, stdout);
     double p = s.stages, m = s.micro_batches, v = s.chunks;
-    if (s.split)   /* ZB-H1: each stage idle (p-1)(F+B-W) against 1F1B's (p-1)(F+B+W) (Qi et al. 2023) */
+    if (s.kind == PP_ZB1)   /* ZB-H1: each stage idle (p-1)(F+B-W) against 1F1B's (p-1)(F+B+W) (Qi et al. 2023) */
         printf("bubble   | simulated %.2f%% of the step idle (forward 1, B 1, W 1 time units); formula ZB-H1 (p-1)(F+B-W) idle a stage: "
                "(p-1)/(3m+p-1) = %.2f%%, a third of 1F1B's idle time (p-1)(F+B+W); 1F1B at this p and m: (p-1)/(m+p-1) = %.2f%%",
+               100 * sim.bubble, 100 * schedule_bubble_formula(&s), 100 * (p - 1) / (m + p - 1));
+    else if (s.kind == PP_ZBV)   /* ZB-V: (p-1)(F+B-2W) = 0 beyond the V's fill, with F, B, W a chunk's (half a stage's) */
+        printf("bubble   | simulated %.2f%% of the step idle (a chunk's forward 1, B 1, W 1 time units); formula ZB-V (p-1)(F+B-2W) = 0 "
+               "beyond the fill of p-1 chunk-forwards: (p-1)/(6m+p-1) = %.2f%%; 1F1B at this p and m: (p-1)/(m+p-1) = %.2f%%",
                100 * sim.bubble, 100 * schedule_bubble_formula(&s), 100 * (p - 1) / (m + p - 1));
     else
         printf("bubble   | simulated %.2f%% of the step idle (forward 1, backward 2 time units); formula (p-1)/(%sm+p-1) = %.2f%%",
                100 * sim.bubble, v > 1 ? "v*" : "", 100 * schedule_bubble_formula(&s));
-    if (v > 1) printf("; over the ideal compute time, Megatron's (p-1)/(v*m) = %.2f%%", 100 * (p - 1) / (v * m));
-    printf("\nin flight| micro-batches each stage holds at once:");
+    if (v > 1 && s.kind == PP_INTERLEAVED) printf("; over the ideal compute time, Megatron's (p-1)/(v*m) = %.2f%%", 100 * (p - 1) / (v * m));
+    printf("\nsends    | posted without waiting, each waited for where its data is needed: the figures above are MPI's (a message "
+           "done once both sides posted it); on NCCL's one comm stream (a stage's groups one after another) %.2f%%\n", 100 * sim.bubble_fifo);
+    printf("in flight| %s each stage holds at once:", s.kind == PP_ZBV ? "chunks (half a stage's layers) of micro-batches" : "micro-batches");
     for (int st = 0; st < s.stages; st++) printf(" %d", s.slots[st]);
     if (s.split) {   /* what W reads, held from each B to its W (model/llama.h WKeep) */
-        printf("; W stores (micro-batches between B and W at once):");
+        printf("; W stores (%s between B and W at once):", s.kind == PP_ZBV ? "chunks" : "micro-batches");
         for (int st = 0; st < s.stages; st++) printf(" %d", s.keeps[st]);
+        printf("; the order was found holding at most %d micro-batches a stage (1F1B: %d)", s.zb_cap, s.stages);
     }
     printf("\n");
     if (svg) {
-        char title[256];
-        snprintf(title, sizeof title, "%s: pp=%d, m=%d%s, bubble %.1f%%", names[s.kind], s.stages, s.micro_batches,
-                 v > 1 ? ", interleaved" : "", 100 * sim.bubble);
-        if (schedule_write_svg(&s, &sim, svg, title) != 0) die("schedule: cannot write '%s'", svg);
-        printf("svg      | %s\n", svg);
+        char title[256], title2[256];
+        snprintf(title, sizeof title, "%s: pp=%d, m=%d%s, bubble %.1f%% (formula %.1f%%)", schedule_name(s.kind), s.stages, s.micro_batches,
+                 s.kind == PP_INTERLEAVED ? ", interleaved" : s.kind == PP_ZBV ? ", two chunks a stage in V order" : "", 100 * sim.bubble,
+                 100 * schedule_bubble_formula(&s));
+        Schedule b;
+        ScheduleSim bsim;
+        int beside = s.split;   /* the zero-bubble ones beside 1F1B at the same p and m, one time scale */
+        if (beside) {
+            Config c1 = c;
+            c1.pp_schedule = PP_1F1B;
+            trainer_schedule(&b, &c1, &mc, &grid, backend_cpu());
+            if (schedule_check(&b, &bsim, err, sizeof err) != 0) die("schedule: internal: 1f1b beside it: %s", err);
+            snprintf(title2, sizeof title2, "1f1b: pp=%d, m=%d, bubble %.1f%% (the same step, forward 1, backward 2 = B + W)", b.stages,
+                     b.micro_batches, 100 * bsim.bubble);
+        }
+        if (schedule_write_svg_beside(&s, &sim, title, beside ? &b : NULL, beside ? &bsim : NULL, title2, svg) != 0)
+            die("schedule: cannot write '%s'", svg);
+        if (beside) { schedule_sim_free(&bsim); schedule_free(&b); }
+        printf("svg      | %s%s\n", svg, beside ? " (1f1b beside it)" : "");
     }
     schedule_sim_free(&sim);
     schedule_free(&s);

@@ -75,7 +75,7 @@ static void zero_tables_free(ZeroTables *t) { free(t->place); free(t->elements);
 
 /* The evaluation's forward-only schedule; with zero=3 its gathers and releases too. */
 static void eval_schedule(Schedule *ev, const Trainer *tr, int micro_batches) {
-    schedule_build_forward(ev, tr->schedule.stages, micro_batches, tr->schedule.chunks);
+    schedule_build_forward(ev, tr->schedule.kind, tr->schedule.stages, micro_batches, tr->schedule.chunks);
     if (tr->ddp.zero == 3) {
         ZeroTables z;
         zero_tables(&z, &tr->model, &tr->ddp);
@@ -87,7 +87,7 @@ static void eval_schedule(Schedule *ev, const Trainer *tr, int micro_batches) {
 
 void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const Comm *comm, const Backend *be) {
     PartitionSpec layout = trainer_layout(c);
-    int p = c->pp, v = layout.pp_schedule == PP_INTERLEAVED ? c->pp_virtual : 1;
+    int p = c->pp, v = schedule_chunks(layout.pp_schedule, c->pp_virtual);
     int *steps = mallocCheck((size_t)p * v * sizeof(int));
     for (int st = 0; st < p; st++) {   /* backward steps of every chunk of every stage */
         ModelPart part = partition_part(mc, &layout, st, 0);
@@ -132,7 +132,7 @@ ModelPart trainer_part(const Config *c, const ModelConfig *mc, const Schedule *s
     part.cp = c->cp;   /* cp_rank: the caller's (the same sizes on every cp rank) */
     part.weights_per_layer = c->compute_weights == COMPUTE_WEIGHTS_PER_LAYER && act != DTYPE_FP32;
     part.fp8 = c->precision == PRECISION_FP8;
-    part.split_backward = s->split;   /* zb1: what W reads is kept from each B to its W */
+    part.split_backward = s->split;   /* zb1, zbv: what W reads is kept from each B to its W */
     part.n_keeps = s->split && s->keeps ? s->keeps[stage] : 0;
     return part;
 }

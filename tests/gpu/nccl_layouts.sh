@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu/nccl_layouts.sh — llm3d's promise through real NCCL on one GPU:
 # the layout table of tests/test_layouts.c (its NCCL half: dp, ZeRO-1, tp with
-# and without sequence parallelism, pp 1F1B / GPipe / interleaved, uneven
+# and without sequence parallelism, pp 1F1B / GPipe / interleaved / zb1 / zbv, uneven
 # stages, 3D on 8 ranks, adamw and adamw8bit, fp32 / bf16 / fp16, recompute,
 # gradient accumulation in every run, resume across layouts: saved by an NCCL
 # run, resumed by another layout), every rank a test host on GPU 0
@@ -31,7 +31,7 @@ parts="dp tp q8 q8tiny zero fp8 cp"
 for part in $parts; do
     case $part in q8) bin=test_layouts_q8 p=table;; q8tiny) bin=test_layouts_q8 p=tiny;; zero) bin=test_layouts_zero p=$part;;
                   fp8) bin=test_layouts_fp8 p=$part;; cp) bin=test_layouts_cp p=$part;; *) bin=test_layouts p=$part;; esac
-    LLM3D_TEST_PART=$p timeout 250 build/tests/$bin >"$LOGS/$part.log" 2>&1 &
+    LLM3D_TEST_PART=$p timeout 400 build/tests/$bin >"$LOGS/$part.log" 2>&1 &
     pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done

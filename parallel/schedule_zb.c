@@ -1,0 +1,150 @@
+/* parallel/schedule_zb.c — the zero-bubble orders (Qi et al., "Zero Bubble
+ * Pipeline Parallelism", 2023), every backward split into B and W: ZB-H1 (one
+ * chunk a stage, 1F1B's memory) and ZB-V (two chunks a stage in V order —
+ * stage st holds the model's virtual stages st and 2p-1-st, so the first and
+ * the last layers sit on stage 0 — at 1F1B's memory too).
+ *
+ * The idea: the order is found by running the step on paper once, with every
+ * chunk's F, B and W one time unit, as the paper's own scheduler does. Each
+ * stage, when free, takes the first piece of work it can start, in this order
+ * of preference: a B whose gradient is there (the stages before wait for it;
+ * the later chunk's first), a forward of the later chunk (it finishes a
+ * micro-batch), a forward of the first chunk (it starts one) while the stage
+ * holds fewer than `cap` micro-batches (from their first forward to their
+ * last W; ZB-H1 also keeps 1F1B's p - st between a forward and its B), else a
+ * W, which nobody waits for, to fill the gap; with nothing it can start now,
+ * the piece that can start first. The cap starts at 1F1B's p (its stage 0's;
+ * a ZB-V chunk is half a stage, so p micro-batches are 2p chunks) and grows,
+ * up to 2p, only until the run on paper reaches the shortest step there is
+ * (every stage busy but for the pipeline's fill: 3m + p - 1 chunk-times for
+ * ZB-H1, 6m + p - 1 for ZB-V): ZB-V reaches it at p, ZB-H1 at p + 1 for
+ * p = 3, 4 and p + 3 for p = 8 — the W's a later stage puts off are what fill
+ * the earlier stages' drain. Sends never wait (the executor posts them and
+ * goes on), so this order is the one schedule_check simulates, and there it
+ * proves it sound and deadlock-free. */
+#include "schedule_order.h"
+#include "schedule.h"
+#include "../common/util.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int kind, p, m, v;  /* PP_ZB1 (v = 1) or PP_ZBV (v = 2) */
+    int cap;            /* micro-batches a stage holds at most, from their first forward to their last W */
+    double *f, *b;      /* (vp virtual stages x m) when each F and B ended; -1: not yet run */
+    int *next_f, *next_b;       /* (vp) the next micro-batch each virtual stage forwards / backwards */
+    int *w_queue, *w_head, *w_tail;   /* (p x vm) per stage: the (mb, chunk) pairs whose B ran and W has not, in B's order */
+    int *open;          /* (p) micro-batches between their first forward and their last W on each stage */
+    double *t;          /* (p) when each stage is free */
+} Paper;
+
+static int vs_of(const Paper *z, int st, int c) { return schedule_virtual_stage(z->kind, z->p, st, c); }
+
+/* When piece kind (0 F, 1 B) of virtual stage vs for its next micro-batch can start; -1: not yet known (or none left). */
+static double ready_at(const Paper *z, int kind, int vs) {
+    int m = z->m, last = z->v * z->p - 1;
+    if (kind == 0) {
+        int mb = z->next_f[vs];
+        if (mb >= m) return -1;
+        return vs == 0 ? 0 : z->f[(vs - 1) * m + mb];
+    }
+    int mb = z->next_b[vs];
+    if (mb >= m || z->f[vs * m + mb] < 0) return -1;
+    return vs == last ? z->f[vs * m + mb] : z->b[(vs + 1) * m + mb];
+}
+
+/* The piece stage st runs next and when it starts; 0 when it has nothing left or nothing known yet. Candidates in
+ * the order of preference; the one that starts first wins, ties to the preferred. */
+static int choose(const Paper *z, int st, Work *out, double *start) {
+    double now = z->t[st], best = 0;
+    int found = 0;
+    for (int k = 0; k < 5; k++) {   /* B of the later chunk, B of the first, F of the later, F of the first (memory permitting), W */
+        Work w;
+        double r;
+        if (k < 4) {
+            int fwd = k >= 2, c = k % 2 == 0 ? z->v - 1 : 0, vs = vs_of(z, st, c);
+            if (z->v == 1 && k % 2 == 0) continue;   /* one chunk: no later one */
+            if (fwd && c == 0 && z->open[st] >= z->cap) continue;
+            if (fwd && z->kind == PP_ZB1 && z->open[st] - (z->w_tail[st] - z->w_head[st]) >= z->p - st) continue;   /* 1F1B's F to B */
+            r = ready_at(z, !fwd, vs);
+            w = (Work){fwd, fwd ? z->next_f[vs] : z->next_b[vs], c, 0};
+        } else {
+            if (z->w_head[st] == z->w_tail[st]) continue;
+            int q = z->w_queue[st * z->v * z->m + z->w_head[st]];
+            r = now;
+            w = (Work){0, q / z->v, q % z->v, 1};
+        }
+        if (r < 0) continue;
+        double s = r > now ? r : now;
+        if (!found || s < best) { found = 1; best = s; *out = w; }
+        if (s <= now) break;   /* it can start at once: nothing less preferred goes before it */
+    }
+    *start = best;
+    return found;
+}
+
+static void run(Paper *z, int st, Work w, double start) {
+    int m = z->m, vs = vs_of(z, st, w.chunk);
+    double end = start + 1;
+    z->t[st] = end;
+    if (w.forward) {
+        z->f[vs * m + w.mb] = end;
+        z->next_f[vs]++;
+        if (w.chunk == 0) z->open[st]++;
+    } else if (!w.weight) {
+        z->b[vs * m + w.mb] = end;
+        z->next_b[vs]++;
+        z->w_queue[st * z->v * m + z->w_tail[st]++] = w.mb * z->v + w.chunk;
+    } else {
+        z->w_head[st]++;
+        if (w.chunk == 0) z->open[st]--;
+    }
+}
+
+/* One run on paper with the cap; fills each stage's order (w: p rows of 3vm) when w is not NULL. Returns the makespan. */
+static double paper_run(int kind, int p, int m, int cap, Work *w, int *n) {
+    int v = kind == PP_ZBV ? 2 : 1, row = 3 * v * m;
+    Paper z = {.kind = kind, .p = p, .m = m, .v = v, .cap = cap};
+    int V = v * p, left = 3 * v * m * p;
+    z.f = mallocCheck((size_t)V * m * sizeof(double));
+    z.b = mallocCheck((size_t)V * m * sizeof(double));
+    for (int i = 0; i < V * m; i++) z.f[i] = z.b[i] = -1;
+    z.next_f = callocCheck(V, sizeof(int));
+    z.next_b = callocCheck(V, sizeof(int));
+    z.w_queue = callocCheck((size_t)p * v * m, sizeof(int));
+    z.w_head = callocCheck(p, sizeof(int));
+    z.w_tail = callocCheck(p, sizeof(int));
+    z.open = callocCheck(p, sizeof(int));
+    z.t = callocCheck(p, sizeof(double));
+    if (n) memset(n, 0, (size_t)p * sizeof(int));
+    double makespan = 0;
+    while (left > 0) {   /* the stage whose next piece starts first runs it (ties: the lower stage) */
+        int who = -1;
+        double when = 0;
+        Work pick = {0};
+        for (int st = 0; st < p; st++) {
+            Work x;
+            double t0;
+            if (choose(&z, st, &x, &t0) && (who < 0 || t0 < when)) { who = st; when = t0; pick = x; }
+        }
+        if (who < 0) die("internal: the %s order for pp=%d, %d micro-batches found no piece to run", schedule_name(kind), p, m);
+        run(&z, who, pick, when);
+        if (w) w[(size_t)who * row + n[who]++] = pick;
+        if (when + 1 > makespan) makespan = when + 1;
+        left--;
+    }
+    free(z.f); free(z.b); free(z.next_f); free(z.next_b); free(z.w_queue); free(z.w_head); free(z.w_tail); free(z.open); free(z.t);
+    return makespan;
+}
+
+int zb_orders(int kind, int p, int m, Work *w, int *n) {
+    int v = kind == PP_ZBV ? 2 : 1, best_cap = p;
+    double target = 3.0 * v * m + p - 1, best = -1;   /* the shortest step there is: every stage busy but for the fill */
+    for (int cap = p; cap <= 2 * p; cap++) {   /* the least memory that reaches it, else the least that does best */
+        double t = paper_run(kind, p, m, cap, NULL, NULL);
+        if (best < 0 || t < best) { best = t; best_cap = cap; }
+        if (t <= target) break;
+    }
+    paper_run(kind, p, m, best_cap, w, n);
+    return best_cap;
+}
