@@ -87,5 +87,13 @@ sed 's/"compute_ms": [0-9.]*/"compute_ms": 1e999/' "$dir/profile.json" > "$dir/b
 "$T" plan --gpus=8 --preset=l124m --profile="$dir/badprofile.json" > "$dir/w.log" 2>&1; rc=$?
 check '[ $rc -eq 1 ] && grep -q "badprofile.json.: \"compute_ms\" is 1e999, not a finite number" "$dir/w.log"' \
       "plan: an infinite number in a profile named by file and key (rc $rc): $(head -1 "$dir/w.log")"
+# a profile holds for the model, device and compute dtype that measured it: another of any is refused, naming which
+for other in "--dim=64|model" "--n_layers=3|model" "--device=cuda|device" "--precision=bf16|precision"; do
+    "$T" plan --gpus=8 $tiny ${other%|*} --profile="$dir/profile.json" > "$dir/w.log" 2>&1; rc=$?
+    check '[ $rc -eq 1 ] && grep -q "profile.json. was measured on another ${other#*|} than this plan" "$dir/w.log"' \
+          "plan with ${other%|*} and the CPU fp32 profile of another run: refused naming the ${other#*|} (rc $rc)"
+done
+"$T" plan --gpus=8 $tiny --profile="$dir/profile.json" > "$dir/w.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "compute from the profile" "$dir/w.log"' "plan of the model, device and dtype its profile measured: taken (rc $rc)"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -48,7 +48,12 @@ static const double recompute_factor[3] = {1.0, 1.09, 1.20};   /* step time, l12
 #define PLAN_CP_MIN_T 8192      /* context parallel is a candidate from this seq_len: below it activations rarely decide, and its
                                  * gathers cost about what the attention they feed does (docs/context-parallel.md) */
 
-typedef struct { double compute_ms, optimizer_ms, host_ms, tokens, params; int have; } Profile;
+typedef struct {
+    double compute_ms, optimizer_ms, host_ms, tokens, params;
+    int dim, n_layers, vocab, have;       /* the model that measured it */
+    char device[16], dtype[16];           /* its device (cpu, cuda) and compute dtype (fp32, bf16, fp16) */
+    char device_key[32], precision_key[32];   /* the same as command-line keys, the plan's defaults with this profile */
+} Profile;
 
 static int by_value(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 static double median(const StepSplit *h, int n, size_t field) {
@@ -81,6 +86,17 @@ void plan_write_profile(const Trainer *tr, const char *path) {
     printf("profile | %s: median of %d steps, %.2f ms a step\n", path, n, 1e3 * median(h, n, offsetof(StepSplit, step)));
 }
 
+/* the text of a profile's string field `key` into out ("?" when absent): the profile is written by plan_write_profile */
+static void profile_text(const char *buf, const char *key, char *out, size_t size) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": \"", key);
+    const char *at = strstr(buf, pat);
+    size_t n = 0;
+    if (at) for (at += strlen(pat); at[n] && at[n] != '"' && n + 1 < size; n++) out[n] = at[n];
+    if (!n && size > 1) out[n++] = '?';
+    out[n] = 0;
+}
+
 static Profile read_profile(const char *path) {
     Profile p = {0};
     if (!path) return p;
@@ -95,11 +111,33 @@ static Profile read_profile(const char *path) {
     p.host_ms = json_number(buf, "host_ms", path, 0);
     p.tokens = json_number(buf, "tokens_per_step", path, 0);
     p.params = json_number(buf, "params", path, 0);
+    p.vocab = (int)json_number(buf, "vocab_size", path, 0);
+    p.dim = (int)json_number(buf, "dim", path, 0);
+    p.n_layers = (int)json_number(buf, "n_layers", path, 0);
+    profile_text(buf, "device", p.device, sizeof p.device);
+    profile_text(buf, "precision", p.dtype, sizeof p.dtype);
+    snprintf(p.device_key, sizeof p.device_key, "--device=%s", p.device);
+    snprintf(p.precision_key, sizeof p.precision_key, "--precision=%s", p.dtype);
     if (!(p.compute_ms > 0 && p.tokens > 0 && p.params > 0 && p.optimizer_ms >= 0))
         die("plan: the profile '%s' lacks compute_ms, optimizer_ms, tokens_per_step or params", path);
     p.have = 1;
     free(buf);
     return p;
+}
+
+/* a profile's time per FLOP holds for the model, device and compute dtype that measured it: another of any of them is
+ * refused, naming what differs */
+static void check_profile_matches(const Profile *p, const char *path, const Config *c, const ModelConfig *mc) {
+    const char *device = c->device == DEVICE_CUDA ? "cuda" : "cpu", *dtype = dtype_name(config_act_dtype(c->precision));
+    const char *what = strcmp(p->device, device) ? "device" : strcmp(p->dtype, dtype) ? "precision"
+                     : p->dim != mc->dim || p->n_layers != mc->n_layers || p->vocab != mc->vocab_size ? "model" : NULL;
+    if (what)
+        die("plan: the profile '%s' was measured on another %s than this plan's: it has device %s, compute dtype %s, dim %d, "
+            "n_layers %d, vocab_size %d; this plan device %s, compute dtype %s, dim %d, n_layers %d, vocab_size %d, and a time "
+            "per FLOP holds only where it was measured\n"
+            "  hint: write a profile with the same model keys, --device and --precision (build/train ... --profile_out=PATH), "
+            "or plan without --profile (without --device and --precision, the plan takes the profile's)", path, what, p->device,
+            p->dtype, p->dim, p->n_layers, p->vocab, device, dtype, mc->dim, mc->n_layers, mc->vocab_size);
 }
 
 /* Matmul FLOPs per token of one layer, and of the head (the rest of model_flops_per_token). */
@@ -228,7 +266,8 @@ static const char *usage =
     "  every dp x tp x pp (x cp from seq_len 8192) x micro-batch x recompute x zero layout of N GPUs: memory per rank (the memory plan\n"
     "  training allocates from) and predicted step time; ranked, each with why. A profile comes from a\n"
     "  one-GPU run with --profile_out=PATH; without one, compute is estimated from FLOPs. It plans for GPUs,\n"
-    "  device=cuda precision=bf16, unless --device, --precision or a --config file say otherwise. The fastest\n"
+    "  device=cuda precision=bf16, unless --device, --precision, a --config file or a --profile say otherwise (a\n"
+    "  profile holds for the model, device and compute dtype it measured: another is refused). The fastest\n"
     "  layout of each dp x tp x pp comes first, then each zero/recompute/schedule mix, then the other micro-batch sizes.\n";
 
 int plan_main(int argc, char **argv) {
@@ -238,13 +277,15 @@ int plan_main(int argc, char **argv) {
     char **rest = callocCheck((size_t)argc + 4, sizeof(char *));
     int n = 0, has_device = 0, has_precision = 0, has_config = 0;
     rest[n++] = argv[0];
-    for (int i = 1; i < argc; i++) {   /* plan is for GPUs: cuda and bf16 unless the command line or a config file say */
+    for (int i = 1; i < argc; i++) {   /* plan is for GPUs: cuda and bf16 unless the command line, a config file or a profile say */
         has_device |= !strncmp(argv[i], "--device", 8);
         has_precision |= !strncmp(argv[i], "--precision", 11);
         has_config |= !strncmp(argv[i], "--config", 8);
+        if (!strncmp(argv[i], "--profile=", 10)) profile = argv[i] + 10;
     }
-    if (!has_device && !has_config) rest[n++] = "--device=cuda";
-    if (!has_precision && !has_config) rest[n++] = "--precision=bf16";
+    Profile prof = read_profile(profile);
+    if (!has_device && !has_config) rest[n++] = prof.have ? prof.device_key : "--device=cuda";
+    if (!has_precision && !has_config) rest[n++] = prof.have ? prof.precision_key : "--precision=bf16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help")) { printf("%s", usage); free(rest); return 0; }
@@ -267,10 +308,10 @@ int plan_main(int argc, char **argv) {
     Config c;
     config_parse_args(&c, n, rest);
     free(rest);
-    if (!c.vocab_size) c.vocab_size = 32000;
-    Profile prof = read_profile(profile);
+    if (!c.vocab_size) c.vocab_size = prof.have && prof.vocab > 0 ? prof.vocab : 32000;   /* the profile's, else LLaMA's */
     ModelConfig mc;
     model_config_from(&mc, &c, c.vocab_size);
+    if (prof.have) check_profile_matches(&prof, profile, &c, &mc);
     Backend planned = memory_plan_backend(&c);   /* the GPU's sizes, planned on any machine */
     long global = c.total_batch_tokens ? c.total_batch_tokens : (long)c.batch_size * c.seq_len * gpus;
     Layout *all = callocCheck(8192, sizeof(Layout));
@@ -344,7 +385,8 @@ int plan_main(int argc, char **argv) {
     static const char *rname[] = {"none", "sel", "full"};
     printf("plan | %s | %d GPUs (%d a node, %.0f GiB each) | device %s, precision %s%s | link %s %.0f GB/s, net %s %.0f GB/s | "
            "%ld tokens a step\n", c.preset[0] ? c.preset : "model", gpus, per_node, mem_gib, c.device == DEVICE_CUDA ? "cuda" : "cpu",
-           config_precision_name(c.precision), has_device || has_precision || has_config ? "" : " (plan's defaults: --device, --precision change them)",
+           config_precision_name(c.precision), has_device || has_precision || has_config ? "" : prof.have ? " (the profile's: a profile plans what measured it)"
+           : " (plan's defaults: --device, --precision change them)",
            link, link_node, net, link_net, global);
     if (prof.have) printf("plan | compute from the profile %s\n", profile);
     else printf("plan | compute estimated from FLOPs at %.0f%% of an H200's dense %s peak, %.0f TFLOP/s (no --profile%s)\n", 100 * NO_PROFILE_MFU,
