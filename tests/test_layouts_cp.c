@@ -36,6 +36,7 @@ static void cp_combined(void) {
     cp_layout("cp2tp2sp", 4, "--cp=2 --tp=2 --sequence_parallel=1", 2, fp32);
     cp_layout("pp2cp2", 4, "--pp=2 --cp=2", 2, fp32);
     cp_layout("pp2cp2zb", 4, "--pp=2 --cp=2 --pp_schedule=zb1", 2, fp32);   /* the backward split into B and W */
+    cp_layout("pp2cp2zbv", 4, "--pp=2 --cp=2 --pp_schedule=zbv", 2, fp32);  /* ZB-V: two chunks a stage in V order */
     cp_layout("cp2z1", 2, "--cp=2 --zero=1", 2, fp32);
     cp_layout("cp2z2", 2, "--cp=2 --zero=2", 2, fp32);   /* gradients sharded over the cp ranks alone */
     cp_layout("dp2cp2z3", 4, "--dp=2 --cp=2 --zero=3", 2, fp32);
