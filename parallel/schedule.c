@@ -81,10 +81,14 @@ static int makes_send(const Schedule *s, int st, Work w, Action *a) {
  * forward and the backward right after it share one group, placed before the
  * forward, so in the steady state one group sends a forward's output and a
  * backward's gradient and receives the next of each — posted together, the
- * sends of one stage always find the receives of its neighbours. */
+ * sends of one stage always find the receives of its neighbours. Elsewhere
+ * (zbv) a forward's receive is posted before the W just before it, to arrive
+ * while W runs; zb1 posts it after the W (JOIN_NONE), once W has freed the
+ * slot the receive writes into, so a stage holds no more than its p slots. */
+enum { JOIN_W_F, JOIN_F_B, JOIN_NONE };
 static int joins(const Work *w, int j, int joined) {   /* w[j]'s receive is posted in the group before w[j-1] */
-    if (j == 0) return 0;
-    if (joined) return w[j - 1].forward && !w[j].forward;
+    if (j == 0 || joined == JOIN_NONE) return 0;
+    if (joined == JOIN_F_B) return w[j - 1].forward && !w[j].forward;
     return w[j - 1].weight && w[j].forward;
 }
 
@@ -214,7 +218,7 @@ void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps
         }
         n[st] = k;
     }
-    place_all(s, w, n, kind == PP_INTERLEAVED);
+    place_all(s, w, n, kind == PP_INTERLEAVED ? JOIN_F_B : kind == PP_ZB1 ? JOIN_NONE : JOIN_W_F);
     for (int st = 0; st < p; st++) free(w[st]);
     free(w); free(n);
 }

@@ -137,8 +137,32 @@ static double paper_run(int kind, int p, int m, int cap, Work *w, int *n) {
     return makespan;
 }
 
+/* ZB-H1, the paper's handcrafted order (Qi et al. 2023, section 3.1): stage st runs 1F1B's warm-up (p - st forwards),
+ * then for each micro-batch j its B, the W of micro-batch j - st (none while j < st: put off by st) and the next
+ * forward, and in the cool-down the st W's still put off. The stage reaches its first B after p - 1 units idle
+ * (st waiting for its first input, p - 1 - st for the first gradient) and is never idle again: each W it puts off
+ * fills a slot 1F1B spends waiting for a gradient, and its last B leaves st + 1 W's to run while the stages before
+ * still run theirs — the step is 3m + p - 1 units, ZB-H1's formula. Each stage holds p micro-batches (forward to
+ * W) at most: 1F1B's stage 0, its busiest; no order can keep stage st at 1F1B's own p - st and reach the formula
+ * (docs/pipeline-parallel.md: the last stage would have to hold p). w: st's pieces (3m); returns how many. */
+static int zb1_stage(int p, int m, int st, Work *w) {
+    int k = 0, warm = p - st < m ? p - st : m, next_w = 0;
+    for (int j = 0; j < warm; j++) w[k++] = (Work){1, j, 0, 0};
+    for (int j = 0; j < m; j++) {
+        w[k++] = (Work){0, j, 0, 0};
+        if (j >= st) w[k++] = (Work){0, next_w++, 0, 1};
+        if (j + warm < m) w[k++] = (Work){1, j + warm, 0, 0};
+    }
+    while (next_w < m) w[k++] = (Work){0, next_w++, 0, 1};
+    return k;
+}
+
 int zb_orders(int kind, int p, int m, Work *w, int *n) {
-    int v = kind == PP_ZBV ? 2 : 1, best_cap = p;
+    if (kind == PP_ZB1) {
+        for (int st = 0; st < p; st++) n[st] = zb1_stage(p, m, st, w + (size_t)st * 3 * m);
+        return p;
+    }
+    int v = 2, best_cap = p;
     double target = 3.0 * v * m + p - 1, best = -1;   /* the shortest step there is: every stage busy but for the fill */
     for (int cap = p; cap <= 2 * p; cap++) {   /* the least memory that reaches it, else the least that does best */
         double t = paper_run(kind, p, m, cap, NULL, NULL);

@@ -273,9 +273,10 @@ static void test_cli(void) {
     CHECK(rc == 1 && strstr(out, "every stage needs at least one layer"), "pp > n_layers refused: rc %d\n%s", rc, out);
     snprintf(args, sizeof args, "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1 --svg=%s", svg);
     rc = test_run("build/train", args, out, sizeof out);
-    CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "stage 3|            F0  B0  F1  B1  F2  B2") &&
+    CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "stage 0|F0  F1  F2  F3              B0  W0  F4  B1  W1  F5") &&
+          strstr(out, "stage 3|            F0  B0  F1  B1  F2  B2  F3  B3  W0  F4  B4  W1") &&
           strstr(out, "simulated 11.11% of the step idle (forward 1, B 1, W 1 time units)") && strstr(out, "(p-1)/(3m+p-1) = 11.11%") &&
-          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 5 5 5 5; W stores (micro-batches between B and W at once): 3 4 4 5") &&
+          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 4 4 4 4; W stores (micro-batches between B and W at once): 1 2 3 4") &&
           strstr(out, "on NCCL's one comm stream (a stage's groups one after another) 11.11%") && strstr(out, "(1f1b beside it)"),
           "zb1's dry run: its timeline in F, B and W, its bubble beside ZB-H1's formula and 1F1B's:\n%s", out);
     f = fopen(svg, "r");
@@ -329,6 +330,19 @@ static void zero_bubble_case(int kind, int p, int m) {
     CHECK(rc == 0 && sim.bubble_fifo >= sim.bubble - 1e-9, "%s p=%d m=%d: NCCL's one stream %.4f is no faster than MPI's %.4f", name, p, m,
           sim.bubble_fifo, sim.bubble);
     CHECK(s.zb_cap >= p && s.zb_cap <= 2 * p, "%s p=%d m=%d: the order's cap %d is within [p, 2p]", name, p, m, s.zb_cap);
+    if (kind == PP_ZB1) {   /* ZB-H1 at 1F1B's memory: each stage within 1F1B's busiest (stage 0's p), stage 0 exactly 1F1B's */
+        Schedule f;
+        build(&f, PP_1F1B, p, m, 1, 2);
+        int most_zb = 0, most_f = 0;
+        for (int st = 0; st < p; st++) {
+            if (s.slots[st] > most_zb) most_zb = s.slots[st];
+            if (f.slots[st] > most_f) most_f = f.slots[st];
+        }
+        CHECK(s.zb_cap == p && most_zb == most_f && most_f == p && s.slots[0] == f.slots[0],
+              "zb1 p=%d m=%d: at 1F1B's memory: cap %d, the most slots a stage holds %d (1F1B %d), stage 0 %d (1F1B %d)", p, m, s.zb_cap,
+              most_zb, most_f, s.slots[0], f.slots[0]);
+        schedule_free(&f);
+    }
     for (int st = 0; st < p; st++) {
         int n[ACT_KINDS] = {0}, keep[256], same = 1, b_open = 0, most_b = 0;
         for (int i = 0; i < s.n[st]; i++) {
@@ -354,7 +368,7 @@ static void zero_bubble_case(int kind, int p, int m) {
 }
 
 static void test_zb1(void) {
-    int cases[][2] = {{2, 2}, {2, 4}, {2, 8}, {3, 3}, {3, 7}, {4, 4}, {4, 8}, {4, 16}, {8, 8}, {8, 24}};
+    int cases[][2] = {{2, 2}, {2, 3}, {2, 4}, {2, 8}, {3, 3}, {3, 7}, {4, 4}, {4, 5}, {4, 8}, {4, 16}, {8, 8}, {8, 11}, {8, 16}, {8, 24}, {8, 32}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) zero_bubble_case(PP_ZB1, cases[c][0], cases[c][1]);
     /* the data-parallel pass: the last W of a micro-batch is split where a bucket completes, and the reduction starts after it */
     Schedule s;
