@@ -125,6 +125,7 @@ static void nccl_data_and_pipeline(void) {
     layout("refbf", "pp2bf", 2, "--pp=2 --precision=bf16 --recompute=full", bf16);
     layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
     layout("ref", "pp4zb", 4, "--pp=4 --pp_schedule=zb1", fp32);
+    layout("ref", "pp4zbb", 4, "--pp=4 --pp_schedule=zb1 --zb1_memory=busiest", fp32);   /* ZB-H1's own order: W's put off by the stage */
     layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
     /* zbv: its turn on stage p-1 is a copy, every other message a posted NCCL group waited for by the compute stream */
     if (train("ref8", 1, "--n_layers=8")) die("test: a one-rank reference run failed:\n%s", out);
