@@ -81,10 +81,14 @@ static int makes_send(const Schedule *s, int st, Work w, Action *a) {
  * forward and the backward right after it share one group, placed before the
  * forward, so in the steady state one group sends a forward's output and a
  * backward's gradient and receives the next of each — posted together, the
- * sends of one stage always find the receives of its neighbours. */
+ * sends of one stage always find the receives of its neighbours. Elsewhere
+ * (zbv) a forward's receive is posted before the W just before it, to arrive
+ * while W runs; zb1 posts it after the W (JOIN_NONE), once W has freed the
+ * slot the receive writes into, so a stage holds no more than its p slots. */
+enum { JOIN_W_F, JOIN_F_B, JOIN_NONE };
 static int joins(const Work *w, int j, int joined) {   /* w[j]'s receive is posted in the group before w[j-1] */
-    if (j == 0) return 0;
-    if (joined) return w[j - 1].forward && !w[j].forward;
+    if (j == 0 || joined == JOIN_NONE) return 0;
+    if (joined == JOIN_F_B) return w[j - 1].forward && !w[j].forward;
     return w[j - 1].weight && w[j].forward;
 }
 
@@ -173,10 +177,11 @@ static int step_chunk(const Schedule *s, int k, int forward) {
     return forward ? c : s->chunks - 1 - c;
 }
 
-void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps) {
+void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps, int zb1_memory) {
     if (kind != PP_INTERLEAVED) v = schedule_chunks(kind, v);
     init(s, kind, p, m, v);
     s->split = schedule_splits_backward(kind);
+    s->zb1_memory = kind == PP_ZB1 ? zb1_memory : 0;
     memcpy(s->steps, steps, (size_t)p * v * sizeof(int));
     if (m < p && p > 1)
         die("a pipeline of pp=%d stages needs at least %d micro-batches per step, and this step has %d\n"
@@ -189,7 +194,7 @@ void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps
     for (int st = 0; st < p; st++) w[st] = mallocCheck(3 * (size_t)total * sizeof(Work));
     if (kind == PP_ZB1 || kind == PP_ZBV) {   /* every stage's order from one run on paper */
         Work *zw = mallocCheck((size_t)p * 3 * total * sizeof(Work));
-        s->zb_cap = zb_orders(kind, p, m, zw, n);
+        s->zb_cap = zb_orders(kind, p, m, s->zb1_memory, zw, n);
         for (int st = 0; st < p; st++) memcpy(w[st], zw + (size_t)st * 3 * total, (size_t)n[st] * sizeof(Work));
         free(zw);
     }
@@ -214,7 +219,7 @@ void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps
         }
         n[st] = k;
     }
-    place_all(s, w, n, kind == PP_INTERLEAVED);
+    place_all(s, w, n, kind == PP_INTERLEAVED ? JOIN_F_B : kind == PP_ZB1 ? JOIN_NONE : JOIN_W_F);
     for (int st = 0; st < p; st++) free(w[st]);
     free(w); free(n);
 }
@@ -406,6 +411,7 @@ void schedule_free(Schedule *s) {
 double schedule_bubble_formula(const Schedule *s) {
     double p = s->stages, m = s->micro_batches, v = s->chunks;
     if (s->kind == PP_ZBV) return (p - 1) / (6 * m + p - 1);   /* ZB-V: F = B = W a chunk, 6m of them a stage, only the fill idle */
+    if (s->split && s->zb1_memory == ZB1_MEMORY_1F1B) return 2 * (p - 1) / (3 * m + 2 * (p - 1));   /* ZB-H1 at 1F1B's own memory */
     if (s->split) return (p - 1) / (3 * m + p - 1);
     return (p - 1) / (v * m + p - 1);
 }

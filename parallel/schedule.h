@@ -31,6 +31,9 @@
 #include <stdio.h>
 
 enum { PP_1F1B, PP_GPIPE, PP_INTERLEAVED, PP_ZB1, PP_ZBV };   /* config key pp_schedule: 1f1b|gpipe|interleaved|zb1|zbv */
+/* config key zb1_memory: what a zb1 stage may hold, from a micro-batch's forward to its W. 1f1b: stage st 1F1B's own p - st
+ * (each stage idle (p-1)(F+B)); busiest: every stage 1F1B's busiest stage's p (ZB-H1's formula, (p-1)(F+B-W) idle). */
+enum { ZB1_MEMORY_1F1B, ZB1_MEMORY_BUSIEST };
 
 typedef enum {
     ACT_FORWARD,      /* mb, chunk: [embedding], the chunk's layers, [head, loss and the head's backward];
@@ -99,6 +102,7 @@ typedef struct {
     int zero;           /* 2 or 3: schedule_add_zero made the data-parallel part */
     int waits;          /* schedule_assign_slots placed the waits */
     int zb_cap;         /* zb1/zbv: the micro-batches a stage may hold that their order was found with (parallel/schedule_zb.c) */
+    int zb1_memory;     /* zb1: ZB1_MEMORY_1F1B or ZB1_MEMORY_BUSIEST (config key zb1_memory) */
     int *fsteps;        /* (stages * chunks) zero=3: forward steps of each chunk (model_forward_steps); else NULL */
     int *n_buckets;     /* (stages) zero=2/3 */
     int **place;        /* (stages) x (n_buckets) zero=2/3: the place (parallel/ddp.h DDP_PLACE_*) of each bucket */
@@ -109,13 +113,12 @@ typedef struct {
  * steps (p*v, stage-major) gives each chunk's backward steps. Dies in words on
  * a layout the schedule cannot run (m < p; interleaved with m not a multiple of p).
  * PP_ZB1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", ZB-H1): 1F1B's
- * warm-up and order with each backward split into B and W; in the steady state
- * each B is followed by its W (1F1B's memory: the slot is held until W), and
- * in the cool-down the W's are put off while a B waits for its gradient, so
- * they fill what is 1F1B's drain bubble. PP_ZBV (ZB-V): two chunks a stage in
- * V order; both orders from parallel/schedule_zb.c; v is 2 for zbv.
+ * warm-up and order with each backward split into B and W, the W's put off into
+ * the time a stage would wait; zb1_memory (ZB1_MEMORY_*) bounds what each stage
+ * holds until its W. PP_ZBV (ZB-V): two chunks a stage in V order; both orders
+ * from parallel/schedule_zb.c; v is 2 for zbv.
  * Then schedule_assign_slots places the slots and the waits. */
-void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps);
+void schedule_build(Schedule *s, int kind, int p, int m, int v, const int *steps, int zb1_memory);
 /* Forwards only (evaluation): every micro-batch through every chunk, with its sends and receives; kind gives
  * the chunks' places (zbv's V; interleaved with v chunks; else one). */
 void schedule_build_forward(Schedule *s, int kind, int p, int m, int v);

@@ -1,27 +1,35 @@
 /* parallel/schedule_zb.c — the zero-bubble orders (Qi et al., "Zero Bubble
  * Pipeline Parallelism", 2023), every backward split into B and W: ZB-H1 (one
- * chunk a stage, 1F1B's memory) and ZB-V (two chunks a stage in V order —
- * stage st holds the model's virtual stages st and 2p-1-st, so the first and
- * the last layers sit on stage 0 — at 1F1B's memory too).
+ * chunk a stage) and ZB-V (two chunks a stage in V order — stage st holds the
+ * model's virtual stages st and 2p-1-st, so the first and the last layers sit
+ * on stage 0 — at 1F1B's memory).
  *
- * The idea: the order is found by running the step on paper once, with every
- * chunk's F, B and W one time unit, as the paper's own scheduler does. Each
- * stage, when free, takes the first piece of work it can start, in this order
- * of preference: a B whose gradient is there (the stages before wait for it;
- * the later chunk's first), a forward of the later chunk (it finishes a
- * micro-batch), a forward of the first chunk (it starts one) while the stage
- * holds fewer than `cap` micro-batches (from their first forward to their
- * last W; ZB-H1 also keeps 1F1B's p - st between a forward and its B), else a
- * W, which nobody waits for, to fill the gap; with nothing it can start now,
- * the piece that can start first. The cap starts at 1F1B's p (its stage 0's;
- * a ZB-V chunk is half a stage, so p micro-batches are 2p chunks) and grows,
- * up to 2p, only until the run on paper reaches the shortest step there is
- * (every stage busy but for the pipeline's fill: 3m + p - 1 chunk-times for
- * ZB-H1, 6m + p - 1 for ZB-V): ZB-V reaches it at p, ZB-H1 at p + 1 for
- * p = 3, 4 and p + 3 for p = 8 — the W's a later stage puts off are what fill
- * the earlier stages' drain. Sends never wait (the executor posts them and
- * goes on), so this order is the one schedule_check simulates, and there it
- * proves it sound and deadlock-free. */
+ * ZB-H1 comes in two, by config key zb1_memory (what a stage holds from a
+ * micro-batch's forward to its W). busiest: the paper's handcrafted order
+ * (zb1_stage below), every stage up to p — 1F1B's busiest stage's, stage 0's
+ * — and ZB-H1's step, 3m + p - 1 time units. 1f1b (the default): stage st at
+ * 1F1B's own p - st, found by the run on paper below; its step is
+ * 3m + 2(p - 1), and no order does better there: the last stage, holding one
+ * micro-batch, runs F, B, W of each in turn, so its last B ends at
+ * 3m + p - 2 at the earliest, and each stage before runs its last B one unit
+ * later and then that micro-batch's W. The same argument shows why ZB-H1's
+ * step needs more than p - st on the later stages: with no idle time after the
+ * fill, stage st's last B must end st + 1 units before the step does, all of
+ * them W's of distinct micro-batches, so it holds st + 1 at once.
+ *
+ * The run on paper (zb1_memory=1f1b and ZB-V), with every chunk's F, B and W
+ * one time unit, as the paper's own scheduler does: each stage, when free,
+ * takes the first piece of work it can start, in this order of preference: a
+ * B whose gradient is there (the stages before wait for it; the later chunk's
+ * first), a forward of the later chunk (it finishes a micro-batch), a forward
+ * of the first chunk (it starts one) while the stage holds fewer than its cap
+ * (from the first forward to the last W: zb1 p - st; ZB-V's starts at p
+ * micro-batches, 2p chunks, and grows, up to 2p, only until the run reaches
+ * the shortest step there is, 6m + p - 1 chunk-times, which it does at p),
+ * else a W, which nobody waits for, to fill the gap; with nothing it can start
+ * now, the piece that can start first. Sends never wait (the executor posts
+ * them and goes on), so these orders are the ones schedule_check simulates,
+ * and there it proves them sound and deadlock-free. */
 #include "schedule_order.h"
 #include "schedule.h"
 #include "../common/util.h"
@@ -30,7 +38,7 @@
 
 typedef struct {
     int kind, p, m, v;  /* PP_ZB1 (v = 1) or PP_ZBV (v = 2) */
-    int cap;            /* micro-batches a stage holds at most, from their first forward to their last W */
+    int cap;            /* micro-batches a stage holds at most, from their first forward to their last W (zb1: cap - st) */
     double *f, *b;      /* (vp virtual stages x m) when each F and B ended; -1: not yet run */
     int *next_f, *next_b;       /* (vp) the next micro-batch each virtual stage forwards / backwards */
     int *w_queue, *w_head, *w_tail;   /* (p x vm) per stage: the (mb, chunk) pairs whose B ran and W has not, in B's order */
@@ -64,7 +72,7 @@ static int choose(const Paper *z, int st, Work *out, double *start) {
         if (k < 4) {
             int fwd = k >= 2, c = k % 2 == 0 ? z->v - 1 : 0, vs = vs_of(z, st, c);
             if (z->v == 1 && k % 2 == 0) continue;   /* one chunk: no later one */
-            if (fwd && c == 0 && z->open[st] >= z->cap) continue;
+            if (fwd && c == 0 && z->open[st] >= (z->kind == PP_ZB1 ? z->cap - st : z->cap)) continue;   /* zb1: 1F1B's p - st */
             if (fwd && z->kind == PP_ZB1 && z->open[st] - (z->w_tail[st] - z->w_head[st]) >= z->p - st) continue;   /* 1F1B's F to B */
             r = ready_at(z, !fwd, vs);
             w = (Work){fwd, fwd ? z->next_f[vs] : z->next_b[vs], c, 0};
@@ -137,8 +145,36 @@ static double paper_run(int kind, int p, int m, int cap, Work *w, int *n) {
     return makespan;
 }
 
-int zb_orders(int kind, int p, int m, Work *w, int *n) {
-    int v = kind == PP_ZBV ? 2 : 1, best_cap = p;
+/* ZB-H1, the paper's handcrafted order (Qi et al. 2023, section 3.1): stage st runs 1F1B's warm-up (p - st forwards),
+ * then for each micro-batch j its B, the W of micro-batch j - st (none while j < st: put off by st) and the next
+ * forward, and in the cool-down the st W's still put off. The stage reaches its first B after p - 1 units idle
+ * (st waiting for its first input, p - 1 - st for the first gradient) and is never idle again: each W it puts off
+ * fills a slot 1F1B spends waiting for a gradient, and its last B leaves st + 1 W's to run while the stages before
+ * still run theirs — the step is 3m + p - 1 units, ZB-H1's formula. Each stage holds p micro-batches (forward to
+ * W) at most: 1F1B's stage 0, its busiest; no order can keep stage st at 1F1B's own p - st and reach the formula
+ * (docs/pipeline-parallel.md: the last stage would have to hold p). w: st's pieces (3m); returns how many. */
+static int zb1_stage(int p, int m, int st, Work *w) {
+    int k = 0, warm = p - st < m ? p - st : m, next_w = 0;
+    for (int j = 0; j < warm; j++) w[k++] = (Work){1, j, 0, 0};
+    for (int j = 0; j < m; j++) {
+        w[k++] = (Work){0, j, 0, 0};
+        if (j >= st) w[k++] = (Work){0, next_w++, 0, 1};
+        if (j + warm < m) w[k++] = (Work){1, j + warm, 0, 0};
+    }
+    while (next_w < m) w[k++] = (Work){0, next_w++, 0, 1};
+    return k;
+}
+
+int zb_orders(int kind, int p, int m, int zb1_memory, Work *w, int *n) {
+    if (kind == PP_ZB1 && zb1_memory == ZB1_MEMORY_BUSIEST) {
+        for (int st = 0; st < p; st++) n[st] = zb1_stage(p, m, st, w + (size_t)st * 3 * m);
+        return p;
+    }
+    if (kind == PP_ZB1) {   /* stage st within 1F1B's own p - st: the run on paper at that cap */
+        paper_run(kind, p, m, p, w, n);
+        return p;
+    }
+    int v = 2, best_cap = p;
     double target = 3.0 * v * m + p - 1, best = -1;   /* the shortest step there is: every stage busy but for the fill */
     for (int cap = p; cap <= 2 * p; cap++) {   /* the least memory that reaches it, else the least that does best */
         double t = paper_run(kind, p, m, cap, NULL, NULL);

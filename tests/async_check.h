@@ -82,7 +82,7 @@ static inline void check_deferred_losses(Model *m, const Comm *comm, const int *
     for (int c = 0; c < 3; c++) {
         Schedule s;
         if (cases[c].forward_only) schedule_build_forward(&s, PP_1F1B, 1, cases[c].n, 1);
-        else schedule_build(&s, cases[c].kind, 1, cases[c].n, 1, &steps);
+        else schedule_build(&s, cases[c].kind, 1, cases[c].n, 1, &steps, ZB1_MEMORY_1F1B);
         schedule_assign_slots(&s);
         if (s.slots[0] > m->part.n_slots) die("test: the schedule needs %d slots, the model has %d", s.slots[0], m->part.n_slots);
         Executor e = {.model = m, .comm = comm};

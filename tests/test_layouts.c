@@ -125,6 +125,7 @@ static void nccl_data_and_pipeline(void) {
     layout("refbf", "pp2bf", 2, "--pp=2 --precision=bf16 --recompute=full", bf16);
     layout("ref16", "pp2f16", 2, "--pp=2 --pp_schedule=interleaved --precision=fp16 --recompute=selective", bf16);
     layout("ref", "pp4zb", 4, "--pp=4 --pp_schedule=zb1", fp32);
+    layout("ref", "pp4zbb", 4, "--pp=4 --pp_schedule=zb1 --zb1_memory=busiest", fp32);   /* ZB-H1's own order: W's put off by the stage */
     layout("ref", "dp2pp2zb3", 4, "--dp=2 --pp=2 --zero=3 --pp_schedule=zb1", fp32);
     /* zbv: its turn on stage p-1 is a copy, every other message a posted NCCL group waited for by the compute stream */
     if (train("ref8", 1, "--n_layers=8")) die("test: a one-rank reference run failed:\n%s", out);
@@ -159,12 +160,15 @@ static void nccl_tensor(void) {
 static void zb_layout(const char *ref, const char *name, int ranks, const char *args, double tol) {
     layout(ref, name, ranks, args, tol);
     const char *kind = strstr(args, "zbv") ? "| zbv, " : "| zb1, ";
-    CHECK(strstr(out, kind), "%s: the run says it ran %s:\n%.3000s", name, kind, out);
+    const char *held = strstr(args, "zbv") ? "" : strstr(args, "zb1_memory=busiest") ? ", zb1_memory=busiest" : ", zb1_memory=1f1b";
+    CHECK(strstr(out, kind) && strstr(out, held), "%s: the run says it ran %s%s:\n%.3000s", name, kind, held, out);
 }
 static void zero_bubble(void) {
     zb_layout("ref", "pp2zb", 2, "--pp=2 --pp_schedule=zb1", fp32);
     zb_layout("ref", "pp4zb", 4, "--pp=4 --pp_schedule=zb1", fp32);
     zb_layout("ref", "pp3zb", 3, "--pp=3 --pp_schedule=zb1", fp32);                       /* uneven: 2,1,1 */
+    zb_layout("ref", "pp4zbb", 4, "--pp=4 --pp_schedule=zb1 --zb1_memory=busiest", fp32);   /* ZB-H1's own order: W's put off by the stage */
+    zb_layout("ref", "dp2pp2zbb", 4, "--dp=2 --pp=2 --zero=2 --pp_schedule=zb1 --zb1_memory=busiest --recompute=full", fp32);
     zb_layout("ref", "pp2zbu", 2, "--pp=2 --pp_layers=1,3 --pp_schedule=zb1 --recompute=full", fp32);
     zb_layout("ref", "dp2pp2zb", 4, "--dp=2 --pp=2 --zero=1 --pp_schedule=zb1 --bucket_mb=0.004", fp32);
     zb_layout("ref", "dp2pp2zb2", 4, "--dp=2 --pp=2 --zero=2 --pp_schedule=zb1", fp32);
@@ -190,6 +194,7 @@ static void zero_bubble(void) {
     resume("ref", "rzv", 2, "--pp=2 --pp_schedule=zbv", 2, "--pp=2 --pp_schedule=zb1");
     resume("ref8", "rzv2", 4, "--pp=4 --n_layers=8", 2, "--n_layers=8 --pp=2 --pp_schedule=zbv");
     memory_same(2, "--pp=2 --pp_schedule=zb1 --recompute=selective");
+    memory_same(2, "--pp=2 --pp_schedule=zb1 --zb1_memory=busiest");
     memory_same(2, "--pp=2 --pp_schedule=zbv --recompute=selective");
     refused(4, "--pp=4 --pp_schedule=zb1 --total_batch_tokens=64", "the smallest total_batch_tokens for pp=4 is 128");
     refused(2, "--pp=2 --pp_schedule=zb1 --precision=fp8", "pp_schedule=zb1 splits the backward into B and W, and precision=fp8");

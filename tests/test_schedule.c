@@ -31,12 +31,15 @@
 #include <string.h>
 #include <unistd.h>
 
-static void build(Schedule *s, int kind, int p, int m, int v, int steps_per_chunk) {
-    int steps[256];
+static void build_held(Schedule *s, int kind, int p, int m, int v, int steps_per_chunk, int zb1_memory) {
+    int steps[256] = {0};
     for (int i = 0; i < p * v; i++) steps[i] = steps_per_chunk + (i == 0);   /* stage 0 chunk 0 also has the embedding step */
-    schedule_build(s, kind, p, m, v, steps);
+    schedule_build(s, kind, p, m, v, steps, zb1_memory);
     for (int st = 0; st < p; st++) schedule_add_data_parallel(s, st, NULL, 0, 0);
     schedule_assign_slots(s);
+}
+static void build(Schedule *s, int kind, int p, int m, int v, int steps_per_chunk) {
+    build_held(s, kind, p, m, v, steps_per_chunk, ZB1_MEMORY_1F1B);
 }
 
 static void test_builders(void) {
@@ -83,7 +86,7 @@ static void test_data_parallel(void) {
     /* one stage, two micro-batches, a chunk of 4 layers + embedding = 5 steps; buckets: head (step -1), layers 3..2, layers 1..0 + emb */
     Schedule s;
     int steps[1] = {5};
-    schedule_build(&s, PP_1F1B, 1, 2, 1, steps);
+    schedule_build(&s, PP_1F1B, 1, 2, 1, steps, 0);
     BucketReady ready[3] = {{0, -1}, {0, 1}, {0, 4}};
     schedule_add_data_parallel(&s, 0, ready, 3, 1);
     schedule_assign_slots(&s);
@@ -184,7 +187,7 @@ static void deadlock(Schedule *s) {
  * it, through the zero pass; then with one action taken out. Layers 0 and 2 share a place. */
 static void zero_build(Schedule *s, int m, int zero) {
     int steps[1] = {4};   /* backward: layer 2, layer 1, layer 0, the embedding */
-    schedule_build(s, PP_1F1B, 1, m, 1, steps);
+    schedule_build(s, PP_1F1B, 1, m, 1, steps, 0);
     static const int place[5] = {DDP_PLACE_HEAD, DDP_PLACE_LAYER_EVEN, DDP_PLACE_LAYER_ODD, DDP_PLACE_LAYER_EVEN, DDP_PLACE_EMBEDDING};
     static const size_t elements[5] = {100, 40, 40, 40, 100};
     static const int fsteps[1] = {5}, fr[5] = {4, 3, 2, 1, 0}, br[5] = {1, 2, 3, -1, -1}, bw[5] = {1, 2, 3, 4, -1};
@@ -271,13 +274,21 @@ static void test_cli(void) {
     CHECK(rc == 1 && strstr(out, "equal chunks"), "interleaved with n_layers not divisible by pp*v refused: rc %d\n%s", rc, out);
     rc = test_run("build/train", "schedule --pp=5 --micro_batches=8 --n_layers=4", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "every stage needs at least one layer"), "pp > n_layers refused: rc %d\n%s", rc, out);
-    snprintf(args, sizeof args, "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1 --svg=%s", svg);
+    rc = test_run("build/train", "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1", out, sizeof out);
+    CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "simulated 20.00% of the step idle (forward 1, B 1, W 1 time units)") &&
+          strstr(out, "2(p-1)/(3m+2(p-1)) = 20.00%") && strstr(out, "ZB-H1's (p-1)/(3m+p-1) = 11.11% needs zb1_memory=busiest") &&
+          strstr(out, "at once: 4 3 2 1;") && strstr(out, "zb1_memory=1f1b: each stage holds at most 1F1B's p-s") &&
+          strstr(out, "on NCCL's one comm stream (a stage's groups one after another) 20.00%"),
+          "zb1 at 1F1B's own memory (the default): 1F1B's slots on every stage, its bubble beside its formula and ZB-H1's:\n%s", out);
+    snprintf(args, sizeof args, "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1 --zb1_memory=busiest --svg=%s", svg);
     rc = test_run("build/train", args, out, sizeof out);
-    CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "stage 3|            F0  B0  F1  B1  F2  B2") &&
+    CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "stage 0|F0  F1  F2  F3              B0  W0  F4  B1  W1  F5") &&
+          strstr(out, "stage 3|            F0  B0  F1  B1  F2  B2  F3  B3  W0  F4  B4  W1") &&
           strstr(out, "simulated 11.11% of the step idle (forward 1, B 1, W 1 time units)") && strstr(out, "(p-1)/(3m+p-1) = 11.11%") &&
-          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 5 5 5 5; W stores (micro-batches between B and W at once): 3 4 4 5") &&
+          strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 4 4 4 4; W stores (micro-batches between B and W at once): 1 2 3 4") &&
+          strstr(out, "zb1_memory=busiest: each stage holds at most p, 1F1B's stage 0's") &&
           strstr(out, "on NCCL's one comm stream (a stage's groups one after another) 11.11%") && strstr(out, "(1f1b beside it)"),
-          "zb1's dry run: its timeline in F, B and W, its bubble beside ZB-H1's formula and 1F1B's:\n%s", out);
+          "zb1_memory=busiest's dry run: ZB-H1's timeline in F, B and W, its bubble beside its formula and 1F1B's:\n%s", out);
     f = fopen(svg, "r");
     static char picture[1 << 18];
     size_t got = f ? fread(picture, 1, sizeof picture - 1, f) : 0;
@@ -311,14 +322,15 @@ static void test_cli(void) {
 
 /* zb1 and zbv: sound for many (p, m) (both as MPI and as NCCL's one comm stream run them); every B and W of every
  * (micro-batch, chunk) once, each W after its B and on its B's W store; the simulated bubble is the schedule's formula
- * (ZB-H1's (p-1)/(3m+p-1), ZB-V's (p-1)/(6m+p-1)) and below 1F1B's; a stage holds at most the cap its order was found
- * with, from 1F1B's p up to 2p (micro-batches; a ZB-V chunk is half a stage, so 2 x cap chunks), and zb1 keeps 1F1B's
- * p - st between a forward and its B. */
-static void zero_bubble_case(int kind, int p, int m) {
-    const char *name = schedule_name(kind);
+ * (zb1 at 1F1B's own memory 2(p-1)/(3m+2(p-1)), at its busiest stage's ZB-H1's (p-1)/(3m+p-1), ZB-V's (p-1)/(6m+p-1))
+ * and below 1F1B's; a stage holds at most the cap its order was found with, from 1F1B's p up to 2p (micro-batches; a
+ * ZB-V chunk is half a stage, so 2 x cap chunks), zb1 no more than 1F1B's slots on each stage (zb1_memory=1f1b) or on
+ * its busiest (busiest), and zb1 keeps 1F1B's p - st between a forward and its B. */
+static void zero_bubble_case(int kind, int p, int m, int held) {
+    const char *name = kind == PP_ZBV ? "zbv" : held == ZB1_MEMORY_1F1B ? "zb1 (zb1_memory=1f1b)" : "zb1 (zb1_memory=busiest)";
     int v = kind == PP_ZBV ? 2 : 1;
     Schedule s;
-    build(&s, kind, p, m, v, 2);
+    build_held(&s, kind, p, m, v, 2, held);
     ScheduleSim sim;
     char err[512] = "";
     int rc = schedule_check(&s, &sim, err, sizeof err);
@@ -329,6 +341,21 @@ static void zero_bubble_case(int kind, int p, int m) {
     CHECK(rc == 0 && sim.bubble_fifo >= sim.bubble - 1e-9, "%s p=%d m=%d: NCCL's one stream %.4f is no faster than MPI's %.4f", name, p, m,
           sim.bubble_fifo, sim.bubble);
     CHECK(s.zb_cap >= p && s.zb_cap <= 2 * p, "%s p=%d m=%d: the order's cap %d is within [p, 2p]", name, p, m, s.zb_cap);
+    if (kind == PP_ZB1) {   /* ZB-H1 at 1F1B's memory: each stage within 1F1B's busiest (stage 0's p), stage 0 exactly 1F1B's */
+        Schedule f;
+        build(&f, PP_1F1B, p, m, 1, 2);
+        int most_zb = 0, most_f = 0;
+        for (int st = 0; st < p; st++) {
+            if (s.slots[st] > most_zb) most_zb = s.slots[st];
+            if (f.slots[st] > most_f) most_f = f.slots[st];
+        }
+        int within = 1;
+        for (int st = 0; st < p; st++) within &= s.slots[st] <= f.slots[st];
+        CHECK(s.zb_cap == p && most_zb == most_f && most_f == p && s.slots[0] == f.slots[0] && (held == ZB1_MEMORY_BUSIEST || within),
+              "%s p=%d m=%d: at 1F1B's memory: cap %d, the most slots a stage holds %d (1F1B %d), stage 0 %d (1F1B %d), each "
+              "stage within 1F1B's %d", name, p, m, s.zb_cap, most_zb, most_f, s.slots[0], f.slots[0], within);
+        schedule_free(&f);
+    }
     for (int st = 0; st < p; st++) {
         int n[ACT_KINDS] = {0}, keep[256], same = 1, b_open = 0, most_b = 0;
         for (int i = 0; i < s.n[st]; i++) {
@@ -354,12 +381,15 @@ static void zero_bubble_case(int kind, int p, int m) {
 }
 
 static void test_zb1(void) {
-    int cases[][2] = {{2, 2}, {2, 4}, {2, 8}, {3, 3}, {3, 7}, {4, 4}, {4, 8}, {4, 16}, {8, 8}, {8, 24}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) zero_bubble_case(PP_ZB1, cases[c][0], cases[c][1]);
+    int cases[][2] = {{2, 2}, {2, 3}, {2, 4}, {2, 8}, {3, 3}, {3, 7}, {4, 4}, {4, 5}, {4, 8}, {4, 16}, {8, 8}, {8, 11}, {8, 16}, {8, 24}, {8, 32}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        zero_bubble_case(PP_ZB1, cases[c][0], cases[c][1], ZB1_MEMORY_1F1B);
+        zero_bubble_case(PP_ZB1, cases[c][0], cases[c][1], ZB1_MEMORY_BUSIEST);
+    }
     /* the data-parallel pass: the last W of a micro-batch is split where a bucket completes, and the reduction starts after it */
     Schedule s;
     int steps[2] = {5, 4};
-    schedule_build(&s, PP_ZB1, 2, 4, 1, steps);
+    schedule_build(&s, PP_ZB1, 2, 4, 1, steps, ZB1_MEMORY_1F1B);
     BucketReady ready[3] = {{0, -1}, {0, 1}, {0, 4}};
     schedule_add_data_parallel(&s, 0, ready, 3, 1);
     schedule_add_data_parallel(&s, 1, ready, 1, 1);
@@ -382,7 +412,7 @@ static void test_zb1(void) {
     /* ZeRO-3 over zb1: B reads the unit's gathered weights, W only writes its gradient, and the list is sound */
     for (int zero = 2; zero <= 3; zero++) {
         int st1[1] = {4};
-        schedule_build(&s, PP_ZB1, 1, 3, 1, st1);
+        schedule_build(&s, PP_ZB1, 1, 3, 1, st1, ZB1_MEMORY_1F1B);
         static const int place[5] = {DDP_PLACE_HEAD, DDP_PLACE_LAYER_EVEN, DDP_PLACE_LAYER_ODD, DDP_PLACE_LAYER_EVEN, DDP_PLACE_EMBEDDING};
         static const size_t elements[5] = {100, 40, 40, 40, 100};
         static const int fsteps[1] = {5}, fr[5] = {4, 3, 2, 1, 0}, br[5] = {1, 2, 3, -1, -1}, bw[5] = {1, 2, 3, 4, -1};
@@ -408,7 +438,7 @@ static void test_zb1(void) {
  * to itself before the receive it fills, no wait), and the evaluation's forwards-only list is sound too. */
 static void test_zbv(void) {
     int cases[][2] = {{2, 2}, {2, 3}, {2, 8}, {3, 3}, {3, 5}, {4, 4}, {4, 8}, {4, 16}, {8, 8}, {8, 24}};
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) zero_bubble_case(PP_ZBV, cases[c][0], cases[c][1]);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) zero_bubble_case(PP_ZBV, cases[c][0], cases[c][1], 0);
     Schedule s;
     build(&s, PP_ZBV, 4, 8, 2, 2);
     CHECK(schedule_virtual_stage(PP_ZBV, 4, 0, 0) == 0 && schedule_virtual_stage(PP_ZBV, 4, 0, 1) == 7 &&

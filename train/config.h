@@ -36,7 +36,7 @@ typedef struct {
     float loss_scale_init;
     int max_skipped_steps;
     /* parallel (parallel/, comm/) */
-    int dp, tp, cp, pp, pp_schedule, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate, sequence_parallel;
+    int dp, tp, cp, pp, pp_schedule, zb1_memory, pp_virtual, comm_backend, zero, grad_reduce_dtype, nproc, comm_ablate, sequence_parallel;
     char pp_layers[256], fault[256], profile_out[1024];
     float bucket_mb, comm_timeout_s, straggler_pct;
     /* sampling */

@@ -89,8 +89,9 @@ static void print_banner(const Trainer *tr) {
         else
             printf("ranks | %d = dp %d x pp %d x tp %d through %s | rank 0 holds %zu parameters", tr->comm.world_size, c->dp, c->pp, c->tp,
                    comm_transport_name(&tr->comm), m->n_params);
-        if (c->pp > 1) printf(" | layers per stage %s | %s, %d micro-batches", split, schedule_name(c->pp_schedule),
-                              tr->accum);
+        if (c->pp > 1) printf(" | layers per stage %s | %s, %d micro-batches%s", split, schedule_name(c->pp_schedule),
+                              tr->accum, c->pp_schedule != PP_ZB1 ? "" : c->zb1_memory == ZB1_MEMORY_BUSIEST ?
+                              ", zb1_memory=busiest (ZB-H1's order, up to pp micro-batches a stage)" : ", zb1_memory=1f1b (1F1B's micro-batches a stage)");
         if (tr->ddp.zero) printf(" | ZeRO-%d", tr->ddp.zero);
         printf("\n");
     }

@@ -8,7 +8,9 @@
  *            with --profile_out), split by FLOPs over the stages and tp ranks,
  *            times the recompute factor measured on l124m;
  *   bubble   the schedule's own formula: (p-1)/(m+p-1) for 1F1B; zb1 (ZB-H1)
- *            (p-1)/(3m+p-1) and zbv (ZB-V) (p-1)/(6m+p-1), the zero-bubble
+ *            2(p-1)/(3m+2(p-1)) at 1F1B's own memory (zb1_memory=1f1b),
+ *            (p-1)/(3m+p-1) with zb1_memory=busiest, and zbv (ZB-V)
+ *            (p-1)/(6m+p-1), the zero-bubble
  *            ones with F = B = W, each a candidate beside 1F1B for every pp > 1
  *            (zbv where n_layers divides by 2pp; not with fp8, which they
  *            refuse), its memory from its own slots and W stores, so the

@@ -71,7 +71,12 @@ int schedule_main(int argc, char **argv) {
     }
     if (actions) schedule_print_actions(&s, stdout);
     double p = s.stages, m = s.micro_batches, v = s.chunks;
-    if (s.kind == PP_ZB1)   /* ZB-H1: each stage idle (p-1)(F+B-W) against 1F1B's (p-1)(F+B+W) (Qi et al. 2023) */
+    if (s.kind == PP_ZB1 && s.zb1_memory == ZB1_MEMORY_1F1B)   /* stage st within 1F1B's p - st: each idle (p-1)(F+B), proved least there */
+        printf("bubble   | simulated %.2f%% of the step idle (forward 1, B 1, W 1 time units); formula at 1F1B's own memory (zb1_memory=1f1b: "
+               "stage s holds at most p-s micro-batches) (p-1)(F+B) idle a stage: 2(p-1)/(3m+2(p-1)) = %.2f%%, two thirds of 1F1B's idle "
+               "time (p-1)(F+B+W); ZB-H1's (p-1)/(3m+p-1) = %.2f%% needs zb1_memory=busiest; 1F1B at this p and m: (p-1)/(m+p-1) = %.2f%%",
+               100 * sim.bubble, 100 * schedule_bubble_formula(&s), 100 * (p - 1) / (3 * m + p - 1), 100 * (p - 1) / (m + p - 1));
+    else if (s.kind == PP_ZB1)   /* ZB-H1: each stage idle (p-1)(F+B-W) against 1F1B's (p-1)(F+B+W) (Qi et al. 2023) */
         printf("bubble   | simulated %.2f%% of the step idle (forward 1, B 1, W 1 time units); formula ZB-H1 (p-1)(F+B-W) idle a stage: "
                "(p-1)/(3m+p-1) = %.2f%%, a third of 1F1B's idle time (p-1)(F+B+W); 1F1B at this p and m: (p-1)/(m+p-1) = %.2f%%",
                100 * sim.bubble, 100 * schedule_bubble_formula(&s), 100 * (p - 1) / (m + p - 1));
@@ -90,7 +95,10 @@ int schedule_main(int argc, char **argv) {
     if (s.split) {   /* what W reads, held from each B to its W (model/llama.h WKeep) */
         printf("; W stores (%s between B and W at once):", s.kind == PP_ZBV ? "chunks" : "micro-batches");
         for (int st = 0; st < s.stages; st++) printf(" %d", s.keeps[st]);
-        printf("; the order was found holding at most %d micro-batches a stage (1F1B: %d)", s.zb_cap, s.stages);
+        if (s.kind == PP_ZB1)
+            printf("; zb1_memory=%s: each stage holds at most %s (1F1B: p-s, %d on stage 0)", s.zb1_memory == ZB1_MEMORY_1F1B ? "1f1b" : "busiest",
+                   s.zb1_memory == ZB1_MEMORY_1F1B ? "1F1B's p-s" : "p, 1F1B's stage 0's", s.stages);
+        else printf("; the order was found holding at most %d micro-batches a stage (1F1B: %d)", s.zb_cap, s.stages);
     }
     printf("\n");
     if (svg) {

@@ -93,7 +93,7 @@ void trainer_schedule(Schedule *s, const Config *c, const ModelConfig *mc, const
         ModelPart part = partition_part(mc, &layout, st, 0);
         for (int k = 0; k < v; k++) steps[st * v + k] = part.chunks[k].n_layers + (k == 0 && part.has_embedding);
     }
-    schedule_build(s, layout.pp_schedule, p, config_grad_accum_steps(c), v, steps);
+    schedule_build(s, layout.pp_schedule, p, config_grad_accum_steps(c), v, steps, c->zb1_memory);
     free(steps);
     int zero = c->dp * c->cp > 1 ? c->zero : 0;   /* ZeRO shards over dp x cp */
     for (int st = 0; st < p; st++) {   /* where each stage's buckets start reducing (zero=2/3: and its units gather) */
