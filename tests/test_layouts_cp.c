@@ -37,6 +37,7 @@ static void cp_combined(void) {
     cp_layout("pp2cp2", 4, "--pp=2 --cp=2", 2, fp32);
     cp_layout("pp2cp2zb", 4, "--pp=2 --cp=2 --pp_schedule=zb1", 2, fp32);   /* the backward split into B and W */
     cp_layout("pp2cp2zbv", 4, "--pp=2 --cp=2 --pp_schedule=zbv", 2, fp32);  /* ZB-V: two chunks a stage in V order */
+    CHECK(strstr(out, " | zbv, ") != NULL, "--pp=2 --cp=2 --pp_schedule=zbv: the banner does not say zbv ran:\n%.1500s", out);
     cp_layout("cp2z1", 2, "--cp=2 --zero=1", 2, fp32);
     cp_layout("cp2z2", 2, "--cp=2 --zero=2", 2, fp32);   /* gradients sharded over the cp ranks alone */
     cp_layout("dp2cp2z3", 4, "--dp=2 --cp=2 --zero=3", 2, fp32);
