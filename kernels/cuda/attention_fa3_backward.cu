@@ -54,28 +54,6 @@ template <typename T, int HD> __device__ __forceinline__ void fb_regs_times(floa
     }
 }
 
-/* P and dS of a 64 x 64 tile held as accumulators s and dp (this thread's 32), packed as A operands pa, da.
- * COLS (the dk/dv kernel's transposed tile): rows are keys from r0, columns queries from c0, and L (lse * log2 e)
- * and D (Dsum) are indexed by column in shared memory; else (the dq kernel) rows are queries, columns keys, and
- * L[2], D[2] are this thread's two rows'. mask: keys after the query, and queries past T, are out */
-template <typename T, bool COLS> __device__ __forceinline__ void fb_probs(float s[32], float dp[32], uint32_t pa[4][4], uint32_t da[4][4],
-                                                                          const float *L, const float *D, int r0, int c0, int T_,
-                                                                          float sl2, float scale, bool mask) {
-    int tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
-#pragma unroll
-    for (int i = 0; i < 32; i++) {
-        int rl = w * 16 + g + (i % 4 / 2) * 8, cl = i / 4 * 8 + 2 * t + (i & 1);
-        int q = COLS ? c0 + cl : r0 + rl, k = COLS ? r0 + rl : c0 + cl;
-        float Li = COLS ? L[cl] : L[i % 4 / 2], Di = COLS ? D[cl] : D[i % 4 / 2];
-        float p = ex2(fmaf(s[i], sl2, -Li));
-        if (mask && (k > q || q >= T_)) p = 0.0f;
-        s[i] = p;
-        dp[i] = p * (dp[i] - Di) * scale;
-    }
-    if (pa) scores_as_a4<T>(pa, s);
-    scores_as_a4<T>(da, dp);
-}
-
 /* this thread's rows pos[2] of a 64 x HD accumulator d, rotated by -angle when fr (kernels/cpu/rope.c's backward:
  * column i pairs with i + HD/2, fragment nt + HD/16 of the same thread), then stored into the HD columns at row
  * pointers y[2] (NULL: past T) */
@@ -107,7 +85,7 @@ template <typename T, int HD> __device__ __forceinline__ void fb_store(float d[H
 
 /* dk, dv parts of dqkv (B,T,(NH+2*NKV)*HD) for 128 keys of one (b, kv head): grid (B*NKV, key blocks), the longest
  * (the first keys) first. tq maps qkv, tdo dout (B,T,NH*HD), both in 64-row boxes. Shared: K, V (128 rows each), then
- * stages 0..S-1 of (Q tile, dout tile), then [stage][lse*log2e, Dsum][64] floats, then the barriers. */
+ * stages 0..S-1 of (Q tile, dout tile), then [stage][lse, Dsum][64] floats, then the barriers. */
 template <typename T, int HD, int S> __global__ void __launch_bounds__(FB_THREADS, 1)
 fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const float *lse, const float *Dsum,
                int T_, int NH, int NKV, float scale, const FbRope fr) {
@@ -151,7 +129,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                     tma_load3(q + QB + hf * FB_BOX, &tdo, h * HD + hf * 64, q0, b, barF + 8 * st);
                 }
             }
-        } else if (threadIdx.x / 32 == 1) {   /* warp 1: each item's lse (times log2 e) and Dsum beside its tiles */
+        } else if (threadIdx.x / 32 == 1) {   /* warp 1: each item's lse and Dsum beside its tiles */
             int lane = threadIdx.x % 32;
             for (int it = 0; it < items; it++) {
                 int h = kvh * G + it / nq, q0 = (qt0 + it % nq) * 64, st = it % S;
@@ -160,7 +138,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                 for (int e = lane; e < 64; e += 32) {
                     int q = q0 + e;
                     size_t at = ((size_t)b * NH + h) * T_ + q;
-                    ld[e] = q < T_ ? lse[at] * LOG2E : 0.0f;
+                    ld[e] = q < T_ ? lse[at] : 0.0f;
                     ld[64 + e] = q < T_ ? Dsum[at] : 0.0f;
                 }
                 mbar_arrive(barF + 8 * st);
@@ -198,7 +176,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         wg_keep(da);
         if (it && tid % 32 == 0) mbar_arrive(barE + 8 * ((it - 1) % S));   /* this warp is done with the previous stage */
         const float *L = LD + st * 128;
-        fb_probs<T, true>(s, dp, pa, da, L, L + 64, kc, q0, T_, sl2, scale, q0 < kc + 64 || q0 + 64 > T_);
+        probs_and_grads<T, true>(s, dp, pa, da, L, L + 64, kc, q0, T_, sl2, scale, q0 < kc + 64 || q0 + 64 > T_);
         wg_fence();
         fb_regs_times<T, HD>(dv, pa, q + QB, FB_BOX);   /* dV += P^T dout */
         fb_regs_times<T, HD>(dk, da, q, FB_BOX);        /* dK += dS^T Q, both running while the next item's S^T, dP^T are issued */
@@ -306,7 +284,7 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
         wg_keep(dq);
         wg_keep(da);
         if (it && tid % 32 == 0) mbar_arrive(barE + 8 * ((it - 1) % S));
-        fb_probs<T, false>(s, dp, nullptr, da, L, D, qc, 64 * j, T_, sl2, scale, 64 * j + 63 > qc);
+        probs_and_grads<T, false>(s, dp, nullptr, da, L, D, qc, 64 * j, T_, sl2, scale, 64 * j + 63 > qc);
         wg_fence();
         fb_regs_times<T, HD>(dq, da, k, FB_BOX);   /* dQ += dS K, running while the next tile's S, dP are issued */
         wg_commit();

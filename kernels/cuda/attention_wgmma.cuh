@@ -36,6 +36,29 @@ template <typename T> __device__ __forceinline__ void scores_as_a4(uint32_t a[4]
         a[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
     }
 }
+/* a score tile's ds = p * (dp - D) * scale, p = 2^(s*scale*log2 e - L), L = lse * log2 e: masked where the query is
+ * before the key or past T; packs p (when pp, the dk/dv kernel's P^T @ dout) and ds as A operands. COLS: the dk/dv
+ * kernel's transposed tile (rows keys r0.., columns queries c0..; lse (base e, scaled here: no pass and barrier over
+ * the staged values) and D per column, indexed in shared memory); else the dq kernel's (rows queries r0.., columns
+ * keys c0..; L and D of this thread's two rows). Both Hopper backwards use it (attention_wgmma_backward.cu,
+ * attention_fa3_backward.cu) */
+template <typename T, bool COLS> __device__ __forceinline__ void probs_and_grads(float s[32], float dp[32], uint32_t (*pp)[4],
+                                                                                 uint32_t ds[4][4], const float *L, const float *D,
+                                                                                 int r0, int c0, int T_, float sl2, float scale, bool mask) {
+    int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4, w = threadIdx.x % 128 / 32;   /* w: the warp in its warpgroup */
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+        int rl = w * 16 + g + (i % 4 / 2) * 8, cl = i / 4 * 8 + 2 * t + (i & 1);   /* row, column within the tile */
+        int q = COLS ? c0 + cl : r0 + rl, k = COLS ? r0 + rl : c0 + cl;
+        float Li = COLS ? L[cl] * LOG2E : L[i % 4 / 2], Di = COLS ? D[cl] : D[i % 4 / 2];
+        float p = ex2(fmaf(s[i], sl2, -Li));
+        if (mask && (k > q || q >= T_)) p = 0.0f;
+        s[i] = p;
+        dp[i] = p * (dp[i] - Di) * scale;
+    }
+    if (pp) scores_as_a4<T>(pp, s);
+    scores_as_a4<T>(ds, dp);
+}
 /* d = X (64 x 64, K-major tile at x) @ Y^T (Y: 64 x 64, K-major tile at y): four k-steps of 16 columns (32 bytes) */
 template <typename T> __device__ __forceinline__ void wg_rows_times_rows(float d[32], uint32_t x, uint32_t y) {
     wg_ss_first<T>(d, wg_desc(x), wg_desc(y));
