@@ -314,6 +314,11 @@ static void test_cli(void) {
     CHECK(rc == 1 && strstr(out, "the smallest n_layers it takes at pp=2 is 4"), "zbv with n_layers=6 at pp=2 refused: rc %d\n%s", rc, out);
     rc = test_run("build/train", "schedule --pp=4 --micro_batches=3 --n_layers=8 --pp_schedule=zb1", out, sizeof out);
     CHECK(rc == 1 && strstr(out, "needs at least 4 micro-batches"), "zb1 with m < p refused naming the smallest m: rc %d\n%s", rc, out);
+    rc = test_run("build/train", "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=1f1b --zb1_memory=busiest", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "zb1_memory=busiest chooses what a pp_schedule=zb1 stage holds") && strstr(out, "pp_schedule=1f1b has no such choice"),
+          "zb1_memory=busiest with another schedule refused, not ignored: rc %d\n%s", rc, out);
+    rc = test_run("build/train", "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zbv --zb1_memory=1f1b", out, sizeof out);
+    CHECK(rc == 0, "zb1_memory=1f1b (the default, every schedule's own memory) with zbv runs: rc %d\n%s", rc, out);
     rc = test_run("build/train", "schedule --dp=2 --zero=3 --n_layers=4 --micro_batches=2 --actions", out, sizeof out);
     CHECK(rc == 0 && strstr(out, "dp=2 ZeRO-3") && strstr(out, "every unit's weights are gathered and waited for before a compute reads them") &&
           strstr(out, "19 of 20 weight reads gathered a compute ahead") && strstr(out, "gather-wait(4) gather(3) [F0/1] free(4)"),

@@ -383,6 +383,9 @@ int config_try_validate(const Config *c, char *err, size_t err_size) {
              "(or lower batch_size or pp)", c->pp, c->pp, c->total_batch_tokens, config_grad_accum_steps(c), c->total_batch_tokens,
              per_micro, c->pp, smallest);
     }
+    if (c->zb1_memory == ZB1_MEMORY_BUSIEST && c->pp_schedule != PP_ZB1)   /* the default (1f1b) is every other schedule's own memory */
+        FAIL("zb1_memory=busiest chooses what a pp_schedule=zb1 stage holds between a forward and its W, and pp_schedule=%s has "
+             "no such choice: the key would be ignored\n  hint: use --pp_schedule=zb1 with it, or drop --zb1_memory", zb_name);
     if (c->pp_schedule == PP_ZBV && c->pp > 1 && c->pp_layers[0])
         FAIL("pp_layers='%s' sets an uneven split, and pp_schedule=zbv needs 2*pp equal chunks\n  hint: drop pp_layers, or use "
              "--pp_schedule=zb1 with it", c->pp_layers);
