@@ -16,7 +16,10 @@ log "built ${SECONDS}s"
 timeout 30 build/gpu/bench_attention 128 1024 >>"$OUT/summary.log" 2>&1; log "smoke128 rc=$?"
 timeout 30 build/gpu/bench_attention 64 1024 >>"$OUT/summary.log" 2>&1; log "smoke64 rc=$?"
 OPS_FA3_ONLY=1 timeout 120 build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log")"
-grep -E '^FAIL' "$OUT/ops.log" | head -12 >>"$OUT/summary.log"
+grep -E '^FAIL|^     (dq|dk|dv|out) ' "$OUT/ops.log" | head -40 >>"$OUT/summary.log"
+if grep -qE '^FAIL|error' "$OUT/ops.log"; then   # where an fa3 kernel reads or writes out of bounds, before anything else runs
+    for hd in 64 128; do timeout 60 compute-sanitizer --tool memcheck build/gpu/bench_attention $hd 700 2>&1 | grep -vE '^ +[0-9]' | head -30; done >"$OUT/memcheck.log"
+    log "memcheck after the failure: $(grep -c 'Invalid' "$OUT/memcheck.log") invalid accesses (memcheck.log)"; fi
 for hd in 64 128; do timeout 80 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
 timeout 80 build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(grep -E 'passed' "$OUT/q8.log" | tail -1)"
 grep -E '^FAIL|^drift case|^rare tokens' "$OUT/q8.log" | head >>"$OUT/summary.log"

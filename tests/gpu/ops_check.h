@@ -83,7 +83,7 @@ static inline double rel_err(const float *got, const float *ref, size_t n) {
     return sqrt(num) / (den > 0 ? sqrt(den) : 1.0);
 }
 /* |got - ref| / |ref| <= tol; NaN or inf in got fails */
-static inline void compare(const char *what, const float *got, const float *ref, size_t n, double tol, const char *shape) {
+static inline int compare(const char *what, const float *got, const float *ref, size_t n, double tol, const char *shape) {
     size_t bad = n;
     for (size_t i = 0; i < n && bad == n; i++)
         if (!isfinite(got[i])) bad = i;
@@ -93,4 +93,40 @@ static inline void compare(const char *what, const float *got, const float *ref,
            bad < n ? "  NON-FINITE OUTPUT" : "");
     CHECK(ok, "%s %s %s: rel %.3e > %.0e or non-finite at %zu (got %g, ref %g)", dtype_name(act), what, shape, rel, tol,
           bad, bad < n ? got[bad] : 0.0, bad < n ? ref[bad] : 0.0);
+    return ok;
+}
+
+/* Where a failed attention result is wrong, so one device run says what to look at: rows (B,T) of `heads` heads of
+ * HD, the heads cut into parts (q|k|v of dqkv, or out alone) starting at first[p]. Per part: its error, how many
+ * 64-row tiles of a sequence are over tol and which, the non-finite values, and the worst (b, t, head) row. */
+static inline void explain_rows(const float *got, const float *ref, int B, int T, int heads, int HD, int n_parts,
+                                const char *const *names, const int *first, double tol) {
+    size_t W = (size_t)heads * HD;
+    for (int p = 0; p < n_parts; p++) {
+        int h0 = first[p], h1 = p + 1 < n_parts ? first[p + 1] : heads, tiles = (T + 63) / 64, bad_tiles = 0, first_bad = -1, last_bad = -1;
+        double num = 0, den = 0, worst = 0;
+        long nonfinite = 0, wb = 0, wt = 0, wh = 0;
+        for (int tile = 0; tile < tiles; tile++) {
+            double tn = 0, td = 0;
+            for (int b = 0; b < B; b++)
+                for (int t = tile * 64; t < T && t < tile * 64 + 64; t++)
+                    for (int h = h0; h < h1; h++) {
+                        const float *g = got + ((size_t)b * T + t) * W + (size_t)h * HD, *r = ref + ((size_t)b * T + t) * W + (size_t)h * HD;
+                        double rn = 0, rd = 0;
+                        for (int i = 0; i < HD; i++) {
+                            if (!isfinite(g[i])) { nonfinite++; continue; }
+                            rn += ((double)g[i] - r[i]) * ((double)g[i] - r[i]);
+                            rd += (double)r[i] * r[i];
+                        }
+                        double rel = sqrt(rn) / (rd > 0 ? sqrt(rd) : 1.0);
+                        if (rel > worst) { worst = rel; wb = b; wt = t; wh = h - h0; }
+                        tn += rn; td += rd;
+                    }
+            if (sqrt(tn) > tol * sqrt(td > 0 ? td : 1)) { bad_tiles++; last_bad = tile; if (first_bad < 0) first_bad = tile; }
+            num += tn; den += td;
+        }
+        printf("     %-4s rel %.2e, %d of %d 64-row tiles over tol (first %d, last %d), %ld non-finite, worst row b=%ld t=%ld "
+               "head %ld rel %.2e\n", names[p], sqrt(num) / (den > 0 ? sqrt(den) : 1.0), bad_tiles, tiles, first_bad, last_bad,
+               nonfinite, wb, wt, wh, worst);
+    }
 }

@@ -172,7 +172,8 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
         if (run) same &= memcmp(first, other, bytes) == 0;
         if (run == 0) {
             down_act(h, gout, no);
-            compare("attention_fwd fa3", h, out, no, tol_act, shape);
+            if (!compare("attention_fwd fa3", h, out, no, tol_act, shape))
+                explain_rows(h, out, B, T, NH, HD, 1, (const char *const[]){"out"}, (const int[]){0}, tol_act);
             gpu->download(h, glse, nl * 4);
             compare("attention_fwd lse fa3", h, lse, nl, 1e-3, shape);
         }
@@ -190,7 +191,9 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
         if (run) bsame &= memcmp(first + bytes, other + bytes, gbytes) == 0;
         else {
             down_act(h, gd, nq);
-            compare("attention_bwd fa3", h, dqkv, nq, tol_act, shape);
+            if (!compare("attention_bwd fa3", h, dqkv, nq, tol_act, shape))
+                explain_rows(h, dqkv, B, T, NH + 2 * NKV, HD, 3, (const char *const[]){"dq", "dk", "dv"}, (const int[]){0, NH, NH + NKV},
+                             tol_act);
         }
     }
     cuda_attention_fa3 = was;
