@@ -8,7 +8,7 @@
 # attention and with LLM3D_ATTENTION=fa3, then the l124m sweep against the peer (carry .peer with
 # ../shared/peers/torch_llama.py in it).   run: bench/gpu/owed_call.sh
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export CFLAGS="-O3 -Wno-error"
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export CFLAGS="-O3 -Wno-error" NVCCFLAGS="-O3 -Xcompiler -Wno-error"
 log() { echo "$@" | tee -a "$OUT/summary.log"; }
 log "$(date -u) $(git log -1 --format=%h) $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 make -j16 all gpu >/tmp/b.log 2>&1 || { grep -E " error" /tmp/b.log | head | tee -a "$OUT/summary.log"; exit 1; }

@@ -5,7 +5,7 @@
 # (tests/gpu/cp_memory.sh, issue 53), then l350m at T = 4096 and 8192 against the peer (issue 55; carry .peer
 # with ../shared/peers/torch_llama.py). Each stage logged under $OUT as it goes.   run: bench/gpu/owed_call2.sh
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export CFLAGS="-O3 -Wno-error"
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export CFLAGS="-O3 -Wno-error" NVCCFLAGS="-O3 -Xcompiler -Wno-error"
 log() { echo "$@" | tee -a "$OUT/summary.log"; }
 log "$(date -u) $(git log -1 --format=%h) $(nvidia-smi --query-gpu=name --format=csv,noheader)"
 make -j16 all gpu >/tmp/b.log 2>&1 || { grep -E " error" /tmp/b.log | head | tee -a "$OUT/summary.log"; exit 1; }
