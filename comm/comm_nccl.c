@@ -41,6 +41,7 @@ struct NcclState {
     cudaEvent_t block_start[MAX_TIMED], block_end[MAX_TIMED];
     int n_timed;
     cudaEvent_t flight_start[FLIGHT_SLOTS], flight_done[FLIGHT_SLOTS];   /* the watchdog's view of each operation */
+    cudaEvent_t period;                    /* compute stream, at the last stats: the origin of the intervals since */
 };
 
 /* Every NCCL and CUDA failure here goes through the error table (common/errors.h):
@@ -94,6 +95,8 @@ static void nccl_attach(Comm *c) {
         cudaOk(cudaEventCreateWithFlags(&s->flight_start[i], cudaEventDisableTiming));
         cudaOk(cudaEventCreateWithFlags(&s->flight_done[i], cudaEventDisableTiming));
     }
+    cudaOk(cudaEventCreate(&s->period));
+    cudaOk(cudaEventRecord(s->period, s->compute));
     uint64_t init = flight_begin("NCCL init", GROUP_WORLD, 0, c->timeout_s, -1);   /* a bootstrap that hangs is a stall too */
     ncclUniqueId id;
     if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
@@ -122,6 +125,7 @@ static void nccl_free(Comm *c) {
     for (int i = 0; i < MAX_TIMED; i++)
         if (s->block_start[i]) { cudaEventDestroy(s->block_start[i]); cudaEventDestroy(s->block_end[i]); }
     for (int i = 0; i < FLIGHT_SLOTS; i++) { cudaEventDestroy(s->flight_start[i]); cudaEventDestroy(s->flight_done[i]); }
+    cudaEventDestroy(s->period);
     cudaStreamDestroy(s->comm);
     free(s);
     c->impl->nccl = NULL;
@@ -148,23 +152,38 @@ static void end_on(const Comm *c, CommHandle h, cudaStream_t st) {
 static CommHandle begin(const Comm *c) { return begin_on(c, c->impl->nccl->comm); }
 static void end(const Comm *c, CommHandle h) { end_on(c, h, c->impl->nccl->comm); }
 
+static int by_start(const void *a, const void *b) {
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+/* Since the last call: every operation's interval, in ms after `period` (recorded on the compute stream at the
+ * last call: every operation since starts after it), blocking ones summed as such, and busy as their union
+ * (operations at once — a bucket beside a lane's messages, two lanes — counted once). */
 static void nccl_stats(const Comm *c, CommStats *add) {
     struct NcclState *s = c->impl->nccl;
-    for (int i = 0; i < s->n_since; i++) {
-        float ms = 0;
-        cudaOk(cudaEventSynchronize(s->done[s->since[i]]));
-        cudaOk(cudaEventElapsedTime(&ms, s->started[s->since[i]], s->done[s->since[i]]));
-        add->busy_s += ms / 1e3;
+    int n = s->n_since + s->n_timed;
+    double *iv = mallocCheck(2 * sizeof(double) * ((size_t)n + 1));
+    for (int i = 0; i < n; i++) {
+        cudaEvent_t a = i < s->n_since ? s->started[s->since[i]] : s->block_start[i - s->n_since];
+        cudaEvent_t b = i < s->n_since ? s->done[s->since[i]] : s->block_end[i - s->n_since];
+        float t0 = 0, t1 = 0;
+        cudaOk(cudaEventSynchronize(b));
+        cudaOk(cudaEventElapsedTime(&t0, s->period, a));
+        cudaOk(cudaEventElapsedTime(&t1, s->period, b));
+        iv[2 * i] = t0 / 1e3; iv[2 * i + 1] = t1 / 1e3;
+        if (i >= s->n_since) add->blocking_s += (t1 - t0) / 1e3;
     }
-    for (int i = 0; i < s->n_timed; i++) {
-        float ms = 0;
-        cudaOk(cudaEventSynchronize(s->block_end[i]));
-        cudaOk(cudaEventElapsedTime(&ms, s->block_start[i], s->block_end[i]));
-        add->blocking_s += ms / 1e3;
-        add->busy_s += ms / 1e3;
+    qsort(iv, (size_t)n, 2 * sizeof(double), by_start);
+    double end = -1e30;
+    for (int i = 0; i < n; i++) {   /* the union's length */
+        double a = iv[2 * i] > end ? iv[2 * i] : end, b = iv[2 * i + 1];
+        if (b > a) add->busy_s += b - a;
+        if (b > end) end = b;
     }
-    add->ops += s->n_since + s->n_timed;
+    free(iv);
+    add->ops += n;
     s->n_since = s->n_timed = 0;
+    cudaOk(cudaEventRecord(s->period, s->compute));
 }
 
 static void nccl_wait(const Comm *c, CommHandle h) {
