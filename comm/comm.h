@@ -102,10 +102,22 @@ typedef struct { int is_send, peer /* world rank */; void *buf; size_t n; DType 
 void comm_p2p(const Comm *c, const CommP2P *ops, int n_ops);
 /* Posted now, finished by comm_wait(handles[i]) for each operation: the host goes on at once. A send's buffer
  * must not change, and a receive's must not be read, before its wait. MPI gives each operation a handle of its
- * own, done when its partner has posted the other side; NCCL one handle for the whole group (one launch on the
- * comm stream, after the groups posted before it: a FIFO), and its wait makes the compute stream wait, never the
- * host. Waiting one handle twice is allowed while no later operation was started on it. */
+ * own, done when its partner has posted the other side; NCCL one handle for the operations of the group in one
+ * lane (comm_p2p_lane: one launch on that lane's stream, after the lane's groups posted before it, a FIFO), and
+ * its wait makes the compute stream wait, never the host. Waiting one handle twice is allowed while no later
+ * operation was started on it. */
 void comm_p2p_start(const Comm *c, const CommP2P *ops, int n_ops, CommHandle *handles);
+/* The lane a message between pipeline stages me and peer travels in on NCCL (a communicator and a stream each,
+ * comm/comm_nccl.c): its direction (to the higher stage or the lower) and the parity of the lower of the two, the
+ * same at both ends. A stage's four kinds of message (to and from the stage before it, to and from the one after)
+ * are in four lanes, so none queues behind another: on one shared stream a zbv stage's gradient going back waits
+ * for an activation coming in that its partner has not sent yet (parallel/schedule_check.c simulates both). me and
+ * peer number the stages so that neighbours differ by one. */
+#define COMM_P2P_LANES 4
+static inline int comm_p2p_lane(int me, int peer, int is_send) {
+    int up = is_send ? peer > me : peer < me, low = me < peer ? me : peer;
+    return 2 * up + low % 2;
+}
 
 /* ---- what the transport did since the last call (the step-time split) */
 typedef struct {

@@ -7,7 +7,11 @@
  * ordered with the kernels around it for free. An operation that overlaps the
  * backward runs on a dedicated comm stream: an event recorded on the compute
  * stream makes it wait for the gradients it reads, and comm_wait makes the
- * compute stream wait for its completion event — neither blocks the host. */
+ * compute stream wait for its completion event — neither blocks the host.
+ * Pipeline messages go in four lanes of their own (comm_p2p_lane: to and from
+ * the stage before, to and from the stage after), a communicator and a stream
+ * each, so that neither a gradient bucket nor a message the partner has not
+ * sent yet holds up a message behind it on a shared stream. */
 #include "comm_impl.h"
 #include "flight.h"
 #include "watchdog.h"
@@ -28,7 +32,8 @@
 
 struct NcclState {
     ncclComm_t group[GROUP_COUNT];
-    cudaStream_t compute, comm;
+    ncclComm_t lane[COMM_P2P_LANES];       /* pp > 1: the world again, once a lane (comm_p2p_lane) */
+    cudaStream_t compute, comm, lane_stream[COMM_P2P_LANES];
     cudaEvent_t ready[MAX_OPS];            /* compute stream: what the operation waits for */
     cudaEvent_t started[MAX_OPS], done[MAX_OPS];   /* comm stream: when it ran */
     int active[MAX_OPS], next;             /* handles go round, so a finished one is still there for stats */
@@ -36,6 +41,7 @@ struct NcclState {
     cudaEvent_t block_start[MAX_TIMED], block_end[MAX_TIMED];
     int n_timed;
     cudaEvent_t flight_start[FLIGHT_SLOTS], flight_done[FLIGHT_SLOTS];   /* the watchdog's view of each operation */
+    cudaEvent_t period;                    /* compute stream, at the last stats: the origin of the intervals since */
 };
 
 /* Every NCCL and CUDA failure here goes through the error table (common/errors.h):
@@ -54,6 +60,8 @@ int nccl_built_in(void) { return 1; }
 static int event_fired(void *e) { return cudaEventQuery((cudaEvent_t)e) != cudaErrorNotReady; }
 static void abort_all(void *ctx) {
     struct NcclState *s = ctx;
+    for (int k = 0; k < COMM_P2P_LANES; k++)
+        if (s->lane[k]) ncclCommAbort(s->lane[k]);
     for (int g = GROUP_COUNT - 1; g >= 0; g--)
         if (s->group[g]) ncclCommAbort(s->group[g]);
 }
@@ -87,6 +95,8 @@ static void nccl_attach(Comm *c) {
         cudaOk(cudaEventCreateWithFlags(&s->flight_start[i], cudaEventDisableTiming));
         cudaOk(cudaEventCreateWithFlags(&s->flight_done[i], cudaEventDisableTiming));
     }
+    cudaOk(cudaEventCreate(&s->period));
+    cudaOk(cudaEventRecord(s->period, s->compute));
     uint64_t init = flight_begin("NCCL init", GROUP_WORLD, 0, c->timeout_s, -1);   /* a bootstrap that hangs is a stall too */
     ncclUniqueId id;
     if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
@@ -94,6 +104,10 @@ static void nccl_attach(Comm *c) {
     ncclCheck(ncclCommInitRank(&s->group[GROUP_WORLD], c->world_size, id, c->rank));
     for (int g = 1; g < GROUP_COUNT; g++)
         ncclCheck(ncclCommSplit(s->group[GROUP_WORLD], comm_group_colour(c, g, c->rank), comm_group_rank(c, g), &s->group[g], NULL));
+    for (int k = 0; k < COMM_P2P_LANES && c->pp > 1; k++) {   /* every rank, one colour: the world once more a lane */
+        ncclCheck(ncclCommSplit(s->group[GROUP_WORLD], 0, c->rank, &s->lane[k], NULL));
+        cudaOk(cudaStreamCreateWithFlags(&s->lane_stream[k], cudaStreamNonBlocking));
+    }
     flight_end(init);
     flight_set_event_query(event_fired);
     watchdog_on_abort(abort_all, s);
@@ -104,18 +118,21 @@ static void nccl_free(Comm *c) {
     watchdog_on_abort(NULL, NULL);
     flight_set_event_query(NULL);
     cudaStreamSynchronize(s->comm);
+    for (int k = 0; k < COMM_P2P_LANES; k++)
+        if (s->lane[k]) { cudaStreamSynchronize(s->lane_stream[k]); ncclCommDestroy(s->lane[k]); cudaStreamDestroy(s->lane_stream[k]); }
     for (int g = GROUP_COUNT - 1; g >= 0; g--) ncclCommDestroy(s->group[g]);
     for (int i = 0; i < MAX_OPS; i++) { cudaEventDestroy(s->ready[i]); cudaEventDestroy(s->started[i]); cudaEventDestroy(s->done[i]); }
     for (int i = 0; i < MAX_TIMED; i++)
         if (s->block_start[i]) { cudaEventDestroy(s->block_start[i]); cudaEventDestroy(s->block_end[i]); }
     for (int i = 0; i < FLIGHT_SLOTS; i++) { cudaEventDestroy(s->flight_start[i]); cudaEventDestroy(s->flight_done[i]); }
+    cudaEventDestroy(s->period);
     cudaStreamDestroy(s->comm);
     free(s);
     c->impl->nccl = NULL;
 }
 
-/* An operation on the comm stream, after what the compute stream has queued so far. */
-static CommHandle begin(const Comm *c) {
+/* An operation on stream st (the comm stream, or a lane's), after what the compute stream has queued so far. */
+static CommHandle begin_on(const Comm *c, cudaStream_t st) {
     struct NcclState *s = c->impl->nccl;
     int h = s->next;
     if (s->active[h] || s->n_since == MAX_OPS) die("internal: more than %d NCCL operations in flight, or between two step-time reports", MAX_OPS);
@@ -123,33 +140,50 @@ static CommHandle begin(const Comm *c) {
     s->active[h] = 1;
     s->since[s->n_since++] = h;
     cudaOk(cudaEventRecord(s->ready[h], s->compute));
-    cudaOk(cudaStreamWaitEvent(s->comm, s->ready[h], 0));
-    cudaOk(cudaEventRecord(s->started[h], s->comm));
-    flight_mark(c, s->comm, 0);
+    cudaOk(cudaStreamWaitEvent(st, s->ready[h], 0));
+    cudaOk(cudaEventRecord(s->started[h], st));
+    flight_mark(c, st, 0);
     return h;
 }
-static void end(const Comm *c, CommHandle h) {
-    cudaOk(cudaEventRecord(c->impl->nccl->done[h], c->impl->nccl->comm));
-    flight_mark(c, c->impl->nccl->comm, 1);
+static void end_on(const Comm *c, CommHandle h, cudaStream_t st) {
+    cudaOk(cudaEventRecord(c->impl->nccl->done[h], st));
+    flight_mark(c, st, 1);
 }
+static CommHandle begin(const Comm *c) { return begin_on(c, c->impl->nccl->comm); }
+static void end(const Comm *c, CommHandle h) { end_on(c, h, c->impl->nccl->comm); }
 
+static int by_start(const void *a, const void *b) {
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+/* Since the last call: every operation's interval, in ms after `period` (recorded on the compute stream at the
+ * last call: every operation since starts after it), blocking ones summed as such, and busy as their union
+ * (operations at once — a bucket beside a lane's messages, two lanes — counted once). */
 static void nccl_stats(const Comm *c, CommStats *add) {
     struct NcclState *s = c->impl->nccl;
-    for (int i = 0; i < s->n_since; i++) {
-        float ms = 0;
-        cudaOk(cudaEventSynchronize(s->done[s->since[i]]));
-        cudaOk(cudaEventElapsedTime(&ms, s->started[s->since[i]], s->done[s->since[i]]));
-        add->busy_s += ms / 1e3;
+    int n = s->n_since + s->n_timed;
+    double *iv = mallocCheck(2 * sizeof(double) * ((size_t)n + 1));
+    for (int i = 0; i < n; i++) {
+        cudaEvent_t a = i < s->n_since ? s->started[s->since[i]] : s->block_start[i - s->n_since];
+        cudaEvent_t b = i < s->n_since ? s->done[s->since[i]] : s->block_end[i - s->n_since];
+        float t0 = 0, t1 = 0;
+        cudaOk(cudaEventSynchronize(b));
+        cudaOk(cudaEventElapsedTime(&t0, s->period, a));
+        cudaOk(cudaEventElapsedTime(&t1, s->period, b));
+        iv[2 * i] = t0 / 1e3; iv[2 * i + 1] = t1 / 1e3;
+        if (i >= s->n_since) add->blocking_s += (t1 - t0) / 1e3;
     }
-    for (int i = 0; i < s->n_timed; i++) {
-        float ms = 0;
-        cudaOk(cudaEventSynchronize(s->block_end[i]));
-        cudaOk(cudaEventElapsedTime(&ms, s->block_start[i], s->block_end[i]));
-        add->blocking_s += ms / 1e3;
-        add->busy_s += ms / 1e3;
+    qsort(iv, (size_t)n, 2 * sizeof(double), by_start);
+    double end = -1e30;
+    for (int i = 0; i < n; i++) {   /* the union's length */
+        double a = iv[2 * i] > end ? iv[2 * i] : end, b = iv[2 * i + 1];
+        if (b > a) add->busy_s += b - a;
+        if (b > end) end = b;
     }
-    add->ops += s->n_since + s->n_timed;
+    free(iv);
+    add->ops += n;
     s->n_since = s->n_timed = 0;
+    cudaOk(cudaEventRecord(s->period, s->compute));
 }
 
 static void nccl_wait(const Comm *c, CommHandle h) {
@@ -252,19 +286,31 @@ static CommHandle nccl_allgather_start(const Comm *c, CommGroup g, const void *s
     return h;
 }
 
-/* One NCCL group on the comm stream after what the compute stream queued so far (the sends' data); every operation
- * of it gets the group's handle, whose wait makes the compute stream wait for the whole group */
+/* The group cut by lane (comm_p2p_lane, of the two ranks' pipeline stages): one NCCL group a lane on the lane's
+ * stream, after what the compute stream queued so far (the sends' data); every operation gets its lane's handle,
+ * whose wait makes the compute stream wait for that lane's part, and each part is a flight record of its own (the
+ * first is comm.c's). With pp = 1 (no lanes) the group goes whole on the comm stream. Peers are world ranks; a
+ * pipeline's neighbours are cp*tp world ranks apart. */
 static void nccl_p2p_start(const Comm *c, const CommP2P *ops, int n, CommHandle *handles) {
     struct NcclState *s = c->impl->nccl;
-    CommHandle h = begin(c);
-    ncclCheck(ncclGroupStart());
-    for (int i = 0; i < n; i++) {
-        if (ops[i].is_send) ncclCheck(ncclSend(ops[i].buf, ops[i].n, nccl_type(ops[i].dt), ops[i].peer, s->group[GROUP_WORLD], s->comm));
-        else ncclCheck(ncclRecv(ops[i].buf, ops[i].n, nccl_type(ops[i].dt), ops[i].peer, s->group[GROUP_WORLD], s->comm));
-        handles[i] = h;
+    int stride = c->cp * c->tp, me = c->rank / stride, lanes = s->lane[0] ? COMM_P2P_LANES : 1, parts = 0;
+    for (int k = 0; k < lanes; k++) {
+        cudaStream_t st = s->lane[0] ? s->lane_stream[k] : s->comm;
+        ncclComm_t comm = s->lane[0] ? s->lane[k] : s->group[GROUP_WORLD];
+        CommHandle h = -1;
+        for (int i = 0; i < n; i++) {
+            if (lanes > 1 && comm_p2p_lane(me, ops[i].peer / stride, ops[i].is_send) != k) continue;
+            if (h < 0) {   /* the lane's part: its own flight record after the first (the watchdog waits for each) */
+                if (parts++) flight_begin("pipeline send/recv", FLIGHT_P2P, ops[i].n * dtype_size(ops[i].dt), c->timeout_s, ops[i].peer);
+                h = begin_on(c, st);
+                ncclCheck(ncclGroupStart());
+            }
+            if (ops[i].is_send) ncclCheck(ncclSend(ops[i].buf, ops[i].n, nccl_type(ops[i].dt), ops[i].peer, comm, st));
+            else ncclCheck(ncclRecv(ops[i].buf, ops[i].n, nccl_type(ops[i].dt), ops[i].peer, comm, st));
+            handles[i] = h;
+        }
+        if (h >= 0) { ncclCheck(ncclGroupEnd()); end_on(c, h, st); }
     }
-    ncclCheck(ncclGroupEnd());
-    end(c, h);
 }
 
 const CommTransport comm_nccl_transport = {

@@ -23,8 +23,8 @@
  * next pair to take its activation slot), so a stage runs on while its sends
  * wait for a busy neighbour. schedule_check proves by simulation that every
  * wait returns: with each message done once both sides posted it (MPI), and
- * with each stage's groups done one after another in posting order (NCCL's
- * one comm stream), which can only be later. A message between two chunks of
+ * with each stage's groups done one after another in posting order in each
+ * of NCCL's lanes (comm_p2p_lane), which can only be later. A message between two chunks of
  * the same stage (zbv's turn at the bottom of the V) is a copy at the send. */
 #pragma once
 #include <stddef.h>
@@ -165,11 +165,11 @@ void schedule_free(Schedule *s);
  * for) before it, no send's buffer is written before its wait, and every wait
  * returns when run (a simulation with forward = 1 and backward = 2 time units
  * a chunk; B = W = 1 where it is split), both as MPI runs the messages and as
- * NCCL's one comm stream does. Returns 0, or -1 with the first problem in words
+ * NCCL's lanes do. Returns 0, or -1 with the first problem in words
  * in err. Fills the simulated timeline's figures (MPI's). */
 typedef struct {
     double makespan;        /* simulated step time (forward of a chunk = 1) */
-    double makespan_fifo, bubble_fifo;   /* the same on NCCL's one comm stream (a stage's groups one after another) */
+    double makespan_fifo, bubble_fifo;   /* the same on NCCL (each lane's groups one after another, comm_p2p_lane) */
     size_t *gathered_high;  /* (stages) zero=3: the most parameters held gathered at once (in flight or ready) */
     double bubble;          /* mean over stages of idle / makespan */
     double *busy, *idle;    /* (stages) */

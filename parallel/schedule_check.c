@@ -8,11 +8,13 @@
  * expects. Posting a group of sends and receives never blocks; an ACT_WAIT
  * blocks until its message is done. The simulation runs twice: as MPI runs it
  * (a message is done once both sides have posted it) for the timeline and the
- * bubble, and as NCCL's one comm stream runs it (a stage's groups one after
- * another in posting order, each done once every partner's group has started),
- * which can only be later, so a list that finishes there finishes on both. */
+ * bubble, and as NCCL runs it (a stage's messages in the four lanes of
+ * comm_p2p_lane, each lane's part of the groups one after another in posting
+ * order, each done once every partner's part has started), which can only be
+ * later, so a list that finishes there finishes on both. */
 #include "schedule.h"
 #include "ddp.h"
+#include "../comm/comm.h"
 #include "../common/util.h"
 #include <stdarg.h>
 #include <stdlib.h>
@@ -220,14 +222,15 @@ static int check_send_buffers(const Schedule *s, int st, char *err, size_t size)
     return 0;
 }
 
-/* The timed run of the lists. fifo 0 (MPI): a message is done when both sides have posted it. fifo 1 (NCCL's one
- * comm stream): a stage's groups run one after another in posting order; a group starts when it is posted and the
- * group before it is done, and is done when every partner's group has started. A message to the stage itself is done
- * when posted. */
+/* The timed run of the lists. fifo 0 (MPI): a message is done when both sides have posted it. fifo 1 (NCCL): a
+ * posted group of messages is cut by lane (comm_p2p_lane), and each stage runs a lane's parts one after another in
+ * posting order; a part starts when it is posted and the lane's part before it is done, and is done when every
+ * partner's part has started. A message to the stage itself is done when posted. A "group" below is such a part,
+ * named by its first action. */
 typedef struct {
     const Schedule *s;
     int fifo, most;
-    int **partner, **group, **prev_group;   /* prev_group: the group before this one on the comm stream, -1: none */
+    int **partner, **group, **prev_group;   /* prev_group: the group before this one in its lane, -1: none */
     double *posted;                         /* (stages * most) when each action's group was posted, -1: not yet */
     double *start, *done;                   /* fifo: memo, -1 not known */
     char *state;                            /* fifo: 1 while being worked out (a cycle: not known yet) */
@@ -250,7 +253,8 @@ static double group_done(Run *r, int st, int g) {
     if (*state) return -1;
     *state = 1;
     double t = group_start(r, st, g);
-    for (int i = g; t >= 0 && i < r->s->n[st] && is_comm(r->s->list[st][i].kind) && r->group[st][i] == g; i++) {
+    for (int i = g; t >= 0 && i < r->s->n[st] && is_comm(r->s->list[st][i].kind); i++) {   /* the part's messages */
+        if (r->group[st][i] != g) continue;
         int ps = r->partner[st][i] / 0x100000, pj = r->partner[st][i] % 0x100000;
         if (ps == st) continue;
         double u = group_start(r, ps, r->group[ps][pj]);
@@ -301,7 +305,7 @@ static int simulate(Run *r, ScheduleSim *sim, char *err, size_t size) {
                 if (is_comm(a->kind)) {   /* the group is posted: the stage goes on */
                     int g0 = pc[st], g1 = g0;
                     while (g1 < s->n[st] && is_comm(s->list[st][g1].kind)) g1++;
-                    r->posted[(size_t)st * most + g0] = t[st];
+                    for (int i = g0; i < g1; i++) r->posted[(size_t)st * most + r->group[st][i]] = t[st];
                     for (int i = g0; i < g1; i++) sim->start[(size_t)st * most + i] = sim->end[(size_t)st * most + i] = t[st];
                     pc[st] = g1; moved = 1;
                     continue;
@@ -328,7 +332,7 @@ static int simulate(Run *r, ScheduleSim *sim, char *err, size_t size) {
         }
         if (!moved && done < p) {
             char a1[160];
-            int o = snprintf(err, size, "the schedule deadlocks%s:", r->fifo ? " on NCCL's one comm stream (a stage's groups in posting order)" : "");
+            int o = snprintf(err, size, "the schedule deadlocks%s:", r->fifo ? " as NCCL runs it (a stage's groups in posting order in each lane)" : "");
             for (int st = 0; st < p && o < (int)size; st++) {
                 if (pc[st] == s->n[st]) continue;
                 describe(s, st, &s->list[st][pc[st]], a1, sizeof a1);
@@ -367,18 +371,18 @@ int schedule_check(const Schedule *s, ScheduleSim *sim, char *err, size_t size) 
         partner[st] = mallocCheck(((size_t)s->n[st] + 1) * sizeof(int));
         group[st] = mallocCheck(((size_t)s->n[st] + 1) * sizeof(int));
         prev[st] = mallocCheck(((size_t)s->n[st] + 1) * sizeof(int));
-        int last = -1, g_has_other = 0;   /* the last group with a message to another stage (what NCCL runs) */
+        int last[COMM_P2P_LANES] = {-1, -1, -1, -1}, run = 0;   /* each lane's last part; the posted group's first action */
         for (int i = 0; i < s->n[st]; i++) {
             const Action *a = &s->list[st][i];
-            partner[st][i] = -1;
-            int starts = is_comm(a->kind) && !(i > 0 && is_comm(s->list[st][i - 1].kind));
-            group[st][i] = is_comm(a->kind) && !starts ? group[st][i - 1] : i;
-            if (starts) {
-                if (g_has_other) last = g_has_other - 1;
-                g_has_other = 0;
-                prev[st][i] = last;
+            partner[st][i] = group[st][i] = prev[st][i] = -1;
+            if (!is_comm(a->kind)) continue;
+            if (!(i > 0 && is_comm(s->list[st][i - 1].kind))) run = i;
+            int lane = a->peer == st ? -1 : comm_p2p_lane(st, a->peer, is_send(a->kind));   /* -1: a copy to itself */
+            for (int j = run; j <= i && group[st][i] < 0; j++) {   /* the part: the group's first action in this lane */
+                const Action *b = &s->list[st][j];
+                if ((b->peer == st ? -1 : comm_p2p_lane(st, b->peer, is_send(b->kind))) == lane) group[st][i] = j;
             }
-            if (is_comm(a->kind) && a->peer != st) g_has_other = group[st][i] + 1;
+            if (group[st][i] == i && lane >= 0) { prev[st][i] = last[lane]; last[lane] = i; }
         }
     }
     for (int a = 0; a < p && rc == 0; a++) {   /* to itself (zbv's turn): a copy, matched by what it carries, the send first */
@@ -439,7 +443,7 @@ int schedule_check(const Schedule *s, ScheduleSim *sim, char *err, size_t size) 
     sim->start = callocCheck((size_t)p * most + 1, sizeof(double));
     sim->end = callocCheck((size_t)p * most + 1, sizeof(double));
     Run r = {.s = s, .most = most, .partner = partner, .group = group, .prev_group = prev};
-    if (rc == 0) {   /* NCCL's stream first, for its figures alone; then MPI's, whose timeline is kept */
+    if (rc == 0) {   /* NCCL's lanes first, for their figures alone; then MPI's, whose timeline is kept */
         r.fifo = 1;
         rc = simulate(&r, sim, err, size);
         sim->makespan_fifo = sim->makespan;

@@ -18,7 +18,7 @@
  *     zbv's turn as copies on stage p-1;
  *     a W before its B, a missing W and a fused backward in it are caught;
  *   - waits: a missing wait, a send's buffer written before its wait, and the
- *     groups cut so NCCL's one stream deadlocks are caught;
+ *     two stages each waiting for the other's message are caught;
  *   - `build/train schedule` prints the same list's timeline and bubble,
  *     draws it, and refuses a pipeline it cannot run; with zero=3 it sums up
  *     and lists the gathers. */
@@ -174,13 +174,23 @@ static void early_slot(Schedule *s) {   /* stage 1 waits for the send of micro-b
 static void early_backward(Schedule *s) {   /* stage 0 runs micro-batch 0's backward before receiving its gradient */
     swap(s, 0, find(s, 0, ACT_RECV_GRAD, 0), find(s, 0, ACT_BACKWARD, 0));
 }
-/* 1F1B: stage 0 runs {S a1, R g0} B0 and stage 1 {S g0, R a1} F1. Cut both groups in two (a
- * zero-time action between the halves): stage 0 then waits to send a1 before it receives g0,
- * stage 1 waits to send g0 before it receives a1 — each waits for the other. */
+/* 1F1B: stage 0 runs {S a1, R g0} B0 and stage 1 {S g0, R a1} F1. Move each send after the wait for what the
+ * other sends: stage 0 then sends a1 only once g0 arrived, stage 1 sends g0 only once a1 arrived — each waits for
+ * the other, as MPI and as NCCL run it. */
 static void deadlock(Schedule *s) {
-    Action cut = {.kind = ACT_REDUCE_WAIT, .mb = -1, .chunk = -1};
-    insert(s, 0, find(s, 0, ACT_RECV_GRAD, 0), cut);
-    insert(s, 1, find(s, 1, ACT_RECV_ACT, 1), cut);
+    int i = find(s, 0, ACT_SEND_ACT, 1);
+    Action a = s->list[0][i];
+    drop_at(s, 0, i);
+    insert(s, 0, find_wait(s, 0, ACT_RECV_GRAD, 0) + 1, a);
+    i = find(s, 1, ACT_SEND_GRAD, 0);
+    a = s->list[1][i];
+    drop_at(s, 1, i);
+    i = find_wait(s, 1, ACT_SEND_GRAD, 0);   /* the send's own wait goes after it too */
+    Action w = s->list[1][i];
+    drop_at(s, 1, i);
+    i = find_wait(s, 1, ACT_RECV_ACT, 1) + 1;
+    insert(s, 1, i, a);
+    insert(s, 1, i + 1, w);
 }
 
 /* One stage of embedding (bucket 4), three layers (3, 2, 1) and the head (0), as trainer.c's zero_tables describes
@@ -278,7 +288,7 @@ static void test_cli(void) {
     CHECK(rc == 0 && strstr(out, "schedule | zb1") && strstr(out, "simulated 20.00% of the step idle (forward 1, B 1, W 1 time units)") &&
           strstr(out, "2(p-1)/(3m+2(p-1)) = 20.00%") && strstr(out, "ZB-H1's (p-1)/(3m+p-1) = 11.11% needs zb1_memory=busiest") &&
           strstr(out, "at once: 4 3 2 1;") && strstr(out, "zb1_memory=1f1b: each stage holds at most 1F1B's p-s") &&
-          strstr(out, "on NCCL's one comm stream (a stage's groups one after another) 20.00%"),
+          strstr(out, "on NCCL, each lane's groups one after another (to and from each neighbour: 4 lanes) 20.00%"),
           "zb1 at 1F1B's own memory (the default): 1F1B's slots on every stage, its bubble beside its formula and ZB-H1's:\n%s", out);
     snprintf(args, sizeof args, "schedule --pp=4 --micro_batches=8 --n_layers=8 --pp_schedule=zb1 --zb1_memory=busiest --svg=%s", svg);
     rc = test_run("build/train", args, out, sizeof out);
@@ -287,7 +297,7 @@ static void test_cli(void) {
           strstr(out, "simulated 11.11% of the step idle (forward 1, B 1, W 1 time units)") && strstr(out, "(p-1)/(3m+p-1) = 11.11%") &&
           strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "at once: 4 4 4 4; W stores (micro-batches between B and W at once): 1 2 3 4") &&
           strstr(out, "zb1_memory=busiest: each stage holds at most p, 1F1B's stage 0's") &&
-          strstr(out, "on NCCL's one comm stream (a stage's groups one after another) 11.11%") && strstr(out, "(1f1b beside it)"),
+          strstr(out, "on NCCL, each lane's groups one after another (to and from each neighbour: 4 lanes) 11.11%") && strstr(out, "(1f1b beside it)"),
           "zb1_memory=busiest's dry run: ZB-H1's timeline in F, B and W, its bubble beside its formula and 1F1B's:\n%s", out);
     f = fopen(svg, "r");
     static char picture[1 << 18];
@@ -301,7 +311,7 @@ static void test_cli(void) {
     rc = test_run("build/train", args, out, sizeof out);
     CHECK(rc == 0 && strstr(out, "schedule | zbv | pp=4 stages x 8 micro-batches x 2 chunks in V order") &&
           strstr(out, "stage 0|F0.0  F1.0  F2.0  F3.0") && strstr(out, "simulated 5.88% of the step idle") &&
-          strstr(out, "(p-1)/(6m+p-1) = 5.88%") && strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "comm stream (a stage's groups one after another) 14.29%") &&
+          strstr(out, "(p-1)/(6m+p-1) = 5.88%") && strstr(out, "(p-1)/(m+p-1) = 27.27%") && strstr(out, "(to and from each neighbour: 4 lanes) 5.88%") &&
           strstr(out, "holding at most 4 micro-batches a stage (1F1B: 4)"),
           "zbv's dry run: its timeline, its bubble beside ZB-V's formula and 1F1B's, NCCL's, its memory:\n%s", out);
     f = fopen(svg, "r");
@@ -325,7 +335,7 @@ static void test_cli(void) {
           "zero=3's dry run checks, sums up and lists its gathers:\n%s", out);
 }
 
-/* zb1 and zbv: sound for many (p, m) (both as MPI and as NCCL's one comm stream run them); every B and W of every
+/* zb1 and zbv: sound for many (p, m) (both as MPI and as NCCL's lanes run them); every B and W of every
  * (micro-batch, chunk) once, each W after its B and on its B's W store; the simulated bubble is the schedule's formula
  * (zb1 at 1F1B's own memory 2(p-1)/(3m+2(p-1)), at its busiest stage's ZB-H1's (p-1)/(3m+p-1), ZB-V's (p-1)/(6m+p-1))
  * and below 1F1B's; a stage holds at most the cap its order was found with, from 1F1B's p up to 2p (micro-batches; a
@@ -343,8 +353,10 @@ static void zero_bubble_case(int kind, int p, int m, int held) {
     double zb = schedule_bubble_formula(&s), f1b = (p - 1.0) / (m + p - 1.0);
     CHECK(rc == 0 && fabs(sim.bubble - zb) < 1e-9 && sim.bubble < f1b, "%s p=%d m=%d: simulated bubble %.4f, want the formula's %.4f (1F1B %.4f)",
           name, p, m, sim.bubble, zb, f1b);
-    CHECK(rc == 0 && sim.bubble_fifo >= sim.bubble - 1e-9, "%s p=%d m=%d: NCCL's one stream %.4f is no faster than MPI's %.4f", name, p, m,
+    CHECK(rc == 0 && sim.bubble_fifo >= sim.bubble - 1e-9, "%s p=%d m=%d: NCCL's lanes %.4f is no faster than MPI's %.4f", name, p, m,
           sim.bubble_fifo, sim.bubble);
+    CHECK(rc == 0 && fabs(sim.bubble_fifo - sim.bubble) < 1e-9, "%s p=%d m=%d: on NCCL's lanes (a stream to and from each neighbour) "
+          "the bubble is MPI's: %.4f against %.4f", name, p, m, sim.bubble_fifo, sim.bubble);
     CHECK(s.zb_cap >= p && s.zb_cap <= 2 * p, "%s p=%d m=%d: the order's cap %d is within [p, 2p]", name, p, m, s.zb_cap);
     if (kind == PP_ZB1) {   /* ZB-H1 at 1F1B's memory: each stage within 1F1B's busiest (stage 0's p), stage 0 exactly 1F1B's */
         Schedule f;
@@ -379,7 +391,7 @@ static void zero_bubble_case(int kind, int p, int m, int held) {
         if (kind == PP_ZB1) CHECK(most_b <= p - st, "zb1 p=%d m=%d stage %d: %d forwards before their B at once, 1F1B's %d", p, m, st, most_b, p - st);
     }
     if (rc == 0 && p == 4 && m == 8)
-        printf("%s p=4 m=8: bubble %.4f (formula %.4f, 1F1B's %.4f), makespan %.0f; NCCL's one stream %.4f; holds at most %d micro-batches\n",
+        printf("%s p=4 m=8: bubble %.4f (formula %.4f, 1F1B's %.4f), makespan %.0f; NCCL's lanes %.4f; holds at most %d micro-batches\n",
                name, sim.bubble, zb, f1b, sim.makespan, sim.bubble_fifo, s.zb_cap);
     schedule_sim_free(&sim);
     schedule_free(&s);
@@ -489,7 +501,7 @@ int main(void) {
     expect_broken("a missing receive", PP_1F1B, drop_recv, "runs before its input was received");
     expect_broken("a missing send", PP_1F1B, drop_send, "has no partner");
     expect_broken("a backward before its gradient", PP_1F1B, early_backward, "before its output's gradient was received");
-    expect_broken("a deadlock", PP_1F1B, deadlock, "deadlocks on NCCL's one comm stream");
+    expect_broken("a deadlock", PP_1F1B, deadlock, "the schedule deadlocks");
     expect_broken("a missing wait", PP_1F1B, drop_wait, "runs before its input was received (and waited for)");
     expect_broken("a send's buffer reused before its wait", PP_1F1B, early_slot, "may still be reading it");
     test_zb1();

@@ -61,7 +61,7 @@ int schedule_main(int argc, char **argv) {
     }
     schedule_print(&s, &sim, stdout);
     printf("check    | every send meets its receive in order; every action finds its inputs (waited for); no buffer is written "
-           "while a send reads it; no stage waits for ever, as MPI or NCCL's one comm stream runs the messages\n");
+           "while a send reads it; no stage waits for ever, as MPI or NCCL (a stream a lane) runs the messages\n");
     if (s.zero) {
         printf("check    | zero=%d: every gradient place is reduced before it is written again and before the optimizer%s\n", s.zero,
                s.zero == 3 ? "; every unit's weights are gathered and waited for before a compute reads them, into a free place, "
@@ -89,7 +89,7 @@ int schedule_main(int argc, char **argv) {
                100 * sim.bubble, v > 1 ? "v*" : "", 100 * schedule_bubble_formula(&s));
     if (v > 1 && s.kind == PP_INTERLEAVED) printf("; over the ideal compute time, Megatron's (p-1)/(v*m) = %.2f%%", 100 * (p - 1) / (v * m));
     printf("\nsends    | posted without waiting, each waited for where its data is needed: the figures above are MPI's (a message "
-           "done once both sides posted it); on NCCL's one comm stream (a stage's groups one after another) %.2f%%\n", 100 * sim.bubble_fifo);
+           "done once both sides posted it); on NCCL, each lane's groups one after another (to and from each neighbour: 4 lanes) %.2f%%\n", 100 * sim.bubble_fifo);
     printf("in flight| %s each stage holds at once:", s.kind == PP_ZBV ? "chunks (half a stage's layers) of micro-batches" : "micro-batches");
     for (int st = 0; st < s.stages; st++) printf(" %d", s.slots[st]);
     if (s.split) {   /* what W reads, held from each B to its W (model/llama.h WKeep) */
