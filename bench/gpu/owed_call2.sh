@@ -4,12 +4,7 @@
 # others, the tiny-size 8-bit layouts of issue 52; issues 52-54), then context parallelism's memory per rank
 # (tests/gpu/cp_memory.sh, issue 53), then l350m at T = 4096 and 8192 against the peer (issue 55; carry .peer
 # with ../shared/peers/torch_llama.py). Each stage logged under $OUT as it goes.   run: bench/gpu/owed_call2.sh
-set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; export CFLAGS="-O3 -Wno-error"
-log() { echo "$@" | tee -a "$OUT/summary.log"; }
-log "$(date -u) $(git log -1 --format=%h) $(nvidia-smi --query-gpu=name --format=csv,noheader)"
-make -j16 all gpu >/tmp/b.log 2>&1 || { grep -E " error" /tmp/b.log | head | tee -a "$OUT/summary.log"; exit 1; }
-log "built ${SECONDS}s"
+source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 timeout 420 tests/gpu/nccl_layouts.sh >"$OUT/nccl_layouts.log" 2>&1; log "nccl_layouts rc=$? ${SECONDS}s $(tail -1 "$OUT/nccl_layouts.log")"
 grep -E 'FAIL' "$OUT/nccl_layouts.log" | head -20 >>"$OUT/summary.log"
 timeout 150 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"

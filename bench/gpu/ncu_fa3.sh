@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# bench/gpu/ncu_fa3.sh — Nsight Compute on the fa3 attention kernels (issue 55's profile where a target is not
+# reached): bench_attention at head dim HD (default 64) and T (default 8192), the forward and both backward
+# kernels, two launches each, with the sections that say why a kernel is where it is: speed of light, occupancy
+# and launch figures (registers, shared memory), warp stall reasons, scheduler issue-slot use, memory workload.
+# --clock-control none: the card's clocks are left as they are (METHOD.md), so durations match the bench's.
+# Writes $OUT/ncu_fa3_<HD>_<T>.txt and prints a short table of each kernel's headline figures.
+#   run: make -j16 gpu && bench/gpu/ncu_fa3.sh [HD] [T]
+set -u
+hd=${1:-64}; T=${2:-8192}; OUT=${OUT:-build/gpu}; mkdir -p "$OUT"
+rep="$OUT/ncu_fa3_${hd}_${T}.txt"
+timeout 300 ncu --clock-control none --kernel-name regex:'fa3' --launch-count 6 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
+    --section MemoryWorkloadAnalysis build/gpu/bench_attention "$hd" "$T" >"$rep" 2>&1
+echo "ncu rc=$? -> $rep"
+grep -E '^  [a-z_0-9]+.*\(|Duration|Registers Per Thread|Dynamic Shared Memory Per Block|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Compute \(SM\) Throughput|Memory Throughput|Stall' "$rep" | head -80
