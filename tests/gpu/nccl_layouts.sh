@@ -27,7 +27,7 @@ done
 export LLM3D_TEST_ARGS="--device=cuda --comm_backend=nccl" NCCL_DEBUG=INFO
 t0=$(date +%s)
 pids=()
-parts="dp tp q8 q8tiny zero fp8 cp"
+parts=${NCCL_PARTS:-"dp tp q8 q8tiny zero fp8 cp"}   # NCCL_PARTS="dp cp": some of them
 for part in $parts; do
     case $part in q8) bin=test_layouts_q8 p=table;; q8tiny) bin=test_layouts_q8 p=tiny;; zero) bin=test_layouts_zero p=$part;;
                   fp8) bin=test_layouts_fp8 p=$part;; cp) bin=test_layouts_cp p=$part;; *) bin=test_layouts p=$part;; esac
