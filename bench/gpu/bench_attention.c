@@ -99,6 +99,7 @@ int main(int argc, char **argv) {
         cuda_attention_fa3_pingpong = 1;
         if (cuda_attention_fa3_launches == before) die("bench_attention: the fa3 forward did not run (HD=%d)", HD);
         long bbefore = cuda_attention_fa3_backward_launches;
+        int fa3b = cuda_attention_fa3_backward;   /* (2 by default: where wgmma's would store no dS; the rows below force each) */
         cuda_attention_fa3_backward = 1;
         c.backward = 1;
         row("fa3_bwd", &c, 2.5 * f, 0);
@@ -116,6 +117,7 @@ int main(int argc, char **argv) {
             cuda_attention_wgmma = 1;
         }
         cuda_attention_fa3 = fa3;
+        cuda_attention_fa3_backward = fa3b;
         printf("}\n");
         g->free(c.out); g->free(c.dout); g->free(c.dqkv); g->free(c.lse); g->free((void *)c.qkv);
         if (c.work) g->free(c.work);

@@ -19,7 +19,9 @@
  * dS again at every T (its default above ATTENTION_DS_MAX_T, kernels/attention.h),
  * =wgmma Hopper's first kernels (attention_wgmma*.cu) forward and backward, =fa3
  * the warp-specialized forward and backward (attention_fa3*.cu, HD 64 and 128).
- * Unset, Hopper runs the fa3 forward and the wgmma backward. These
+ * Unset, Hopper runs the fa3 forward, and the fa3 backward where the wgmma one
+ * would store no dS tiles (T past ATTENTION_DS_MAX_T, head_dim 128), else the
+ * wgmma backward. These
  * readable kernels run everywhere else. */
 #include "common.cuh"
 #include <math.h>
@@ -301,7 +303,7 @@ int cuda_attention_wgmma = 0;    /* set by backend_cuda: Hopper kernels availabl
 int cuda_attention_recompute = 0;   /* set by backend_cuda from LLM3D_ATTENTION=recompute */
 
 int cuda_attention_fa3 = 0;            /* set by backend_cuda: the fa3 forward (Hopper's default; not LLM3D_ATTENTION=wgmma) */
-int cuda_attention_fa3_backward = 0;   /* set by backend_cuda from LLM3D_ATTENTION=fa3: the fa3 backward too */
+int cuda_attention_fa3_backward = 0;   /* set by backend_cuda: 1 from LLM3D_ATTENTION=fa3, 2 unset on Hopper (see the backward) */
 
 extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, int B, int T, int NH, int NKV, int HD) {
     check_shape(NH, NKV, HD);
@@ -325,14 +327,18 @@ extern "C" void attention_forward_cuda(void *out, float *lse, const void *qkv, i
 extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                                         int B, int T_, int NH, int NKV, int HD, float rope_theta, void *work, size_t work_bytes) {
     check_shape(NH, NKV, HD);
-    if (cuda_attention_fa3_backward && cuda_attention_wgmma && !cuda_attention_simple) {
+    /* 1 (LLM3D_ATTENTION=fa3): always; 2 (Hopper's default, with the fa3 forward): where the wgmma backward would
+     * store no dS tiles, so attention_backward_scratch stays the same whichever runs */
+    int fa3 = cuda_attention_fa3_backward == 1 ||
+              (cuda_attention_fa3_backward == 2 && cuda_attention_fa3 && attention_ds_bytes(B, T_, NH, HD, cuda_attention_ds_cap) == 0);
+    if (fa3 && cuda_attention_wgmma && !cuda_attention_simple) {
         if (attention_fa3_supported(HD, dqkv, qkv) && attention_fa3_supported(HD, dout, out)) {   /* Dsum, then the two kernels */
             if (B * T_ > 0)
                 attention_backward_fa3(dqkv, dout, qkv, lse, attention_dsum(dout, out, B, T_, NH, HD), B, T_, NH, NKV, HD, rope_theta);
             return;
         }
         static int said = 0;   /* once, as the forward's */
-        if (cuda_act != DTYPE_FP32 && !said++)
+        if (cuda_act != DTYPE_FP32 && cuda_attention_fa3_backward == 1 && !said++)
             fprintf(stderr, "llm3d: attention: the fa3 backward takes head_dim 64 or 128 in bf16/fp16 with 16-byte aligned tensors "
                             "(head_dim %d here); the other kernels run\n", HD);
     }

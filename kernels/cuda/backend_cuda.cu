@@ -291,7 +291,8 @@ extern "C" const Backend *backend_cuda(DType act) {
         if (t && option_number("LLM3D_TF32", t, 0, 1, 1, &tf32, why, sizeof why) != 0)
             die("environment: %s\n  hint: LLM3D_TF32=1 lets fp32 matmuls use TF32; 0 or unset keeps them fp32", why);
         cuda_tf32 = tf32 != 0;
-        /* attention path: unset, Hopper's fa3 forward and wgmma backward where they run; fa3 (Hopper, the
+        /* attention path: unset, Hopper's fa3 forward, and its backward where the wgmma backward would store no dS
+         * tiles (T past ATTENTION_DS_MAX_T, head_dim 128), else the wgmma backward; fa3 (Hopper, the
          * warp-specialized forward and backward), wgmma (Hopper's first kernels, forward and backward), recompute
          * (those, the backward computing dS again at every T), mma (portable tensor cores), simple (readable) */
         const char *a = getenv("LLM3D_ATTENTION");
@@ -309,6 +310,7 @@ extern "C" const Backend *backend_cuda(DType act) {
                 "unset LLM3D_ATTENTION to use the portable kernels", a, dev, prop.name, prop.major, prop.minor);
         cuda_attention_wgmma = hopper && (!a || !*a || want_hopper);
         cuda_attention_fa3 = hopper && (!a || !*a || cuda_attention_fa3_backward);
+        if (hopper && (!a || !*a)) cuda_attention_fa3_backward = 2;   /* the default: fa3's backward where wgmma's stores no dS */
         if (!cuda_attention_wgmma && !cuda_attention_simple) {   /* said once, at start-up */
             if (hopper) fprintf(stderr, "llm3d: attention: LLM3D_ATTENTION=mma; the portable mma.sync kernels run\n");
             else fprintf(stderr, "llm3d: attention: GPU %d (%s, sm_%d%d) %s; the portable mma.sync kernels run\n", dev, prop.name,

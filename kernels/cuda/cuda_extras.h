@@ -23,7 +23,7 @@ extern long cuda_attention_at_mma_launches; /* offset-form calls the tensor-core
 extern long cuda_attention_paired_launches; /* dk/dv launches that paired them (the op test's proof the path ran) */
 int attention_wgmma_available(void); /* 1 when this binary has sm_90a code and the GPU runs it */
 extern int cuda_attention_fa3;              /* 1: the forward is attention_fa3.cu's where it takes the shape (Hopper's default) */
-extern int cuda_attention_fa3_backward;     /* 1: the backward is attention_fa3_backward.cu's where it takes the shape (LLM3D_ATTENTION=fa3) */
+extern int cuda_attention_fa3_backward;     /* the backward is attention_fa3_backward.cu's where it takes the shape: 1 always (LLM3D_ATTENTION=fa3), 2 where wgmma's would store no dS (Hopper's default) */
 extern long cuda_attention_fa3_backward_launches; /* its launches (the op test's proof the path ran) */
 void attention_backward_fa3(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B, int T, int NH,
                             int NKV, int HD, float rope_theta); /* after the Dsum pass, where attention_fa3_supported() holds */
