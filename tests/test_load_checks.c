@@ -35,15 +35,7 @@ static char train[512], common[2048];
 /* The model every case trains or saves: the one test_faults.sh uses, vocabulary 300. */
 #define MODEL "--dim=32 --n_layers=2 --n_heads=4 --n_kv_heads=2 --ffn_dim=64 --seq_len=16"
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...) {
-    char args[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return test_run(train, args, out, sizeof out);
-}
+#define run(...) test_runf(train, out, sizeof out, __VA_ARGS__)
 
 /* The table entry of name in a state.bin held in memory; NULL if none. */
 static CkptEntry *entry_of(uint8_t *b, const char *name) {

@@ -28,15 +28,7 @@ static const char *CONFIG = "vocab_size=40\ndim=16\nn_layers=1\nn_heads=2\nn_kv_
 #define BIG_ROW 13    /* every element 0.5: norm 0.5 * sqrt(16) = 2 */
 #define ZERO_ROW 29   /* every element 0 */
 
-static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int run(const char *fmt, ...) {
-    char args[8192];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(args, sizeof args, fmt, ap);
-    va_end(ap);
-    return test_run(train, args, out, sizeof out);
-}
+#define run(...) test_runf(train, out, sizeof out, __VA_ARGS__)
 
 /* The checkpoint: scratch_save_checkpoint's model, with the two rows set, saved as step 1 into run/. */
 static void save(const char *run_dir, Model *m, char *ckpt, size_t size) {
