@@ -60,13 +60,25 @@ static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap
     return ((size_t)B + slices - 1) / slices * per_seq;   /* sequences a slice, times their bytes */
 }
 
+/* Hopper's fa3 backward adds dQ up in its dk/dv kernel (an fp32 accumulator, five products a tile) rather than
+ * sweeping for it again (seven), except at head dim 128 below this T, where the sweep measured faster (H100,
+ * 2026-12-07: 255 against 214 TFLOP/s at T = 1024, 330 against 302 at 2048; 379 against 388 at 4096) */
+#define ATTENTION_DQ_ACC_MIN_T_HD128 4096
+static inline int attention_dq_accumulates(int T, int HD) { return HD == 64 || (HD == 128 && T >= ATTENTION_DQ_ACC_MIN_T_HD128); }
+
 /* What the CUDA backward takes beyond its arguments for a (B,T,NH,HD) batch in activation dtype act — the op's own
  * answer, which the memory plan asks instead of knowing the kernels: the row sums Dsum (B,NH,T) fp32, in a scratch of
  * the backend's own, and the dS tiles at ATTENTION_DS_CAP (bf16/fp16, T up to ATTENTION_DS_MAX_T; else 0), in the caller's lent work
- * when it holds them, else in a scratch of the backend's own too. */
-typedef struct { size_t row_sums, ds_tiles; } AttentionScratch;
+ * when it holds them, else in a scratch of the backend's own too; where no dS tiles are stored and
+ * attention_dq_accumulates (Hopper's fa3 backward by default, bf16/fp16), its fp32 dQ accumulator (B,NH,T rounded up to 64,HD) and a turn
+ * counter a 64-row tile, in a scratch of its own (another GPU runs kernels without it: the plan is that much high). */
+typedef struct { size_t row_sums, ds_tiles, dq_accum; } AttentionScratch;
 static inline AttentionScratch attention_backward_scratch(int B, int T, int NH, int HD, DType act) {
-    AttentionScratch s = {(size_t)B * NH * T * sizeof(float), act != DTYPE_FP32 ? attention_ds_bytes(B, T, NH, HD, ATTENTION_DS_CAP) : 0};
+    AttentionScratch s = {(size_t)B * NH * T * sizeof(float), act != DTYPE_FP32 ? attention_ds_bytes(B, T, NH, HD, ATTENTION_DS_CAP) : 0, 0};
+    if (act != DTYPE_FP32 && !s.ds_tiles && attention_dq_accumulates(T, HD) && B > 0 && T > 0) {
+        size_t tiles = (size_t)B * NH * (((size_t)T + 63) / 64);
+        s.dq_accum = tiles * (64 * (size_t)HD * sizeof(float) + sizeof(int));
+    }
     return s;
 }
 

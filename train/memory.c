@@ -39,10 +39,11 @@ MemoryPlan memory_plan(const Config *c, const ModelConfig *mc, const Backend *be
     free(pieces);
     ddp_free(&d);
     p.activations = m.act_bytes;
-    if (be->workspace_bytes) {   /* the CUDA kernels' scratch: attention's per-query statistics and dS tiles, the embedding backward's sort */
+    if (be->workspace_bytes) {   /* the CUDA kernels' scratch: attention's per-query statistics, dS tiles and dQ accumulator, the embedding backward's sort */
         size_t N = (size_t)batch_size * T;
         AttentionScratch a = attention_backward_scratch(batch_size, T, m.NH, m.HD, be->act);
-        p.workspace = be->workspace_bytes + a.row_sums + N * 16;
+        if (c->cp > 1) a.dq_accum = 0;   /* cp's offset-form kernels keep no dQ accumulator */
+        p.workspace = be->workspace_bytes + a.row_sums + a.dq_accum + N * 16;
         if (a.ds_tiles > model_attention_work_bytes(&m, batch_size, T)) p.workspace += a.ds_tiles;   /* more than the model lends */
     }
     p.total = p.master + p.compute + p.grads + p.optimizer + p.shards + p.places + p.activations + p.workspace;

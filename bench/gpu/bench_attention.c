@@ -9,7 +9,8 @@
  * (sdpa_time.py --hd 128 takes the same). Per T one JSON line: ms and TFLOP/s
  * (the causal count 4*B*NH*T*T*HD/2) of the fa3 forward with and without
  * ping-pong between its consumer warpgroups (FA3_PINGPONG=0: without only), of the fa3 backward (2.5x
- * the forward's count), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
+ * the forward's count; dQ accumulated by the dk/dv kernel, and fa3_bwd_sweep: by a second sweep; the model's
+ * backward takes whichever attention_dq_accumulates says), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
  * The idea and the timing are bench_cuda_ops.c's: 3 warm-ups, then the median
  * of 15 synchronized calls. */
 #include "../../kernels/backend.h"
@@ -102,7 +103,11 @@ int main(int argc, char **argv) {
         int fa3b = cuda_attention_fa3_backward;   /* (2 by default: where wgmma's would store no dS; the rows below force each) */
         cuda_attention_fa3_backward = 1;
         c.backward = 1;
+        cuda_attention_fa3_dq = 1;   /* dQ added up by the dk/dv kernel */
         row("fa3_bwd", &c, 2.5 * f, 0);
+        cuda_attention_fa3_dq = 2;   /* dQ by the second sweep, as before the accumulator */
+        row("fa3_bwd_sweep", &c, 2.5 * f, 0);
+        cuda_attention_fa3_dq = 0;
         c.backward = 0;
         cuda_attention_fa3_backward = 0;
         if (cuda_attention_fa3_backward_launches == bbefore) die("bench_attention: the fa3 backward did not run (HD=%d)", HD);

@@ -1,8 +1,9 @@
 /* kernels/cuda/attention_fa3_backward.cu — the causal GQA attention backward on
  * Hopper in FlashAttention-3's shape (warp-specialized, TMA-fed, two consumer
- * warpgroups a block), head dims 64 and 128, bf16 and fp16: a dk/dv kernel and
- * a dq kernel after attention.cu's Dsum pass, each owning what it writes (no
- * atomics: the same bits every run, which resume and the layout proofs need).
+ * warpgroups a block), head dims 64 and 128, bf16 and fp16: after attention.cu's
+ * Dsum pass, a dk/dv kernel that also adds dQ up in a fixed order (or, switched,
+ * a second kernel that sweeps for dQ), the same bits every run (no float atomics
+ * in varying order: resume and the layout proofs need it).
  *
  * The idea. dk/dv: a block owns 128 keys of one (sequence, KV head), 64 for
  * each consumer warpgroup, and keeps their dK and dV in registers while the
@@ -12,12 +13,26 @@
  * and Dsum beside them). A consumer computes S^T = K Q^T and dP^T = V dout^T,
  * P^T = exp(S^T scale - lse) and dS^T = P^T (dP^T - Dsum) scale on the
  * registers they came back in, and accumulates dV += P^T dout and dK += dS^T Q
- * with P^T and dS^T straight from those registers as A operands. dq: the
+ * with P^T and dS^T straight from those registers as A operands. dq (the sweep): the
  * forward's shape (128 queries a block, two consumers of 64), streaming K and V
  * tiles of 64 keys from the diagonal down, computing S, dP and dS again and
- * accumulating dQ += dS K. That second sweep costs two products a tile more
- * than one kernel that adds dQ with atomics, and buys run-to-run identical bits
- * and memory linear in T; docs/performance.md has the measurement.
+ * accumulating dQ += dS K.
+ *
+ * dQ without the second sweep (the default where attention_dq_accumulates:
+ * cuda_attention_fa3_dq forces either). The dk/dv kernel already has dS: each consumer writes
+ * its dS^T tile to shared memory beside the other's, and dQ over the block's
+ * 128 keys is one more product (dS as an MN-major A operand, K from the block's
+ * own tiles; at HD 128 each consumer takes a column half, at HD 64 the consumer
+ * of the item's parity the whole). The block's part goes through a staged
+ * shared tile to an fp32 accumulator in L2 by the copy engine (a bulk store for
+ * the first key block, a bulk add for the others), and a turn counter per query
+ * tile makes the key blocks add in key order: the same bits every run without
+ * float atomics in varying order. Items walk the query tiles from the last
+ * down, so every key block of a (b, kv head) meets a tile at the same step and
+ * the turns rarely wait; each block waits only on blocks launched before it.
+ * A last small kernel rotates dQ back through RoPE into dqkv. Five products a
+ * tile instead of seven, for fp32 memory linear in T (B*NH*T*HD*4 bytes);
+ * docs/performance.md has both measured.
  *
  * Within a consumer, tile i's dV/dK (or dQ) products run while tile i+1's S and
  * dP are issued; the two consumers of a block fill each other's gaps. RoPE's
@@ -83,26 +98,65 @@ template <typename T, int HD> __device__ __forceinline__ void fb_store(float d[H
     }
 }
 
+/* ---- dQ in the dk/dv kernel (DQ): each block adds its keys' part of every query tile's dQ into an fp32 accumulator,
+ * the key blocks of a tile one after another in key order (a counter per tile says whose turn it is), so the sum is
+ * the same bits every run without a second sweep. A tile of the accumulator is 64 rows x HD fp32 in the staged order:
+ * [HD/64 column halves][16 float2 j][128 consumer threads] (thread tid's accumulators 2j, 2j+1 of its half), so a
+ * consumer writes it to shared memory without bank conflicts and the copy engine adds it to L2 in one piece. */
+#define FB_DQ_TILE(HD) (64 * (HD) * 4)   /* bytes of one query tile's dQ, fp32 */
+#define FB_DQ_STAGES(HD) ((HD) == 64 ? 2 : 1)   /* staged dQ tiles (HD 128: what shared memory has left) */
+
+__device__ __forceinline__ int ld_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release(int *p, int v) {
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void fence_async_global() {
+    WG_ASM("fence.proxy.async.global;\n" ::: "memory");
+}
+
 /* dk, dv parts of dqkv (B,T,(NH+2*NKV)*HD) for 128 keys of one (b, kv head): grid (B*NKV, key blocks), the longest
- * (the first keys) first. tq maps qkv, tdo dout (B,T,NH*HD), both in 64-row boxes. Shared: K, V (128 rows each), then
- * stages 0..S-1 of (Q tile, dout tile), then [stage][lse, Dsum][64] floats, then the barriers. */
-template <typename T, int HD, int S> __global__ void __launch_bounds__(FB_THREADS, 1)
+ * (the first keys) first. tq maps qkv, tdo dout (B,T,NH*HD), both in 64-row boxes. Items run the query tiles from the
+ * last down, the group's heads within each, so every key block of a (b, kv head) meets a tile at the same step.
+ * Shared: K, V (128 rows each), stages 0..S-1 of (Q tile, dout tile), with DQ two dS^T tiles (128 keys x 64 queries)
+ * and the staged dQ tiles, then [stage][lse, Dsum][64] floats, then the barriers.
+ * DQ: dq_acc (B,NH,ntq tiles) of FB_DQ_TILE bytes and turn (B,NH,ntq) zeroed ints; dQ = dS K over this block's 128
+ * keys, by each consumer for HD/64 == 2 its column half, for HD 64 the consumer of the item's parity; producer warp
+ * 2 adds the staged tile when the tile's counter says the key blocks before this one have. */
+template <typename T, int HD, int S, bool DQ> __global__ void __launch_bounds__(FB_THREADS, 1)
 fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const float *lse, const float *Dsum,
-               int T_, int NH, int NKV, float scale, const FbRope fr) {
+               int T_, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn) {
 #if WG_ON
     WG_TILES;
     constexpr uint32_t KHALF = 2 * FB_BOX, KB = KHALF * (HD / 64), QB = FB_BOX * (HD / 64);
+    constexpr uint32_t DSB = DQ ? 2 * 16384 : 0, NSTG = FB_DQ_STAGES(HD), STGB = DQ ? NSTG * FB_DQ_TILE(HD) : 0;
+    constexpr int JOBW = 4 * (HD / 64);   /* the warps that compute one item's dQ */
     uint32_t sK = tiles_base(smraw), sV = sK + KB, sQ0 = sV + KB;   /* stage st: Q at sQ0 + 2*st*QB, dout after it */
-    float *LD = reinterpret_cast<float *>(smraw + 2 * KB + 2 * S * QB);
+    uint32_t sDS = sQ0 + 2 * S * QB, sSTG = sDS + DSB;              /* (DQ) dS^T tile p at sDS + p*16384; staged dQ after */
+    float *LD = reinterpret_cast<float *>(smraw + 2 * KB + 2 * S * QB + DSB + STGB);
     uint32_t barKV = smem_addr(LD + S * 128), barF = barKV + 8, barE = barF + 8 * S;   /* + 8 * stage */
-    int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV, k0 = blockIdx.y * 128;
-    int qt0 = k0 / 64, nq = (T_ + 63) / 64 - qt0, items = G * nq;   /* item it: head kvh*G + it/nq, query tile qt0 + it%nq */
+    uint32_t barDF = barE + 8 * S, barDE = barDF + 16, barQF = barDE + 16, barQE = barQF + 8 * NSTG;   /* (DQ) + 8 * p or staging */
+    int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV, kb = blockIdx.y, k0 = kb * 128;
+    int ntq = (T_ + 63) / 64, qt0 = k0 / 64, nq = ntq - qt0, items = G * nq;   /* item it: query tile ntq-1 - it/G, head kvh*G + it%G */
     int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         mbar_init(barKV, 1);
         for (int st = 0; st < S; st++) {
             mbar_init(barF + 8 * st, 1 + 32);   /* the copy's arrival (with its bytes) and warp 1's 32 */
             mbar_init(barE + 8 * st, 8);        /* one arrival a consumer warp */
+        }
+        if constexpr (DQ) {
+            for (int p = 0; p < 2; p++) {
+                mbar_init(barDF + 8 * p, 8);      /* dS^T tile p written: every consumer warp */
+                mbar_init(barDE + 8 * p, JOBW);   /* dS^T tile p read: the warps of its item's dQ products */
+            }
+            for (int p = 0; p < (int)NSTG; p++) {
+                mbar_init(barQF + 8 * p, JOBW);   /* staged dQ tile p written */
+                mbar_init(barQE + 8 * p, 1);      /* staged dQ tile p read by the copy engine: warp 2 */
+            }
         }
         mbar_init_fence();
     }
@@ -119,7 +173,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                     tma_load3(sV + hf * KHALF + rb * FB_BOX, &tq, (NH + NKV + kvh) * HD + hf * 64, k0 + 64 * rb, b, barKV);
                 }
             for (int it = 0; it < items; it++) {
-                int h = kvh * G + it / nq, q0 = (qt0 + it % nq) * 64, st = it % S;
+                int h = kvh * G + it % G, q0 = (ntq - 1 - it / G) * 64, st = it % S;
                 uint32_t q = sQ0 + 2 * st * QB;
                 mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
                 mbar_expect_tx(barF + 8 * st, 2 * QB);
@@ -132,7 +186,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         } else if (threadIdx.x / 32 == 1) {   /* warp 1: each item's lse and Dsum beside its tiles */
             int lane = threadIdx.x % 32;
             for (int it = 0; it < items; it++) {
-                int h = kvh * G + it / nq, q0 = (qt0 + it % nq) * 64, st = it % S;
+                int h = kvh * G + it % G, q0 = (ntq - 1 - it / G) * 64, st = it % S;
                 mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
                 float *ld = LD + st * 128;
                 for (int e = lane; e < 64; e += 32) {
@@ -143,6 +197,23 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                 }
                 mbar_arrive(barF + 8 * st);
             }
+        } else if (DQ && threadIdx.x == 64) {   /* warp 2: each item's staged dQ into the accumulator, in key-block order */
+            for (int it = 0; it < items; it++) {
+                int h = kvh * G + it % G, qt = ntq - 1 - it / G, sb = it % NSTG;
+                size_t tile = ((size_t)b * NH + h) * ntq + qt;
+                mbar_wait(barQF + 8 * sb, (it / NSTG) & 1);
+                if (kb) {   /* key blocks 0..kb-1 first (all of them meet this tile: it is at or after their keys) */
+                    while (ld_acquire(turn + tile) != kb) __nanosleep(64);
+                    fence_async_global();
+                }
+                float *dst = dq_acc + tile * (FB_DQ_TILE(HD) / 4);
+                if (kb) bulk_add_f32(dst, sSTG + sb * FB_DQ_TILE(HD), FB_DQ_TILE(HD));
+                else bulk_store(dst, sSTG + sb * FB_DQ_TILE(HD), FB_DQ_TILE(HD));
+                bulk_wait();   /* in L2: the next key block may add */
+                fence_async_global();
+                st_release(turn + tile, kb + 1);
+                mbar_arrive(barQE + 8 * sb);
+            }
         }
         return;
     }
@@ -150,30 +221,51 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     regs_up<240>();
     int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, kc = k0 + 64 * c;
     uint32_t ka = sK + c * FB_BOX, va = sV + c * FB_BOX;
-    float sl2 = scale * LOG2E, s[32], dp[32], dk[HD / 2], dv[HD / 2];
+    float sl2 = scale * LOG2E, s[32], dp[32], dk[HD / 2], dv[HD / 2], dq[32];
     uint32_t pa[4][4], da[4][4];
+    int pend = -1;   /* (DQ) the item whose dQ product this consumer has issued and not yet staged */
 #pragma unroll
     for (int i = 0; i < HD / 2; i++) dk[i] = dv[i] = 0.0f;
     wg_keep(dk);   /* (pinned here: a zero the compiler sinks into the loop would serialize the products) */
     wg_keep(dv);
+    /* (DQ) after a wait: item pend's dQ (this consumer's column half hf) into its staging tile, and its dS^T tile free */
+    auto stage_dq = [&]() {
+        int sb = pend % NSTG, hf = HD == 64 ? 0 : c;
+        mbar_wait(barQE + 8 * sb, ((pend / NSTG) & 1) ^ 1);
+        float2 *y = reinterpret_cast<float2 *>(smraw + (sSTG - sK) + sb * FB_DQ_TILE(HD) + hf * 16384) + tid;
+#pragma unroll
+        for (int j = 0; j < 16; j++) y[j * 128] = make_float2(dq[2 * j], dq[2 * j + 1]);
+        fence_to_async();
+        __syncwarp();
+        if (tid % 32 == 0) {
+            mbar_arrive(barQF + 8 * sb);
+            mbar_arrive(barDE + 8 * (pend % 2));
+        }
+        pend = -1;
+    };
     mbar_wait(barKV, 0);
     for (int it = 0; it < items; it++) {
         /* every item runs the same products (no branch around a wgmma): a tile wholly before our keys (the first of
          * each head for the second consumer) is masked to nothing */
-        int q0 = (qt0 + it % nq) * 64, st = it % S;
+        int q0 = (ntq - 1 - it / G) * 64, st = it % S;
         uint32_t q = sQ0 + 2 * st * QB;
         mbar_wait(barF + 8 * st, (it / S) & 1);
         wg_fence();
         fb_rows<T, HD>(s, ka, q, KHALF, FB_BOX);        /* S^T = K Q^T */
         fb_rows<T, HD>(dp, va, q + QB, KHALF, FB_BOX);  /* dP^T = V dout^T */
         wg_commit();
-        wg_wait<0>();   /* (the previous item's dV, dK too) */
+        wg_wait<0>();   /* (the previous item's dV, dK, and with DQ its dQ, too) */
         wg_keep(s);
         wg_keep(dp);
         wg_keep(dv);
         wg_keep(dk);
         wg_keep(pa);
         wg_keep(da);
+        if constexpr (DQ) {
+            wg_keep(dq);
+            if (pend >= 0) stage_dq();
+        }
+        __syncwarp();   /* (every lane's reads of the stage's lse and Dsum are before the warp's arrival) */
         if (it && tid % 32 == 0) mbar_arrive(barE + 8 * ((it - 1) % S));   /* this warp is done with the previous stage */
         const float *L = LD + st * 128;
         probs_and_grads<T, true>(s, dp, pa, da, L, L + 64, kc, q0, T_, sl2, scale, q0 < kc + 64 || q0 + 64 > T_);
@@ -181,15 +273,40 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         fb_regs_times<T, HD>(dv, pa, q + QB, FB_BOX);   /* dV += P^T dout */
         fb_regs_times<T, HD>(dk, da, q, FB_BOX);        /* dK += dS^T Q, both running while the next item's S^T, dP^T are issued */
         wg_commit();
+        if constexpr (DQ) {   /* dS^T to shared memory beside the other consumer's, then dQ = dS K over the 128 keys */
+            int p = it % 2;
+            mbar_wait(barDE + 8 * p, ((it / 2) & 1) ^ 1);
+            stage_ds_tile(smraw + (sDS - sK) + p * 16384 + c * 8192, da);
+            __syncwarp();
+            if (tid % 32 == 0) mbar_arrive(barDF + 8 * p);
+            if (HD == 128 || it % 2 == c) {   /* HD 64: the item's whole dQ, by the consumer of its parity */
+                int hf = HD == 64 ? 0 : c;
+                mbar_wait(barDF + 8 * p, (it / 2) & 1);
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < 8; kk++)   /* k-steps of 16 keys: dS^T rows (keys) x K rows, both MN-major */
+                    wg_ss_mn<T>(dq, wg_desc(sDS + p * 16384 + 2048 * kk), wg_desc(sK + hf * KHALF + (kk / 4) * FB_BOX + 2048 * (kk % 4)), kk);
+                wg_commit();
+                pend = it;
+            }
+        }
         if constexpr (HD == 128) {   /* no registers for both at once (dK, dV are 128 a thread): the other consumer overlaps */
             wg_wait<0>();
             wg_keep(dv);
             wg_keep(dk);
+            if constexpr (DQ) {
+                wg_keep(dq);
+                if (pend >= 0) stage_dq();
+            }
         }
     }
     wg_wait<0>();
     wg_keep(dv);
     wg_keep(dk);
+    if constexpr (DQ) {
+        wg_keep(dq);
+        if (pend >= 0) stage_dq();
+    }
     size_t QKV = (size_t)(NH + 2 * NKV) * HD;
     int pos[2] = {kc + w * 16 + g, kc + w * 16 + g + 8};
     T *yk[2], *yv[2];
@@ -201,6 +318,37 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     fb_store<T, HD>(dv, pos, yv, nullptr);
     fb_store<T, HD>(dk, pos, yk, fr.on ? &fr : nullptr);
 #endif
+}
+
+/* (DQ) the accumulated dQ (dq_acc's staged order) into dqkv's q part, rotated back through RoPE when on: grid
+ * (B*NH, query tiles), 128 threads, thread tid taking its accumulators in both halves of RoPE's pairs (column i and
+ * i + HD/2: for HD 64 float2 j and j + 8 of one half, for HD 128 float2 j of both halves) */
+template <typename T, int HD> __global__ void __launch_bounds__(128) fa3_dq_store_kernel(T *dqkv, const float *dq_acc, int T_, int NH, int NKV,
+                                                                                        const FbRope fr) {
+    int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = blockIdx.y, tid = threadIdx.x;
+    int w = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const float2 *a = reinterpret_cast<const float2 *>(dq_acc + (((size_t)b * NH + h) * gridDim.y + qt) * (FB_DQ_TILE(HD) / 4)) + tid;
+    size_t QKV = (size_t)(NH + 2 * NKV) * HD;
+#pragma unroll
+    for (int j = 0; j < (HD == 64 ? 8 : 16); j++) {
+        int pos = qt * 64 + w * 16 + g + 8 * (j % 2), col = 8 * (j / 2) + 2 * t;   /* col < HD/2: the pair's first */
+        if (pos >= T_) continue;
+        float2 x1 = a[j * 128], x2 = a[(HD == 64 ? j + 8 : j + 16) * 128];
+        float u[2] = {x1.x, x1.y}, v[2] = {x2.x, x2.y};
+        if (fr.on)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float sn, cs;
+                sincosf((float)pos * fr.f[col + e], &sn, &cs);
+                sn = -sn;
+                float p1 = u[e], p2 = v[e];
+                u[e] = p1 * cs - p2 * sn;
+                v[e] = p2 * cs + p1 * sn;
+            }
+        T *y = dqkv + ((size_t)b * T_ + pos) * QKV + h * HD + col;
+        *reinterpret_cast<uint32_t *>(y) = pack2<T>(u[0], u[1]);
+        *reinterpret_cast<uint32_t *>(y + HD / 2) = pack2<T>(v[0], v[1]);
+    }
 }
 
 /* dq part of dqkv for 128 queries of one (b, head): grid (B*NH, query blocks), the longest (the last queries) first.
@@ -283,6 +431,7 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
         wg_keep(dp);
         wg_keep(dq);
         wg_keep(da);
+        __syncwarp();
         if (it && tid % 32 == 0) mbar_arrive(barE + 8 * ((it - 1) % S));
         probs_and_grads<T, false>(s, dp, nullptr, da, L, D, qc, 64 * j, T_, sl2, scale, 64 * j + 63 > qc);
         wg_fence();
@@ -308,21 +457,50 @@ template <typename K> static void raise_smem(K kernel, size_t smem, size_t *rais
     *raised = smem;
 }
 
+int cuda_attention_fa3_dq = 0;   /* 0: attention_dq_accumulates decides; 1: the accumulator; 2: the sweep */
+long cuda_attention_fa3_dq_fused_launches = 0;   /* 1: dQ by the second sweep (fa3_dq_kernel) instead of the dk/dv kernel's accumulator */
+
+/* the fp32 dQ accumulator and its per-tile turn counters (zeroed here, on the stream, every call) */
+static float *dq_accumulator(int B, int ntq, int NH, int HD, int **turn) {
+    static void *buf = 0;
+    static size_t cap = 0;
+    size_t tiles = (size_t)B * NH * ntq, bytes = tiles * FB_DQ_TILE(HD);
+    uint8_t *base = (uint8_t *)cuda_scratch(&buf, &cap, bytes + tiles * sizeof(int), "attention backward dQ accumulator");
+    *turn = (int *)(base + bytes);
+    cudaCheck(cudaMemsetAsync(*turn, 0, tiles * sizeof(int), cuda_stream));
+    return (float *)base;
+}
+
 template <typename T, int HD, int S> static void backward(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum,
                                                           int B, int T_, int NH, int NKV, const FbRope &fr) {
     CUtensorMap tq = fa3_tensor_map(qkv, B, T_, (NH + 2 * NKV) * HD, 64), tdo = fa3_tensor_map(dout, B, T_, NH * HD, 64);
     float scale = 1.0f / sqrtf((float)HD);
     size_t tile = (size_t)64 * HD * 2;   /* bytes of a 64-row tile */
     size_t smem_kv = 4 * tile + 2 * S * tile + (size_t)S * 128 * 4 + 8 * (1 + 2 * S);
+    size_t smem_fused = smem_kv + 2 * 16384 + FB_DQ_STAGES(HD) * FB_DQ_TILE(HD) + 8 * (4 + 2 * FB_DQ_STAGES(HD));
     size_t smem_q = 4 * tile + 2 * S * tile + 8 * (1 + 2 * S);
+    dim3 kv_grid(B * NKV, ceil_div(T_, 128)), q_grid(B * NH, ceil_div(T_, 128));
+    if (cuda_attention_fa3_dq == 1 || (cuda_attention_fa3_dq == 0 && attention_dq_accumulates(T_, HD))) {
+        static size_t raised = 0;
+        raise_smem(fa3_dkv_kernel<T, HD, S, true>, smem_fused, &raised);
+        int ntq = ceil_div(T_, 64), *turn;
+        float *acc = dq_accumulator(B, ntq, NH, HD, &turn);
+        fa3_dkv_kernel<T, HD, S, true><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr,
+                                                                                          acc, turn);
+        launchCheck();
+        fa3_dq_store_kernel<T, HD><<<dim3(B * NH, ntq), 128, 0, cuda_stream>>>((T *)dqkv, acc, T_, NH, NKV, fr);
+        launchCheck();
+        cuda_attention_fa3_backward_launches++;
+        cuda_attention_fa3_dq_fused_launches++;
+        return;
+    }
     static size_t raised_kv = 0, raised_q = 0;
-    raise_smem(fa3_dkv_kernel<T, HD, S>, smem_kv, &raised_kv);
+    raise_smem(fa3_dkv_kernel<T, HD, S, false>, smem_kv, &raised_kv);
     raise_smem(fa3_dq_kernel<T, HD, S>, smem_q, &raised_q);
-    fa3_dkv_kernel<T, HD, S><<<dim3(B * NKV, ceil_div(T_, 128)), FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH,
-                                                                                                     NKV, scale, fr);
+    fa3_dkv_kernel<T, HD, S, false><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr,
+                                                                                    nullptr, nullptr);
     launchCheck();
-    fa3_dq_kernel<T, HD, S><<<dim3(B * NH, ceil_div(T_, 128)), FB_THREADS, smem_q, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH,
-                                                                                                  NKV, scale, fr);
+    fa3_dq_kernel<T, HD, S><<<q_grid, FB_THREADS, smem_q, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr);
     launchCheck();
     cuda_attention_fa3_backward_launches++;
 }

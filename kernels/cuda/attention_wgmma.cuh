@@ -59,6 +59,20 @@ template <typename T, bool COLS> __device__ __forceinline__ void probs_and_grads
     if (pp) scores_as_a4<T>(pp, s);
     scores_as_a4<T>(ds, dp);
 }
+/* the A operand ds (dS^T: this warpgroup's 64 keys x 64 queries, scores_as_a4's layout) into the swizzled shared tile
+ * at dst (rows w*16.. of the tile for warp w of its warpgroup; every row's 16-byte chunk lands in another bank group: no conflicts); the writes are fenced for the bulk
+ * copy that takes the tile to global memory or the wgmma that reads it (the fa3 backward's dQ) */
+__device__ __forceinline__ void stage_ds_tile(uint8_t *dst, const uint32_t ds[4][4]) {
+    int w = threadIdx.x % 128 / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {   /* row g (+8 for e odd), columns 16kk + 2t (+8 for e >= 2): chunk 2kk + e/2 */
+            int r = w * 16 + g + 8 * (e & 1), c = 2 * kk + (e >> 1);
+            *reinterpret_cast<uint32_t *>(dst + r * 128 + ((c ^ g) << 4) + 4 * t) = ds[kk][e];
+        }
+    fence_to_async();
+}
 /* d = X (64 x 64, K-major tile at x) @ Y^T (Y: 64 x 64, K-major tile at y): four k-steps of 16 columns (32 bytes) */
 template <typename T> __device__ __forceinline__ void wg_rows_times_rows(float d[32], uint32_t x, uint32_t y) {
     wg_ss_first<T>(d, wg_desc(x), wg_desc(y));

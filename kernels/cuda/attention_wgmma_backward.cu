@@ -75,20 +75,6 @@ template <typename T> __device__ __forceinline__ void store_dq(T *dqkv, float dq
 __host__ __device__ inline size_t ds_slot(int b, int h, int NH, int qt, int kt, int ntri) {
     return ((size_t)b * NH + h) * ntri + (size_t)qt * (qt + 1) / 2 + kt;
 }
-/* the A operand ds (dS^T: this warpgroup's 64 keys x 64 queries, scores_as_a4's layout) into the swizzled shared tile
- * at dst (every row's 16-byte chunk lands in another bank group: no conflicts); the writes are fenced for the bulk
- * copy that takes the tile to global memory */
-__device__ __forceinline__ void stage_ds_tile(uint8_t *dst, const uint32_t ds[4][4]) {
-    int w = threadIdx.x / 32, g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {   /* row g (+8 for e odd), columns 16kk + 2t (+8 for e >= 2): chunk 2kk + e/2 */
-            int r = w * 16 + g + 8 * (e & 1), c = 2 * kk + (e >> 1);
-            *reinterpret_cast<uint32_t *>(dst + r * 128 + ((c ^ g) << 4) + 4 * t) = ds[kk][e];
-        }
-    fence_to_async();
-}
 
 /* dq part of dqkv: block = 64 queries of one (b, h); dq = sum over key tiles 0..the diagonal of dS_j @ K_j, with
  * dS from the dk/dv kernel; grid (B*NH, query tiles), longest first. Shared: dS^T then k, stages 0..2. */

@@ -64,14 +64,17 @@ template <typename T> __device__ __forceinline__ void wg_ss_first(float d[32], u
                "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
                : WG_NEW32(d) : "l"(a), "l"(b));
 }
-/* d += A (64x16) @ B (16x64), both MN-major in shared (rows are the reduction index): the transpose bits set */
-template <typename T> __device__ __forceinline__ void wg_ss_mn(float d[32], uint64_t a, uint64_t b) {
+/* d (+)= A (64x16) @ B (16x64), both MN-major in shared (rows are the reduction index): the transpose bits set;
+ * acc = 0 overwrites d */
+template <typename T> __device__ __forceinline__ void wg_ss_mn(float d[32], uint64_t a, uint64_t b, int acc = 1) {
     if constexpr (std::is_same<T, __nv_bfloat16>::value)
-        WG_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32 ", %32, %33, 1, 1, 1, 1, 1;\n"
-               : WG_OUT32(d) : "l"(a), "l"(b));
+        WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_D32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+               : WG_OUT32(d) : "l"(a), "l"(b), "r"(acc));
     else
-        WG_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_D32 ", %32, %33, 1, 1, 1, 1, 1;\n"
-               : WG_OUT32(d) : "l"(a), "l"(b));
+        WG_ASM("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " WG_D32 ", %32, %33, p, 1, 1, 1, 1;\n}\n"
+               : WG_OUT32(d) : "l"(a), "l"(b), "r"(acc));
 }
 /* d (64x64) += A (64x16 from registers, mma.sync's A-fragment layout per warp) @ B (16x64, MN-major in shared) */
 template <typename T> __device__ __forceinline__ void wg_rs(float d[32], const uint32_t a[4], uint64_t b) {
@@ -110,6 +113,11 @@ __device__ __forceinline__ void fence_to_async() {
  * rewritten) or until the whole copy is done */
 __device__ __forceinline__ void bulk_store(void *dst, uint32_t src, uint32_t bytes) {
     WG_ASM("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/* the same, adding the fp32 values at src to those at dst (in L2, one bulk group) instead of replacing them */
+__device__ __forceinline__ void bulk_add_f32(void *dst, uint32_t src, uint32_t bytes) {
+    WG_ASM("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
     asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
 }
 __device__ __forceinline__ void bulk_wait_read() {
