@@ -42,6 +42,18 @@
  * under an s of 3.25e-6: a smaller step). The price: s has the 128
  * non-negative values (top decade's half gap 0.7% of absmax: 1.4% of v, 0.7%
  * of the step) where the old unsigned map had 255.
+ * Where eps, not sqrt(v), sets the step (sqrt(v^) ~ eps: gradients ~1e-8) the
+ * same rounding of s no longer cancels m's, and the step is m's rounding times
+ * AdamW's. Round to nearest raises |m| by at most 1.466x above the map's two
+ * smallest magnitudes (the widest relative gap: 7.75e-6 to 2.125e-5) and by
+ * up to 2x on them (a magnitude just above half the smallest of its sign:
+ * 5.5e-7 positive; 3.25e-6 negative, that side lacking -5.5e-7). After one
+ * gradient that is a step up to 2x AdamW's which decays with m: 1.5x AdamW's
+ * + at most 0.21 lr in all (the bound and its derivation: tests/q8_drift_case.h).
+ * It is not drift (no step that AdamW no longer takes), so the rule keeps it:
+ * never rounding |m| up past 1.466x (rounding toward 0 there instead) meets
+ * 1.5x but sends more elements' steps to 0, to remove an excess of 0.13 lr at
+ * most on the case that found it (docs/adamw8bit.md).
  * Measured against the other candidates (v on a map of its own, sqrt(v) on the
  * unsigned map, blocks of 64, fp32 moments for the embedding): docs/adamw8bit.md.
  *

@@ -136,8 +136,9 @@ static double compare_weights(const char *a_name, const char *b_name, int step, 
  * counts printed). Per
  * tensor the weights are not held to 1e-4: tp sums in another order, so a few codes land one step from one
  * rank's (a value within 1e-7 of the midpoint between two map values), and one such code moves its element's
- * step by up to the map's gap, ~1.4% of lr; in o_proj and down_proj, whose init is scaled down by
- * sqrt(2 n_layers), one element moved so is ~1.6e-4 of its tensor (measured: tp=2, step 2, 4 codes one step
+ * step by the map's gap over the element's own fraction of its block's absmax (1.4% at absmax, 9% at 0.16 of
+ * it, more in the lower decades: docs/adamw8bit.md, layouts at the defaults); in o_proj and down_proj, whose
+ * init is scaled down by sqrt(2 n_layers), one element moved so is ~1.6e-4 of its tensor (measured: tp=2, step 2, 4 codes one step
  * apart). The codes themselves are checked one by one, which is what a wrong block rule would break. */
 static void check_q8(const char *ref, const char *name, int first, const char *what) {
     Curve r = read_curve(ref), c = read_curve(name);

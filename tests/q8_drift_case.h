@@ -1,0 +1,162 @@
+/* tests/q8_drift_case.h — issue 52's synthetic drift case for 8-bit AdamW, and its bound; shared by
+ * tests/test_adamw8bit_drift.c (the CPU reference, in make test) and tests/gpu/test_adamw8bit_cuda.c (the
+ * CUDA kernel), so both run the same gradients against the same bound.
+ *
+ * The case: an embedding of 512 rows of 128 (one quantization block a row), rows 0..255 with a gradient
+ * every step, rows 256..511 with one gradient each (at a step in 1..130), 150 steps at lr 3e-3, weight
+ * decay 0.1, b1 0.9, b2 0.95, eps 1e-8. Each gradient is N(0, 1) * 1e-2 * 10^(-4u), u uniform: within a
+ * row they span four decades and more, so some elements sit far below their block's largest, at the
+ * bottom of the map. The random stream starts at Q8D_RNG_STATE: the state tests/gpu/test_adamw8bit_cuda.c's
+ * stream had when this case first ran on an H100 (2026-12-07, after that test's other cases drew from it),
+ * so this is that run's case, gradient for gradient.
+ *
+ * The measure: for each element of one gradient, the Adam part of its movement after that gradient,
+ * A = sum over the later steps of (p * decay - p_new) — what the moments move it, without the decoupled
+ * weight decay p * lr * wd that both optimizers apply alike — under 8-bit AdamW (A8) and fp32 AdamW (A32).
+ * After one gradient m keeps its sign, so |A| is the sum of the step sizes.
+ * Why not the total movement (the first form of this check): an element whose m rounds to 0 (below 2.75e-7
+ * of its block's absmax: the safe direction) moves by weight decay alone, where AdamW's small Adam steps
+ * may cancel its decay: on the H100 case 0.22 lr against AdamW's net 0.04 lr, a 5.7x "drift" that is a
+ * missing Adam step, not an extra one.
+ *
+ * The bound: |A8| <= 1.5 |A32| + c * K * lr (+ 1e-4 lr for the fp32 rounding of the measured steps), with
+ *   c = (sqrt(1.5 * 2) - 1)^2 / (2 - 1) - (1.5 - 1) = 0.0359,
+ *   K = sum over the steps after the gradient of m^ / sqrt(v^) of a one-gradient element
+ *     = sum_k (1-b1) b1^k / (1-b1^t) * sqrt(1-b2^t) / (sqrt(1-b2) b2^(k/2))   (<= 5.80; 5.39 late in a run).
+ * Why: a row of one gradient has m and s = sqrt(v) at the same fraction f of their block's absmax, so
+ * both round to the same code magnitude (the floor and the map's missing -5.5e-7 only ever raise s's):
+ * |m| and s are multiplied by the same factor rho (s by at least rho). Where sqrt(v^) >> eps that cancels in
+ * m / sqrt(v) and the step is AdamW's. Where eps dominates (sqrt(v^) ~ eps: gradients ~1e-8 here) the
+ * step is about m^ / eps and rho passes through. Round to nearest on this map raises |m| by at most
+ * 1.466x above its two smallest magnitudes (the widest relative gap, 7.75e-6 to 2.125e-5), so there the
+ * step is at most 1.5x AdamW's; at them by up to 2x (a magnitude just above half of the smallest code: 5.5e-7 on
+ * the positive side, 3.25e-6 on the negative side, which lacks -5.5e-7). With x = rho f S / eps, the
+ * excess of one step over 1.5x AdamW's is at most K_k lr * max_x [rho x/(rho x + 1) - 1.5 x/(x + 1)], and
+ * for rho = 2 that maximum is c (at x = 0.18). The excess rides m's own decay: it is not drift (steps
+ * AdamW no longer takes), and its sum is at most 0.21 lr.
+ * The path: the case must contain elements whose m rounded up by more than 1.5x and whose Adam movement
+ * passed 1.5x AdamW's (the absolute term holds them), and elements whose m rounded to 0 that moved more
+ * than 1.5x AdamW's in total (why the measure leaves the decay out); q8d_result counts both. */
+#pragma once
+#include "../common/util.h"
+#include "../kernels/adamw8bit.h"
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define Q8D_ROWS 512
+#define Q8D_DIM 128
+#define Q8D_N ((size_t)Q8D_ROWS * Q8D_DIM)
+#define Q8D_STEPS 150
+#define Q8D_EVERY 256                         /* rows Q8D_EVERY.. get one gradient each */
+#define Q8D_WD 0.1f
+#define Q8D_RNG_STATE 0x05d81162e9ef0c62ull   /* the H100 run's stream at this case (the header) */
+
+static inline AdamWHyper q8d_hyper(int t) {
+    AdamWHyper h = {.lr = 3e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .grad_scale = 1.0f, .step = t};
+    return h;
+}
+
+typedef struct {
+    Rng rng;
+    int once[Q8D_ROWS];   /* 0: a gradient every step; else the step of the row's one gradient */
+    float *w0;            /* (N) initial weights */
+    double *a8, *a32;     /* (N) Adam part of the movement since the element's last gradient */
+    float *at8, *at32;    /* (N) weights right after that gradient (for the total movement) */
+    float *rho;           /* (N) |m| after quantizing over |m| before, at that gradient's step */
+    int *last;            /* (N) the step of that gradient */
+} Q8Drift;
+
+/* The rows' schedule and the initial weights, from the case's stream. */
+static inline void q8d_init(Q8Drift *d) {
+    d->rng.s = Q8D_RNG_STATE;
+    for (int r = 0; r < Q8D_ROWS; r++) d->once[r] = r < Q8D_EVERY ? 0 : 1 + (int)(rng_u64(&d->rng) % (Q8D_STEPS - 20));
+    d->w0 = mallocCheck(Q8D_N * 4);
+    for (size_t i = 0; i < Q8D_N; i++) d->w0[i] = rng_normal(&d->rng) * 0.02f;
+    d->a8 = callocCheck(Q8D_N, 8); d->a32 = callocCheck(Q8D_N, 8);
+    d->at8 = mallocCheck(Q8D_N * 4); d->at32 = mallocCheck(Q8D_N * 4); d->rho = mallocCheck(Q8D_N * 4);
+    d->last = callocCheck(Q8D_N, sizeof(int));
+    memcpy(d->at8, d->w0, Q8D_N * 4);
+    memcpy(d->at32, d->w0, Q8D_N * 4);
+}
+static inline void q8d_free(Q8Drift *d) {
+    free(d->w0); free(d->a8); free(d->a32); free(d->at8); free(d->at32); free(d->rho); free(d->last);
+}
+
+/* Step t's gradients (N): each row's elements N(0, 1) * 1e-2 * 10^(-4u), the normal drawn first. */
+static inline void q8d_grads(Q8Drift *d, int t, float *g) {
+    for (int r = 0; r < Q8D_ROWS; r++)
+        for (int k = 0; k < Q8D_DIM; k++) {
+            size_t i = (size_t)r * Q8D_DIM + k;
+            g[i] = 0.0f;
+            if (d->once[r] != 0 && d->once[r] != t) continue;
+            float z = rng_normal(&d->rng), u = rng_uniform(&d->rng);
+            g[i] = z * 1e-2f * powf(10.0f, -4.0f * u);
+        }
+}
+
+/* After step t: the weights before and after it (8-bit, fp32 AdamW), the 8-bit state after it (host copy;
+ * one slice of rows of Q8D_DIM from code 0 and absmax 0) and fp32 AdamW's m after it. */
+static inline void q8d_track(Q8Drift *d, int t, const float *g, const float *p8_before, const float *p8, const float *p32_before,
+                             const float *p32, AdamW8bitState st, const float *m32) {
+    const float *map = adamw8bit_map();
+    float decay = 1.0f - q8d_hyper(t).lr * Q8D_WD;   /* the kernels' own */
+    for (size_t i = 0; i < Q8D_N; i++) {
+        if (g[i] != 0.0f) {   /* the 8-bit m before quantizing is fp32 AdamW's here: a once row's moments were 0 */
+            float mq = fabsf(map[st.m_code[i]] * st.m_absmax[i / Q8D_DIM]);
+            d->rho[i] = m32[i] != 0.0f ? mq / fabsf(m32[i]) : 1.0f;
+            d->last[i] = t; d->a8[i] = d->a32[i] = 0; d->at8[i] = p8[i]; d->at32[i] = p32[i];
+            continue;
+        }
+        d->a8[i] += (double)(p8_before[i] * decay) - p8[i];
+        d->a32[i] += (double)(p32_before[i] * decay) - p32[i];
+    }
+}
+
+/* The bound's absolute term for an element whose gradient came at step t0, in units of lr (the header). */
+static inline double q8d_slack(int t0) {
+    AdamWHyper h = q8d_hyper(t0);
+    double b1 = h.beta1, b2 = h.beta2, rho = 2.0, a = 1.5;
+    double c = (sqrt(a * rho) - 1) * (sqrt(a * rho) - 1) / (rho - 1) - (a - 1), K = 0;
+    for (int t = t0 + 1; t <= Q8D_STEPS; t++) {
+        int k = t - t0;
+        K += (1 - b1) * pow(b1, k) / (1 - pow(b1, t)) * sqrt(1 - pow(b2, t)) / (sqrt(1 - b2) * pow(b2, k / 2.0));
+    }
+    return c * K + 1e-4;
+}
+
+typedef struct {
+    size_t once, over;            /* elements of one gradient; those past the bound */
+    double worst, excess, slack;  /* largest |A8| / |A32|; largest |A8| - 1.5 |A32| (lr); largest slack (lr) */
+    size_t up, up_over;           /* m rounded up by more than 1.5x; of them, |A8| > 1.5 |A32| */
+    size_t zeroed, zeroed_over;   /* m rounded to 0 under AdamW's moving m; of them, total movement > 1.5x AdamW's */
+    size_t total_over;            /* total movement > 1.5x AdamW's (the first form of the check) */
+    double total_worst;
+} Q8DriftResult;
+
+/* p8, p32: the final weights. */
+static inline Q8DriftResult q8d_result(const Q8Drift *d, const float *p8, const float *p32) {
+    Q8DriftResult r = {0};
+    double lr = q8d_hyper(1).lr;
+    for (int row = Q8D_EVERY; row < Q8D_ROWS; row++) {
+        double slack = q8d_slack(d->once[row]);
+        r.slack = fmax(r.slack, slack);
+        for (int k = 0; k < Q8D_DIM; k++) {
+            size_t i = (size_t)row * Q8D_DIM + k;
+            double a8 = fabs(d->a8[i]), a32 = fabs(d->a32[i]);
+            double mv = fabs((double)p8[i] - d->at8[i]), ma = fabs((double)p32[i] - d->at32[i]);
+            r.once++;
+            r.over += a8 > 1.5 * a32 + slack * lr;
+            if (a8 > r.worst * a32) r.worst = a32 > 0 ? a8 / a32 : INFINITY;
+            r.excess = fmax(r.excess, (a8 - 1.5 * a32) / lr);
+            r.up += d->rho[i] > 1.5f;
+            r.up_over += d->rho[i] > 1.5f && a8 > 1.5 * a32;
+            r.zeroed += d->rho[i] == 0.0f && a32 > 0;
+            r.zeroed_over += d->rho[i] == 0.0f && a32 > 0 && mv > 1.5 * ma;
+            r.total_over += mv > 1.5 * ma;
+            if (mv > r.total_worst * ma) r.total_worst = ma > 0 ? mv / ma : INFINITY;
+        }
+    }
+    return r;
+}
