@@ -93,8 +93,9 @@ for z in 0 3; do
               "$dir/plancp.json" | grep -o '"memory_bytes": [0-9]*' | awk '{print $2}')
     timeout 120 mpirun -np 2 "$BUILD"/train $tiny $long --vocab_size=300 --cp=2 --zero=$z --max_steps=0 --log_jsonl="$dir/memcp$z.jsonl" \
         > /dev/null 2>&1
-    ran=$(num "$dir/memcp$z.jsonl" memory_bytes)
-    check '[ -n "$planned" ] && [ "$planned" = "$ran" ]' "cp=2 zero=$z at seq_len 8192: plan says $planned bytes a rank, the run plans $ran"
+    ran=$(num "$dir/memcp$z.jsonl" memory_bytes) logged=$(num "$dir/memcp$z.jsonl" cp)
+    check '[ -n "$planned" ] && [ "$planned" = "$ran" ] && [ "$logged" = 2 ]' \
+          "cp=2 zero=$z at seq_len 8192: plan says $planned bytes a rank, the run plans $ran (its log's first line: cp $logged)"
 done
 "$BUILD"/train plan $tiny --seq_len=4096 --batch_size=1 --total_batch_tokens=8192 --vocab_size=300 --gpus=2 --gpu_mem_gib=1 --device=cpu \
     --precision=fp32 --out="$dir/plan4k.json" > "$dir/plan4k.log" 2>&1; rc=$?
