@@ -4,7 +4,7 @@
  * and 4, and combined with dp, tp + sequence parallelism, pp (1F1B and ZB-H1), ZeRO-1/2/3 (sharded over dp x cp), 8-bit AdamW,
  * recompute, bf16 and fp8 (one rank's scales), with three other axes on 8 ranks, and the 4D case (dp x pp x cp x tp, all four
  * split: 16 ranks at cp = 2, 32 at cp = 4; ZeRO-3, sequence parallelism, recompute, 8-bit AdamW and fp8 together); checkpoints
- * stay whole tensors (cp=4 saved, cp=1 resumed, and back);
+ * stay whole tensors (cp=4 saved, cp=1 resumed, and back; ZeRO-3 over dp x cp resumed from one rank's);
  * the memory plan is what each rank allocates and its activations shrink with cp; a split that cannot be is
  * refused in one line. Harness: tests/layouts.h (the tiny model: seq_len 16, so 2*cp divides it up to cp = 8).
  * Through NCCL, every rank a test host on one GPU (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, tests/gpu/nccl_layouts.sh): the
@@ -154,6 +154,8 @@ static void cp_4d(void) {
 static void cp_resume(void) {
     resume("ref", "rcp41", 4, "--cp=4", 1, "");
     resume("ref", "rcp14", 1, "", 4, "--cp=4");
+    /* ZeRO-3's shards over dp x cp loaded from one rank's whole tensors (their save is every ZeRO row's final checkpoint) */
+    resume("ref", "rz3", 1, "", 4, "--dp=2 --cp=2 --zero=3");
 }
 
 /* The plan's activations of `build/train memory` (bytes). */
