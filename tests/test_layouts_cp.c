@@ -187,6 +187,8 @@ static void cp_refusals(void) {
     /* a feature cp cannot always combine with: cuBLASLt's FP8 products want a rank's tokens in multiples of 16 (checked before any device) */
     refused(2, "--cp=2 --device=cuda --precision=fp8 --batch_size=1", "sizes must be multiples of 16, and batch_size*seq_len/cp = 8 is not");
     refused(1, "--cp=2 --nproc=3", "--nproc=3 starts 3 ranks, but the layout dp=1 x pp=1 x cp=2 x tp=1 takes 2");
+    /* ZeRO shards over the cp ranks too: a master of 1/(dp*cp) cannot cast whole layers */
+    refused(1, "--cp=2 --zero=1 --compute_weights=per_layer --precision=bf16", "keeps only a 1/(dp*cp) shard of the master on each of the dp*cp=2 ranks");
 }
 
 int main(void) {
