@@ -6,11 +6,12 @@
  * split: 16 ranks at cp = 2, 32 at cp = 4; ZeRO-3, sequence parallelism, recompute, 8-bit AdamW and fp8 together); checkpoints
  * stay whole tensors (cp=4 saved, cp=1 resumed, and back; ZeRO-3 over dp x cp resumed from one rank's);
  * the memory plan is what each rank allocates and its activations shrink with cp; a split that cannot be is
- * refused in one line. Harness: tests/layouts.h (the tiny model: seq_len 16, so 2*cp divides it up to cp = 8).
+ * refused in one line; and on one process, the split itself: rank r's chunks and their equal causal work. Harness: tests/layouts.h (the tiny model: seq_len 16, so 2*cp divides it up to cp = 8).
  * Through NCCL, every rank a test host on one GPU (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1, tests/gpu/nccl_layouts.sh): the
  * layouts and resumes alone, but for the 32-rank 4D case (the CPU's memory accounting and the refusals are this file's CPU half). */
 #include "test.h"
 #include "layouts.h"
+#include "../model/context.h"
 
 static const double loss_tol = 1e-6;
 
@@ -191,7 +192,40 @@ static void cp_refusals(void) {
     refused(1, "--cp=2 --zero=1 --compute_weights=per_layer --precision=bf16", "keeps only a 1/(dp*cp) shard of the master on each of the dp*cp=2 ranks");
 }
 
+/* The split itself, on one process: context_slice_tokens gives cp rank r chunks r and 2cp-1-r of every sequence of
+ * every micro-batch, in (2, B, C) order; the ranks together hold every token once, and each has the same causal work
+ * (query-key pairs, the sum of its queries' positions + 1): the load balance of docs/context-parallel.md's picture. */
+static void cp_split(void) {
+    const int n_micro = 2, B = 2, C = 3;
+    for (int cp = 2; cp <= 4; cp++) {   /* cp = 1 takes none of this: whole sequences */
+        int T = 2 * cp * C, mine = B * T / cp, in_order = 1, once = 1;
+        long work[4] = {0}, seen[2 * 2 * 4 * 2 * 3] = {0};   /* n_micro * B * T at cp = 4 */
+        for (int r = 0; r < cp; r++) {
+            int x[2 * 2 * 4 * 2 * 3];
+            for (int i = 0; i < n_micro * B * T; i++) x[i] = i;   /* token (k, b, t) is k*B*T + b*T + t */
+            context_slice_tokens(x, n_micro, B, T, cp, r);
+            in_order &= context_chunk(cp, r, 0) == r && context_chunk(cp, r, 1) == 2 * cp - 1 - r;
+            for (int k = 0; k < n_micro; k++)
+                for (int h = 0; h < 2; h++)
+                    for (int b = 0; b < B; b++)
+                        for (int i = 0; i < C; i++) {
+                            int t = context_chunk(cp, r, h) * C + i, got = x[k * mine + (h * B + b) * C + i];
+                            in_order &= got == k * B * T + b * T + t;
+                            if (got >= 0 && got < n_micro * B * T) seen[got]++;
+                            if (k == 0 && b == 0) work[r] += t + 1;
+                        }
+        }
+        for (int i = 0; i < n_micro * B * T; i++) once &= seen[i] == 1;
+        int equal = 1;
+        for (int r = 1; r < cp; r++) equal &= work[r] == work[0];
+        CHECK(in_order && once && equal, "cp=%d: rank r holds chunks r and 2cp-1-r in (2, B, C) order (%s), every token once (%s), "
+              "equal causal work (rank 0 %ld pairs, rank %d %ld)", cp, in_order ? "yes" : "no", once ? "yes" : "no", work[0], cp - 1, work[cp - 1]);
+    }
+    printf("%-44s rank r holds chunks r and 2cp-1-r; causal pairs per rank equal at cp = 2..4\n", "the split");
+}
+
 int main(void) {
+    cp_split();
 #ifndef LLM3D_MPI
     printf("skipped: this build has no Open MPI, so only the one-rank grid exists\n");
     return test_summary();
