@@ -6,7 +6,10 @@
  * reorder the 2*cp chunks into whole sequences (B, cp*T, KVW), then for each
  * half run the offset attention (kernels/attention.h) of its C queries at
  * q0 = chunk*C against keys 0 .. q0+C-1. Backward: gather again (nothing of
- * the whole sequence is kept from the forward: activations stay 1/cp), each
+ * the whole sequence is kept from the forward: activations stay 1/cp) unless
+ * cp_kv still holds this layer's K/V — the gather just before was its own,
+ * in the recompute that opens a layer's backward under recompute=selective or
+ * full, or the forward of the last layer before its backward — then each
  * half's backward writes its dq and adds dK/dV of the keys it read into the
  * whole-sequence buffer (fp32), which goes back into rank order and is
  * reduce-scattered over cp in fp32; my piece, rounded once to the act dtype,
@@ -59,8 +62,10 @@ static void reorder(Model *m, void *ranks, void *whole, int B, int C, size_t a, 
         }
 }
 
-/* K/V of the whole sequences into m->cp_kv (B, cp*T, KVW) from every rank's qkv. */
-static void gather_kv(Model *m, const void *qkv, int B, int T) {
+/* K/V of the whole sequences into m->cp_kv (B, cp*T, KVW) from every rank's L->qkv. A forward always gathers: it
+ * follows a new qkv (a slot's next micro-batch has the same L). */
+static void gather_kv(Model *m, const LayerActs *L, int B, int T) {
+    const void *qkv = L->qkv;
     size_t a = act_size(m), KVW = (size_t)2 * m->NKV * m->HD, N = (size_t)B * T;
     void *mine = (char *)m->cp_ranks + (size_t)m->cp_rank * N * KVW * a;
     m->be->copy2d(mine, KVW * a, (const char *)qkv + (size_t)m->NH * m->HD * a, (size_t)m->QKV * a, KVW * a, N);   /* k|v are adjacent */
@@ -68,13 +73,14 @@ static void gather_kv(Model *m, const void *qkv, int B, int T) {
     for (int r = 0; r < m->cp; r++) counts[r] = N * KVW;
     comm_allgather(m->comm, GROUP_CP, mine, m->cp_ranks, counts, backend_storage(m->be));   /* in place: mine is my piece */
     reorder(m, m->cp_ranks, m->cp_kv, B, T / 2, a, 1);
+    m->cp_kv_of = L;
 }
 
 void context_attention_forward(Model *m, LayerActs *L, int B, int T) {
     const Backend *be = m->be;
     int C = T / 2, Tk = m->cp * T;
     size_t a = act_size(m);
-    gather_kv(m, L->qkv, B, T);
+    gather_kv(m, L, B, T);
     for (int h = 0; h < 2; h++) {
         int q0 = context_chunk(m->cp, m->cp_rank, h) * C;
         be->attention_forward_at((char *)L->att + (size_t)h * B * C * m->NH * m->HD * a, L->lse + (size_t)h * B * m->NH * C,
@@ -86,7 +92,9 @@ void context_attention_backward(Model *m, void *dqkv, const void *datt, LayerAct
     const Backend *be = m->be;
     int C = T / 2, Tk = m->cp * T;
     size_t a = act_size(m), KVW = (size_t)2 * m->NKV * m->HD, N = (size_t)B * T;
-    gather_kv(m, L->qkv, B, T);
+    /* cp_kv holds L's K/V when the last gather was L's (its recompute, or the last layer's forward): qkv is what it was
+     * then, since every forward that writes a qkv gathers it */
+    if (m->cp_kv_of != L) gather_kv(m, L, B, T);
     be->zero(m->cp_dkv, (size_t)B * Tk * KVW * sizeof(float));
     for (int h = 0; h < 2; h++) {   /* each adds its keys' gradients into cp_dkv, in fp32 */
         int q0 = context_chunk(m->cp, m->cp_rank, h) * C;
@@ -100,6 +108,7 @@ void context_attention_backward(Model *m, void *dqkv, const void *datt, LayerAct
     for (int r = 0; r < m->cp; r++) counts[r] = N * KVW;
     comm_reduce_scatter(m->comm, GROUP_CP, m->cp_ranks, m->cp_dkv, counts, DTYPE_FP32);   /* my keys' (2,B,C,KVW), summed over cp */
     be->cast_from_fp32(m->cp_kv, m->cp_dkv, N * KVW);   /* rounded once; cp_kv is free since the last backward_at */
+    m->cp_kv_of = NULL;
     be->copy2d((char *)dqkv + (size_t)m->NH * m->HD * a, (size_t)m->QKV * a, m->cp_kv, KVW * a, KVW * a, N);
     if (m->cfg.rope_theta > 0)
         for (int h = 0; h < 2; h++)

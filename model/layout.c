@@ -253,6 +253,7 @@ static size_t layout_activations(Model *m, char *base, size_t *head_past) {
     m->gathered = m->sp ? TAKE(N * m->C * a) : NULL;
     if (m->cp > 1) {   /* context parallel: whole-sequence K/V, one layer at a time (model/context.c) */
         m->cp_kv = TAKE(context_buffer_bytes(m, (int)B, (int)T, 0));
+        m->cp_kv_of = NULL;   /* it holds nobody's K/V yet */
         m->cp_ranks = TAKE(context_buffer_bytes(m, (int)B, (int)T, 1));
         m->cp_dkv = TAKE(context_buffer_bytes(m, (int)B, (int)T, 2));
     }

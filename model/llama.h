@@ -187,6 +187,7 @@ typedef struct Model {
     void *gathered;                     /* (N,C) sequence parallel: a norm output or gradient gathered over tp, or a reduce-scatter's result */
     /* cp > 1 (model/context.c), each (B, cp*T, 2*NKV*HD), one layer's at a time: */
     void *cp_kv;                        /* act: k|v of the whole sequences, gathered over cp; then my tokens' dk|dv, rounded */
+    const LayerActs *cp_kv_of;          /* whose k|v cp_kv holds (the last gather's), NULL once it holds gradients */
     void *cp_ranks;                     /* the same rows in rank order (cp, 2, B, T/2, 2*NKV*HD): the all-gather's (act) and reduce-scatter's (fp32) buffer */
     float *cp_dkv;                      /* fp32: dk|dv of the whole sequences, then my tokens' share summed over cp */
     float *norm_dw_discard;             /* (C) part.split_backward: B's norm backward writes its weight gradient here, unread (W writes it) */

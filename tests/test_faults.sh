@@ -4,7 +4,8 @@
 #   - a stalled rank: every rank is out within comm_timeout_s plus a few
 #     seconds, the message names the op, the step and rank 1 as not arrived,
 #     the flight recorder is in run_dir, and the last complete checkpoint resumes;
-#     under cp = 2 the stalled collective is the cp group's K/V all-gather;
+#     under cp = 2 the stalled collective is the cp group's K/V all-gather, and the flight
+#     recorder names the cp and dp x cp groups of its records;
 #     in the first step the deadline is 5 x comm_timeout_s;
 #   - a rank that exits: the others are out within the deadline, none left over;
 #   - a whole process frozen (SIGSTOP of rank 2 of 3): it is named as not
@@ -74,6 +75,9 @@ check '[ $rc -eq 0 ] && grep -q "^resume | step 2 from" "$dir/stall.log" && grep
 job cpstall --dp=1 --cp=2 --max_steps=4 --checkpoint_every=-1 --comm_timeout_s=$T --fault=stall:rank=1:step=3
 check '[ $rc -ne 0 ] && [ $rc -ne 124 ] && lt "$secs" $limit && grep -q "watchdog: all-gather over the cp group (2 ranks" "$dir/cpstall.log" && grep -q "not arrived: rank 1 " "$dir/cpstall.log"' \
       "cp=2: a stalled rank is called in the cp group's all-gather, every rank out (exit $rc, $secs s): $(grep -m1 watchdog: "$dir/cpstall.log" | cut -c1-160)"
+fr="$dir/cpstall/flight_rank0.txt"
+check 'grep -q "all-gather  *cp  .*IN FLIGHT" "$fr" && grep -q "reduce-scatter  *cp  .*done" "$fr" && grep -q "all-reduce  *dp x cp  .*done" "$fr"' \
+      "cp=2: the flight recorder holds the cp all-gather in flight, the dK/dV reduce-scatters over cp and the gradients' all-reduce over dp x cp: $(grep -c ' cp ' "$fr" 2>/dev/null) records over cp"
 check '! left cpstall' "no process of the stalled cp job is left"
 
 # the first step gets 5x the deadline (start-up, NCCL's connections): a stall there is called after 5 s, not 1

@@ -10,7 +10,8 @@
 #   - a pipeline run measures its bubble as a part of its step (pp=2, m=2 and m=8: reported beside the
 #     formula, not ordered: a wall-clock wait on a loaded machine), and the dry-run simulates the same
 #     schedules at the formula's 33.3% and 11.1%;
-#   - `plan` predicts the memory the training run itself plans, layout by layout;
+#   - `plan` predicts the memory the training run itself plans, layout by layout; it offers cp from seq_len 8192 on,
+#     each cp layout's memory the run's own, and none under it;
 #     a model that fits no layout is refused with the closest one and by how much;
 #   - `scale` on 1, 2 and 4 ranks completes and writes its JSON and its picture; at cp=2 its split shows the K/V gathers as exposed;
 #     more ranks than GPUs under NCCL is refused;
@@ -79,6 +80,27 @@ for layout in "2 1 1" "1 2 1"; do
     ran=$(num "$dir/mem$1$2.jsonl" memory_bytes)
     check '[ -n "$planned" ] && [ "$planned" = "$ran" ]' "dp=$1 tp=$2: plan says $planned bytes a rank, the run plans $ran"
 done
+# context parallelism: offered where a sequence is long (seq_len 8192 on), each cp layout's memory the run's own plan
+# (--max_steps=0 builds the run and logs its plan without a step), ZeRO over dp x cp included; none under 8192
+long="--seq_len=8192 --batch_size=1 --total_batch_tokens=16384"
+"$BUILD"/train plan $tiny $long --vocab_size=300 --gpus=2 --gpu_mem_gib=1 --device=cpu --precision=fp32 --out="$dir/plancp.json" \
+    > "$dir/plancp.log" 2>&1; rc=$?
+cps=$(grep -o '"cp": [0-9]*' "$dir/plancp.json" | sort -u | awk '{printf "%s ", $2}')
+check '[ $rc -eq 0 ] && [ "$cps" = "1 2 " ] && grep -q "context parallel: each rank 1/2 of every sequence.s activations" "$dir/plancp.log"' \
+      "plan at seq_len 8192 on 2 GPUs offers cp = 1 and 2 (got: $cps), saying why for cp"
+for z in 0 3; do
+    planned=$(grep "\"dp\": 1, \"tp\": 1, \"pp\": 1, \"cp\": 2, \"batch_size\": 1, \"micro_batches\": 2, \"recompute\": 0, \"zero\": $z" \
+              "$dir/plancp.json" | grep -o '"memory_bytes": [0-9]*' | awk '{print $2}')
+    timeout 120 mpirun -np 2 "$BUILD"/train $tiny $long --vocab_size=300 --cp=2 --zero=$z --max_steps=0 --log_jsonl="$dir/memcp$z.jsonl" \
+        > /dev/null 2>&1
+    ran=$(num "$dir/memcp$z.jsonl" memory_bytes) logged=$(num "$dir/memcp$z.jsonl" cp)
+    check '[ -n "$planned" ] && [ "$planned" = "$ran" ] && [ "$logged" = 2 ]' \
+          "cp=2 zero=$z at seq_len 8192: plan says $planned bytes a rank, the run plans $ran (its log's first line: cp $logged)"
+done
+"$BUILD"/train plan $tiny --seq_len=4096 --batch_size=1 --total_batch_tokens=8192 --vocab_size=300 --gpus=2 --gpu_mem_gib=1 --device=cpu \
+    --precision=fp32 --out="$dir/plan4k.json" > "$dir/plan4k.log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && ! grep -q "\"cp\": [2-9]" "$dir/plan4k.json" && grep -q "no cp: seq_len under 8192" "$dir/plan4k.log"' \
+      "plan at seq_len 4096 offers no cp and says why (rc $rc)"
 # by default for GPUs (cuda, bf16), saying so; distinct layouts first; precision in the step time
 "$BUILD"/train plan --preset=l350m --gpus=8 --top=9 > "$dir/plan8.log" 2>&1; rc=$?
 check '[ $rc -eq 0 ] && grep -q "device cuda, precision bf16 (plan.s defaults" "$dir/plan8.log" && grep -q "comm exposed/total ms" "$dir/plan8.log"' \

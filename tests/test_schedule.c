@@ -333,6 +333,14 @@ static void test_cli(void) {
     CHECK(rc == 0 && strstr(out, "dp=2 ZeRO-3") && strstr(out, "every unit's weights are gathered and waited for before a compute reads them") &&
           strstr(out, "19 of 20 weight reads gathered a compute ahead") && strstr(out, "gather-wait(4) gather(3) [F0/1] free(4)"),
           "zero=3's dry run checks, sums up and lists its gathers:\n%s", out);
+    /* cp changes no action, only the ranks ZeRO shards over (dp x cp): its dry run is dp=2's below the header (it crashed,
+     * the grid's cp left at 1, a ZeRO of one rank) */
+    static char dp2[1 << 16];
+    memcpy(dp2, out, sizeof dp2);
+    rc = test_run("build/train", "schedule --cp=2 --zero=3 --n_layers=4 --micro_batches=2 --actions", out, sizeof out);
+    const char *a = strchr(dp2, '\n'), *b = strchr(out, '\n');
+    CHECK(rc == 0 && strstr(out, "| dp=1 x cp=2 (each cp rank the same actions on 1/2 of every sequence) ZeRO-3 over dp x cp |") && a && b &&
+          !strcmp(a, b), "cp=2 zero=3's dry run names cp and ZeRO over dp x cp, and is dp=2 zero=3's below its header (rc %d):\n%.600s", rc, out);
 }
 
 /* zb1 and zbv: sound for many (p, m) (both as MPI and as NCCL's lanes run them); every B and W of every

@@ -25,7 +25,8 @@
  *            backward), one unit ahead, hidden behind the compute but for the
  *            first unit, and no all-gather after the optimizer (docs/zero.md);
  *            pipeline messages of B*T*C per micro-batch (zbv: twice, two chunks); context parallel's
- *            K/V all-gathers (forward, backward, and the recompute's) and its
+ *            K/V all-gathers (forward and backward: a recompute's serves its
+ *            backward) and its
  *            fp32 dK/dV reduce-scatter every layer and micro-batch, in the open
  *            (model/context.c does not overlap them); with cp the gradients
  *            are reduced and ZeRO shards over dp x cp;
@@ -210,9 +211,10 @@ static void predict(Layout *L, const Config *base, const ModelConfig *mc, const 
     int multi = L->dp * L->tp * L->pp * L->cp > gpus_per_node;
     double act_bytes = tokens / L->cp * mc->dim * dtype_size(be->act);   /* a rank's share of the micro-batch */
     double tp_s = L->tp > 1 ? 4.0 * heaviest_layers * L->m * act_bytes * 2.0 * (L->tp - 1) / L->tp / (link_node * 1e9) : 0;
-    /* cp: a layer gathers the sequence's K/V (act dtype) in the forward, again in the backward and in a recompute, and
-     * reduce-scatters dK/dV in fp32; a rank moves (cp-1)/cp of each; inside a node while tp x cp fits one */
-    double kv = tokens * 2.0 * mc->n_kv_heads / L->tp * (mc->dim / mc->n_heads), gathers = L->recompute ? 3 : 2;
+    /* cp: a layer gathers the sequence's K/V (act dtype) in the forward and again for the backward (a recompute's
+     * gather serves it: model/context.c), and reduce-scatters dK/dV in fp32; a rank moves (cp-1)/cp of each; inside a
+     * node while tp x cp fits one */
+    double kv = tokens * 2.0 * mc->n_kv_heads / L->tp * (mc->dim / mc->n_heads), gathers = 2;
     double cp_bw = L->tp * L->cp <= gpus_per_node ? link_node : link_net;
     double cp_s = L->cp > 1 ? heaviest_layers * L->m * kv * (gathers * dtype_size(be->act) + 4.0) * (L->cp - 1) / L->cp / (cp_bw * 1e9) : 0;
     double params_rank = model_count_params(mc) / (double)(L->pp * L->tp);

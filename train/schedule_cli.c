@@ -7,7 +7,9 @@
  * timeline, the bubble beside its formula and the micro-batches each stage
  * holds at once; --svg=PATH also draws it. With zero=2/3 it also checks and
  * sums up each stage's reduce-scatters, gathers and frees (docs/zero.md);
- * --actions prints every stage's whole list. */
+ * --actions prints every stage's whole list. cp changes no action (a cp rank
+ * runs the step's on its part of every sequence; the K/V gathers are inside
+ * each layer's forward and backward), only the ranks ZeRO shards over: dp x cp. */
 #include "trainer.h"
 #include "../common/options.h"
 #include <stdlib.h>
@@ -15,7 +17,7 @@
 
 static const char *usage =
     "usage: build/train schedule [--pp=4] [--micro_batches=8] [--pp_schedule=1f1b|gpipe|interleaved|zb1|zbv] [--pp_virtual=2]\n"
-    "                            [--dp=2 --bucket_mb=25 --zero=1|2|3] [--preset=P | model keys] [--svg=PATH] [--actions]\n"
+    "                            [--dp=2 --cp=2 --bucket_mb=25 --zero=1|2|3] [--preset=P | model keys] [--svg=PATH] [--actions]\n"
     "  the step's action lists for every pipeline stage, checked by simulation and drawn;\n"
     "  --micro_batches=m sets total_batch_tokens = m * batch_size * seq_len * dp; --actions lists every action in order\n";
 
@@ -47,14 +49,19 @@ int schedule_main(int argc, char **argv) {
     model_config_from(&mc, &c, c.vocab_size);
     Comm grid;   /* the grid's shape, for one process: no ranks are started */
     comm_init_one(&grid);
-    grid.dp = c.dp; grid.pp = c.pp; grid.tp = c.tp;
+    grid.dp = c.dp; grid.pp = c.pp; grid.cp = c.cp; grid.tp = c.tp;   /* cp: ZeRO shards over dp x cp (the schedule is cp's too) */
     Schedule s;
     trainer_schedule(&s, &c, &mc, &grid, backend_cpu());
     ScheduleSim sim;
     char err[2048];
     int rc = schedule_check(&s, &sim, err, sizeof err);
-    printf("schedule | %s | pp=%d stages x %d micro-batches%s | dp=%d%s | %d layers\n", schedule_name(s.kind), s.stages, s.micro_batches,
-           s.kind == PP_ZBV ? " x 2 chunks in V order" : s.chunks > 1 ? " x interleaved chunks" : "", c.dp, c.zero && c.dp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "", c.n_layers);
+    char replicas[96];   /* the ranks holding the same weights: dp, or dp x cp (a cp rank runs these actions on its part of each sequence) */
+    if (c.cp > 1) snprintf(replicas, sizeof replicas, "dp=%d x cp=%d (each cp rank the same actions on 1/%d of every sequence)", c.dp, c.cp, c.cp);
+    else snprintf(replicas, sizeof replicas, "dp=%d", c.dp);
+    printf("schedule | %s | pp=%d stages x %d micro-batches%s | %s%s%s | %d layers\n", schedule_name(s.kind), s.stages, s.micro_batches,
+           s.kind == PP_ZBV ? " x 2 chunks in V order" : s.chunks > 1 ? " x interleaved chunks" : "", replicas,
+           c.zero && c.dp * c.cp > 1 ? (const char *[]){"", " ZeRO-1", " ZeRO-2", " ZeRO-3"}[c.zero] : "",
+           c.zero && c.cp > 1 ? " over dp x cp" : "", c.n_layers);
     if (rc != 0) {
         schedule_free(&s);
         die("schedule: %s", err);

@@ -296,9 +296,9 @@ void trainer_init(Trainer *tr, const Config *cfg) {
     if (c->log_jsonl[0] && tr->comm.rank == 0) {   /* a first line saying what ran, for `build/train scale` and `plot` */
         char err[4400];
         if (!(tr->jsonl = append_open(c->log_jsonl, "log_jsonl", err, sizeof err))) die("%s", err);   /* the output door's checks */
-        fprintf(tr->jsonl, "{\"run\": \"llm3d\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"params\": %zu, "
+        fprintf(tr->jsonl, "{\"run\": \"llm3d\", \"world\": %d, \"dp\": %d, \"tp\": %d, \"pp\": %d, \"cp\": %d, \"params\": %zu, "
                            "\"tokens_per_step\": %ld, \"memory_bytes\": %zu, \"device\": \"%s\", \"precision\": \"%s\", \"run_id\": \"%08x\"}\n",
-                tr->comm.world_size, c->dp, c->tp, c->pp, model_count_params(&tr->model_cfg), (long)per_step * tr->comm.dp,
+                tr->comm.world_size, c->dp, c->tp, c->pp, c->cp, model_count_params(&tr->model_cfg), (long)per_step * tr->comm.dp,
                 tr->memory.total, tr->be->name, dtype_name(tr->be->act), (unsigned)trainer_run_id(c));
         if (trainer_log_flush(tr) != 0) die("%s", tr->log_error);   /* before any step: nothing to lose */
     }

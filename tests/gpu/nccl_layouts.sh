@@ -16,7 +16,8 @@
 # and 5e-4 a tensor of one rank's, issue 52), ZeRO-2/3 (test_layouts_zero),
 # precision=fp8 (test_layouts_fp8: one rank's scales through NCCL's world
 # reduction) and context parallelism (test_layouts_cp: cp = 2 and 4 alone, with
-# dp, tp + SP, pp, ZeRO-1/3, 8-bit AdamW, recompute, bf16, resume cp=4 <-> cp=1)
+# dp, tp + SP, pp, ZeRO-1/3, 8-bit AdamW, recompute, bf16, fp8, the 4D case on
+# 16 ranks (its 32-rank cp = 4 row is the CPU's alone), resume cp=4 <-> cp=1)
 # run side by side. One result line per layout; logs under $OUT (or
 # build/gpu)/nccl_layouts. Ends with "N passed, N failed".
 #   run: make -j16 && tests/gpu/nccl_layouts.sh
