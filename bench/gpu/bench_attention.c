@@ -9,7 +9,8 @@
  * (sdpa_time.py --hd 128 takes the same). Per T one JSON line: ms and TFLOP/s
  * (the causal count 4*B*NH*T*T*HD/2) of the fa3 forward with and without
  * ping-pong between its consumer warpgroups (FA3_PINGPONG=0: without only), of the fa3 backward (2.5x
- * the forward's count; dQ accumulated by the dk/dv kernel, and fa3_bwd_sweep: by a second sweep; the model's
+ * the forward's count; dQ accumulated by the dk/dv kernel, at HD 128 fa3_bwd_s2 with two Q/dout stages and two
+ * staged dQ tiles, and fa3_bwd_sweep: by a second sweep; the model's
  * backward takes whichever attention_dq_accumulates says), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
  * The idea and the timing are bench_cuda_ops.c's: 3 warm-ups, then the median
  * of 15 synchronized calls. */
@@ -105,6 +106,11 @@ int main(int argc, char **argv) {
         c.backward = 1;
         cuda_attention_fa3_dq = 1;   /* dQ added up by the dk/dv kernel */
         row("fa3_bwd", &c, 2.5 * f, 0);
+        if (HD == 128) {   /* the experiment: two Q/dout stages and two staged dQ tiles instead of three and one */
+            cuda_attention_fa3_dq_stages128 = 2;
+            row("fa3_bwd_s2", &c, 2.5 * f, 0);
+            cuda_attention_fa3_dq_stages128 = 1;
+        }
         cuda_attention_fa3_dq = 2;   /* dQ by the second sweep, as before the accumulator */
         row("fa3_bwd_sweep", &c, 2.5 * f, 0);
         cuda_attention_fa3_dq = 0;

@@ -104,7 +104,6 @@ template <typename T, int HD> __device__ __forceinline__ void fb_store(float d[H
  * [HD/64 column halves][16 float2 j][128 consumer threads] (thread tid's accumulators 2j, 2j+1 of its half), so a
  * consumer writes it to shared memory without bank conflicts and the copy engine adds it to L2 in one piece. */
 #define FB_DQ_TILE(HD) (64 * (HD) * 4)   /* bytes of one query tile's dQ, fp32 */
-#define FB_DQ_STAGES(HD) ((HD) == 64 ? 2 : 1)   /* staged dQ tiles (HD 128: what shared memory has left) */
 
 __device__ __forceinline__ int ld_acquire(const int *p) {
     int v;
@@ -121,24 +120,26 @@ __device__ __forceinline__ void fence_async_global() {
 /* dk, dv parts of dqkv (B,T,(NH+2*NKV)*HD) for 128 keys of one (b, kv head): grid (B*NKV, key blocks), the longest
  * (the first keys) first. tq maps qkv, tdo dout (B,T,NH*HD), both in 64-row boxes. Items run the query tiles from the
  * last down, the group's heads within each, so every key block of a (b, kv head) meets a tile at the same step.
- * Shared: K, V (128 rows each), stages 0..S-1 of (Q tile, dout tile), with DQ two dS^T tiles (128 keys x 64 queries)
- * and the staged dQ tiles, then [stage][lse, Dsum][64] floats, then the barriers.
+ * Shared: K, V (128 rows each), stages 0..S-1 of (Q tile, dout tile), with DQ (NSTG > 0) two dS^T tiles (128 keys x
+ * 64 queries) and NSTG staged dQ tiles, then [stage][lse, Dsum][64] floats, then the barriers.
  * DQ: dq_acc (B,NH,ntq tiles) of FB_DQ_TILE bytes and turn (B,NH,ntq) zeroed ints; dQ = dS K over this block's 128
  * keys, by each consumer for HD/64 == 2 its column half, for HD 64 the consumer of the item's parity; producer warp
  * 2 adds the staged tile when the tile's counter says the key blocks before this one have. */
-template <typename T, int HD, int S, bool DQ> __global__ void __launch_bounds__(FB_THREADS, 1)
+template <typename T, int HD, int S, int NSTG> __global__ void __launch_bounds__(FB_THREADS, 1)
 fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const float *lse, const float *Dsum,
                int T_, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn) {
 #if WG_ON
     WG_TILES;
     constexpr uint32_t KHALF = 2 * FB_BOX, KB = KHALF * (HD / 64), QB = FB_BOX * (HD / 64);
-    constexpr uint32_t DSB = DQ ? 2 * 16384 : 0, NSTG = FB_DQ_STAGES(HD), STGB = DQ ? NSTG * FB_DQ_TILE(HD) : 0;
+    constexpr bool DQ = NSTG > 0;
+    constexpr int NS = DQ ? NSTG : 1;   /* (a divisor in code DQ leaves out) */
+    constexpr uint32_t DSB = DQ ? 2 * 16384 : 0, STGB = DQ ? NSTG * FB_DQ_TILE(HD) : 0;
     constexpr int JOBW = 4 * (HD / 64);   /* the warps that compute one item's dQ */
     uint32_t sK = tiles_base(smraw), sV = sK + KB, sQ0 = sV + KB;   /* stage st: Q at sQ0 + 2*st*QB, dout after it */
     uint32_t sDS = sQ0 + 2 * S * QB, sSTG = sDS + DSB;              /* (DQ) dS^T tile p at sDS + p*16384; staged dQ after */
     float *LD = reinterpret_cast<float *>(smraw + 2 * KB + 2 * S * QB + DSB + STGB);
     uint32_t barKV = smem_addr(LD + S * 128), barF = barKV + 8, barE = barF + 8 * S;   /* + 8 * stage */
-    uint32_t barDF = barE + 8 * S, barDE = barDF + 16, barQF = barDE + 16, barQE = barQF + 8 * NSTG;   /* (DQ) + 8 * p or staging */
+    uint32_t barDF = barE + 8 * S, barDE = barDF + 16, barQF = barDE + 16, barQE = barQF + 8 * NS;   /* (DQ) + 8 * p or staging */
     int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV, kb = blockIdx.y, k0 = kb * 128;
     int ntq = (T_ + 63) / 64, qt0 = k0 / 64, nq = ntq - qt0, items = G * nq;   /* item it: query tile ntq-1 - it/G, head kvh*G + it%G */
     int wg = threadIdx.x / 128;
@@ -153,7 +154,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                 mbar_init(barDF + 8 * p, 8);      /* dS^T tile p written: every consumer warp */
                 mbar_init(barDE + 8 * p, JOBW);   /* dS^T tile p read: the warps of its item's dQ products */
             }
-            for (int p = 0; p < (int)NSTG; p++) {
+            for (int p = 0; p < NSTG; p++) {
                 mbar_init(barQF + 8 * p, JOBW);   /* staged dQ tile p written */
                 mbar_init(barQE + 8 * p, 1);      /* staged dQ tile p read by the copy engine: warp 2 */
             }
@@ -199,9 +200,9 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
             }
         } else if (DQ && threadIdx.x == 64) {   /* warp 2: each item's staged dQ into the accumulator, in key-block order */
             for (int it = 0; it < items; it++) {
-                int h = kvh * G + it % G, qt = ntq - 1 - it / G, sb = it % NSTG;
+                int h = kvh * G + it % G, qt = ntq - 1 - it / G, sb = it % NS;
                 size_t tile = ((size_t)b * NH + h) * ntq + qt;
-                mbar_wait(barQF + 8 * sb, (it / NSTG) & 1);
+                mbar_wait(barQF + 8 * sb, (it / NS) & 1);
                 if (kb) {   /* key blocks 0..kb-1 first (all of them meet this tile: it is at or after their keys) */
                     while (ld_acquire(turn + tile) != kb) __nanosleep(64);
                     fence_async_global();
@@ -230,8 +231,8 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     wg_keep(dv);
     /* (DQ) after a wait: item pend's dQ (this consumer's column half hf) into its staging tile, and its dS^T tile free */
     auto stage_dq = [&]() {
-        int sb = pend % NSTG, hf = HD == 64 ? 0 : c;
-        mbar_wait(barQE + 8 * sb, ((pend / NSTG) & 1) ^ 1);
+        int sb = pend % NS, hf = HD == 64 ? 0 : c;
+        mbar_wait(barQE + 8 * sb, ((pend / NS) & 1) ^ 1);
         float2 *y = reinterpret_cast<float2 *>(smraw + (sSTG - sK) + sb * FB_DQ_TILE(HD) + hf * 16384) + tid;
 #pragma unroll
         for (int j = 0; j < 16; j++) y[j * 128] = make_float2(dq[2 * j], dq[2 * j + 1]);
@@ -457,6 +458,7 @@ template <typename K> static void raise_smem(K kernel, size_t smem, size_t *rais
     *raised = smem;
 }
 
+int cuda_attention_fa3_dq_stages128 = 1;   /* HD 128, accumulating: 1 three Q/dout stages and one staged dQ tile; 2 two and two */
 int cuda_attention_fa3_dq = 0;   /* 0: attention_dq_accumulates decides; 1: the accumulator; 2: the sweep */
 long cuda_attention_fa3_dq_fused_launches = 0;   /* 1: dQ by the second sweep (fa3_dq_kernel) instead of the dk/dv kernel's accumulator */
 
@@ -471,22 +473,23 @@ static float *dq_accumulator(int B, int ntq, int NH, int HD, int **turn) {
     return (float *)base;
 }
 
-template <typename T, int HD, int S> static void backward(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum,
+/* S: the sweep's stages (both of its kernels); SF, NSTG: the accumulating dk/dv kernel's Q/dout stages and staged dQ tiles */
+template <typename T, int HD, int S, int SF, int NSTG> static void backward(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum,
                                                           int B, int T_, int NH, int NKV, const FbRope &fr) {
     CUtensorMap tq = fa3_tensor_map(qkv, B, T_, (NH + 2 * NKV) * HD, 64), tdo = fa3_tensor_map(dout, B, T_, NH * HD, 64);
     float scale = 1.0f / sqrtf((float)HD);
     size_t tile = (size_t)64 * HD * 2;   /* bytes of a 64-row tile */
     size_t smem_kv = 4 * tile + 2 * S * tile + (size_t)S * 128 * 4 + 8 * (1 + 2 * S);
-    size_t smem_fused = smem_kv + 2 * 16384 + FB_DQ_STAGES(HD) * FB_DQ_TILE(HD) + 8 * (4 + 2 * FB_DQ_STAGES(HD));
+    size_t smem_fused = 4 * tile + 2 * SF * tile + (size_t)SF * 128 * 4 + 8 * (1 + 2 * SF) + 2 * 16384 + NSTG * FB_DQ_TILE(HD) + 8 * (4 + 2 * NSTG);
     size_t smem_q = 4 * tile + 2 * S * tile + 8 * (1 + 2 * S);
     dim3 kv_grid(B * NKV, ceil_div(T_, 128)), q_grid(B * NH, ceil_div(T_, 128));
     if (cuda_attention_fa3_dq == 1 || (cuda_attention_fa3_dq == 0 && attention_dq_accumulates(T_, HD))) {
         static size_t raised = 0;
-        raise_smem(fa3_dkv_kernel<T, HD, S, true>, smem_fused, &raised);
+        raise_smem(fa3_dkv_kernel<T, HD, SF, NSTG>, smem_fused, &raised);
         int ntq = ceil_div(T_, 64), *turn;
         float *acc = dq_accumulator(B, ntq, NH, HD, &turn);
-        fa3_dkv_kernel<T, HD, S, true><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr,
-                                                                                          acc, turn);
+        fa3_dkv_kernel<T, HD, SF, NSTG><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale,
+                                                                                           fr, acc, turn);
         launchCheck();
         fa3_dq_store_kernel<T, HD><<<dim3(B * NH, ntq), 128, 0, cuda_stream>>>((T *)dqkv, acc, T_, NH, NKV, fr);
         launchCheck();
@@ -495,9 +498,9 @@ template <typename T, int HD, int S> static void backward(void *dqkv, const void
         return;
     }
     static size_t raised_kv = 0, raised_q = 0;
-    raise_smem(fa3_dkv_kernel<T, HD, S, false>, smem_kv, &raised_kv);
+    raise_smem(fa3_dkv_kernel<T, HD, S, 0>, smem_kv, &raised_kv);
     raise_smem(fa3_dq_kernel<T, HD, S>, smem_q, &raised_q);
-    fa3_dkv_kernel<T, HD, S, false><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr,
+    fa3_dkv_kernel<T, HD, S, 0><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr,
                                                                                     nullptr, nullptr);
     launchCheck();
     fa3_dq_kernel<T, HD, S><<<q_grid, FB_THREADS, smem_q, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr);
@@ -514,10 +517,12 @@ extern "C" void attention_backward_fa3(void *dqkv, const void *dout, const void 
     fr.on = rope_theta > 0;
     for (int i = 0; i < 64; i++) fr.f[i] = fr.on && i < HD / 2 ? rope_inv_freq(rope_theta, i, HD) : 0.0f;
     if (cuda_act == DTYPE_BF16) {
-        if (HD == 64) backward<__nv_bfloat16, 64, 4>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
-        else backward<__nv_bfloat16, 128, 3>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
+        if (HD == 64) backward<__nv_bfloat16, 64, 4, 4, 2>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
+        else if (cuda_attention_fa3_dq_stages128 == 2) backward<__nv_bfloat16, 128, 3, 2, 2>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
+        else backward<__nv_bfloat16, 128, 3, 3, 1>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
     } else {
-        if (HD == 64) backward<__half, 64, 4>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
-        else backward<__half, 128, 3>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
+        if (HD == 64) backward<__half, 64, 4, 4, 2>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
+        else if (cuda_attention_fa3_dq_stages128 == 2) backward<__half, 128, 3, 2, 2>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
+        else backward<__half, 128, 3, 3, 1>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
     }
 }
