@@ -1,6 +1,8 @@
-/* tests/q8_drift_case.h — issue 52's synthetic drift case for 8-bit AdamW, and its bound; shared by
- * tests/test_adamw8bit_drift.c (the CPU reference, in make test) and tests/gpu/test_adamw8bit_cuda.c (the
- * CUDA kernel), so both run the same gradients against the same bound.
+/* tests/q8_drift_case.h — issue 52's drift measure and bound for 8-bit AdamW, and its synthetic drift case;
+ * shared by tests/test_adamw8bit_drift.c (the CPU reference, in make test) and tests/gpu/test_adamw8bit_cuda.c
+ * (the CUDA kernel), so both run the same gradients against the same bound, and both tests' rare-token replays
+ * (the embedding gradients of a real AdamW run) use the same measure and bound (q8_adam_part, q8_slack,
+ * q8_bound_replay).
  *
  * The case: an embedding of 512 rows of 128 (one quantization block a row), rows 0..255 with a gradient
  * every step, rows 256..511 with one gradient each (at a step in 1..130), 150 steps at lr 3e-3, weight
@@ -14,15 +16,16 @@
  * A = sum over the later steps of (p * decay - p_new) — what the moments move it, without the decoupled
  * weight decay p * lr * wd that both optimizers apply alike — under 8-bit AdamW (A8) and fp32 AdamW (A32).
  * After one gradient m keeps its sign, so |A| is the sum of the step sizes.
- * Why not the total movement (the first form of this check): an element whose m rounds to 0 (below 2.75e-7
- * of its block's absmax: the safe direction) moves by weight decay alone, where AdamW's small Adam steps
- * may cancel its decay: on the H100 case 0.22 lr against AdamW's net 0.04 lr, a 5.7x "drift" that is a
- * missing Adam step, not an extra one.
+ * Why not the total movement (the first form of this check, and of the replays' until 2026-12-07): an
+ * element whose m rounds to 0 (below 2.75e-7 of its block's absmax: the safe direction) moves by weight
+ * decay alone, where AdamW's small Adam steps may cancel its decay: on the H100 case 0.22 lr against AdamW's
+ * net 0.04 lr, a 5.7x "drift" that is a missing Adam step, not an extra one.
  *
  * The bound: |A8| <= 1.5 |A32| + c * K * lr (+ 1e-4 lr for the fp32 rounding of the measured steps), with
- *   c = (sqrt(1.5 * 2) - 1)^2 / (2 - 1) - (1.5 - 1) = 0.0359,
+ *   c = (sqrt(1.5 * 2) - 1)^2 / (2 - 1) - (1.5 - 1) = 0.0359   (the map and the 1.5x alone: any setting),
  *   K = sum over the steps after the gradient of m^ / sqrt(v^) of a one-gradient element
- *     = sum_k (1-b1) b1^k / (1-b1^t) * sqrt(1-b2^t) / (sqrt(1-b2) b2^(k/2))   (<= 5.80; 5.39 late in a run).
+ *     = sum_k (1-b1) b1^k / (1-b1^t) * sqrt(1-b2^t) / (sqrt(1-b2) b2^(k/2))   (the setting's betas and steps:
+ *       at b1 0.9, b2 0.95 and 150 steps <= 5.80; 5.39 late in a run).
  * Why: a row of one gradient has m and s = sqrt(v) at the same fraction f of their block's absmax, so
  * both round to the same code magnitude (the floor and the map's missing -5.5e-7 only ever raise s's):
  * |m| and s are multiplied by the same factor rho (s by at least rho). Where sqrt(v^) >> eps that cancels in
@@ -33,7 +36,8 @@
  * the positive side, 3.25e-6 on the negative side, which lacks -5.5e-7). With x = rho f S / eps, the
  * excess of one step over 1.5x AdamW's is at most K_k lr * max_x [rho x/(rho x + 1) - 1.5 x/(x + 1)], and
  * for rho = 2 that maximum is c (at x = 0.18). The excess rides m's own decay: it is not drift (steps
- * AdamW no longer takes), and its sum is at most 0.21 lr.
+ * AdamW no longer takes), and its sum is at most 0.21 lr. The premise is the block's: every element of it
+ * had its one gradient at the same step (a rare token's embedding row, one block a row, in the replays too).
  * The path: the case must contain elements whose m rounded up by more than 1.5x and whose Adam movement
  * passed 1.5x AdamW's (the absolute term holds them), and elements whose m rounded to 0 that moved more
  * than 1.5x AdamW's in total (why the measure leaves the decay out); q8d_result counts both. */
@@ -44,6 +48,62 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- the measure and the bound, for any run (the synthetic case below, the rare-token replays) */
+
+/* After one step of 8-bit or fp32 AdamW (decay = 1 - lr * wd, the kernels' own fp32 value): adds each element's
+ * Adam part of the step's movement, p_before * decay - p_after, to a[i]; an element with a gradient this step
+ * starts again from 0, so a[i] is the Adam part of its movement since its last gradient. */
+static inline void q8_adam_part(double *a, const float *g, const float *before, const float *after, float decay, size_t n) {
+    for (size_t i = 0; i < n; i++) a[i] = g[i] != 0.0f ? 0.0 : a[i] + ((double)(before[i] * decay) - after[i]);
+}
+
+/* The bound's absolute term, in units of lr, for an element whose one gradient came at step t0 of a run of
+ * `steps` steps at betas b1, b2 (the header): c K + 1e-4. */
+static inline double q8_slack(double b1, double b2, int t0, int steps) {
+    double rho = 2.0, a = 1.5;
+    double c = (sqrt(a * rho) - 1) * (sqrt(a * rho) - 1) / (rho - 1) - (a - 1), K = 0;
+    for (int t = t0 + 1; t <= steps; t++) {
+        int k = t - t0;
+        K += (1 - b1) * pow(b1, k) / (1 - pow(b1, t)) * sqrt(1 - pow(b2, t)) / (sqrt(1 - b2) * pow(b2, k / 2.0));
+    }
+    return c * K + 1e-4;
+}
+
+typedef struct {
+    size_t n, over;               /* elements measured; those past the bound */
+    size_t past, moved;           /* |A8| > 1.5 |A32| (held by the absolute term); A32 != 0 (the measure ran) */
+    double worst, excess, slack;  /* largest |A8| / |A32|; largest |A8| - 1.5 |A32| (lr); largest slack (lr) */
+} Q8Bound;
+
+/* One element: its Adam parts a8, a32 against 1.5 |a32| + slack lr. */
+static inline void q8_bound_add(Q8Bound *b, double a8, double a32, double slack, double lr) {
+    a8 = fabs(a8); a32 = fabs(a32);
+    b->n++;
+    b->over += a8 > 1.5 * a32 + slack * lr;
+    b->past += a8 > 1.5 * a32;
+    b->moved += a32 != 0;
+    if (a8 > b->worst * a32) b->worst = a32 > 0 ? a8 / a32 : INFINITY;
+    b->excess = fmax(b->excess, (a8 - 1.5 * a32) / lr);
+    b->slack = fmax(b->slack, slack);
+}
+
+/* A replay of `steps` steps at lr, betas b1, b2 (the rare-token case's: each element's Adam parts a8, a32 since
+ * its last gradient, at step last[i], of grads[i] steps with one): the elements of one gradient at least 10
+ * steps before the end against the bound (once), every other element against 1.5x + others_slack lr (its m sums
+ * many gradients and may end near 0 by cancellation, where AdamW barely moves: no bound is derived for it). */
+static inline void q8_bound_replay(Q8Bound *once, Q8Bound *others, const double *a8, const double *a32, const int *last,
+                                   const int *grads, size_t n, int steps, double lr, double b1, double b2, double others_slack) {
+    double *slack = mallocCheck((size_t)(steps + 1) * sizeof(double));   /* by the step of the gradient */
+    for (int t0 = 0; t0 <= steps; t0++) slack[t0] = q8_slack(b1, b2, t0, steps);
+    memset(once, 0, sizeof *once);
+    memset(others, 0, sizeof *others);
+    for (size_t i = 0; i < n; i++) {
+        if (grads[i] == 1 && steps - last[i] >= 10) q8_bound_add(once, a8[i], a32[i], slack[last[i]], lr);
+        else q8_bound_add(others, a8[i], a32[i], others_slack, lr);
+    }
+    free(slack);
+}
 
 #define Q8D_ROWS 512
 #define Q8D_DIM 128
@@ -102,33 +162,19 @@ static inline void q8d_track(Q8Drift *d, int t, const float *g, const float *p8_
                              const float *p32, AdamW8bitState st, const float *m32) {
     const float *map = adamw8bit_map();
     float decay = 1.0f - q8d_hyper(t).lr * Q8D_WD;   /* the kernels' own */
+    q8_adam_part(d->a8, g, p8_before, p8, decay, Q8D_N);
+    q8_adam_part(d->a32, g, p32_before, p32, decay, Q8D_N);
     for (size_t i = 0; i < Q8D_N; i++) {
-        if (g[i] != 0.0f) {   /* the 8-bit m before quantizing is fp32 AdamW's here: a once row's moments were 0 */
-            float mq = fabsf(map[st.m_code[i]] * st.m_absmax[i / Q8D_DIM]);
-            d->rho[i] = m32[i] != 0.0f ? mq / fabsf(m32[i]) : 1.0f;
-            d->last[i] = t; d->a8[i] = d->a32[i] = 0; d->at8[i] = p8[i]; d->at32[i] = p32[i];
-            continue;
-        }
-        d->a8[i] += (double)(p8_before[i] * decay) - p8[i];
-        d->a32[i] += (double)(p32_before[i] * decay) - p32[i];
+        if (g[i] == 0.0f) continue;
+        /* the 8-bit m before quantizing is fp32 AdamW's here: a once row's moments were 0 */
+        float mq = fabsf(map[st.m_code[i]] * st.m_absmax[i / Q8D_DIM]);
+        d->rho[i] = m32[i] != 0.0f ? mq / fabsf(m32[i]) : 1.0f;
+        d->last[i] = t; d->at8[i] = p8[i]; d->at32[i] = p32[i];
     }
-}
-
-/* The bound's absolute term for an element whose gradient came at step t0, in units of lr (the header). */
-static inline double q8d_slack(int t0) {
-    AdamWHyper h = q8d_hyper(t0);
-    double b1 = h.beta1, b2 = h.beta2, rho = 2.0, a = 1.5;
-    double c = (sqrt(a * rho) - 1) * (sqrt(a * rho) - 1) / (rho - 1) - (a - 1), K = 0;
-    for (int t = t0 + 1; t <= Q8D_STEPS; t++) {
-        int k = t - t0;
-        K += (1 - b1) * pow(b1, k) / (1 - pow(b1, t)) * sqrt(1 - pow(b2, t)) / (sqrt(1 - b2) * pow(b2, k / 2.0));
-    }
-    return c * K + 1e-4;
 }
 
 typedef struct {
-    size_t once, over;            /* elements of one gradient; those past the bound */
-    double worst, excess, slack;  /* largest |A8| / |A32|; largest |A8| - 1.5 |A32| (lr); largest slack (lr) */
+    Q8Bound adam;                 /* the elements of one gradient against the bound */
     size_t up, up_over;           /* m rounded up by more than 1.5x; of them, |A8| > 1.5 |A32| */
     size_t zeroed, zeroed_over;   /* m rounded to 0 under AdamW's moving m; of them, total movement > 1.5x AdamW's */
     size_t total_over;            /* total movement > 1.5x AdamW's (the first form of the check) */
@@ -138,18 +184,14 @@ typedef struct {
 /* p8, p32: the final weights. */
 static inline Q8DriftResult q8d_result(const Q8Drift *d, const float *p8, const float *p32) {
     Q8DriftResult r = {0};
-    double lr = q8d_hyper(1).lr;
+    AdamWHyper h = q8d_hyper(1);
     for (int row = Q8D_EVERY; row < Q8D_ROWS; row++) {
-        double slack = q8d_slack(d->once[row]);
-        r.slack = fmax(r.slack, slack);
+        double slack = q8_slack(h.beta1, h.beta2, d->once[row], Q8D_STEPS);
         for (int k = 0; k < Q8D_DIM; k++) {
             size_t i = (size_t)row * Q8D_DIM + k;
             double a8 = fabs(d->a8[i]), a32 = fabs(d->a32[i]);
             double mv = fabs((double)p8[i] - d->at8[i]), ma = fabs((double)p32[i] - d->at32[i]);
-            r.once++;
-            r.over += a8 > 1.5 * a32 + slack * lr;
-            if (a8 > r.worst * a32) r.worst = a32 > 0 ? a8 / a32 : INFINITY;
-            r.excess = fmax(r.excess, (a8 - 1.5 * a32) / lr);
+            q8_bound_add(&r.adam, a8, a32, slack, h.lr);
             r.up += d->rho[i] > 1.5f;
             r.up_over += d->rho[i] > 1.5f && a8 > 1.5 * a32;
             r.zeroed += d->rho[i] == 0.0f && a32 > 0;

@@ -239,16 +239,16 @@ static void drift_case(void) {
     }
     Q8DriftResult r = q8d_result(&d, back, fw);
     CHECK(!memcmp(back, hp, P * 4) && !memcmp(gs_back, hs, SB), "drift case: CUDA weights and state equal the CPU reference's bit for bit");
-    CHECK(r.once > 30000 && r.up_over > 0 && r.zeroed_over > 0, "drift case: %zu elements of one gradient; the paths: %zu had m rounded "
+    CHECK(r.adam.n > 30000 && r.up_over > 0 && r.zeroed_over > 0, "drift case: %zu elements of one gradient; the paths: %zu had m rounded "
           "up past 1.5x (%zu of them moved past 1.5x AdamW's), %zu had m rounded to 0 (%zu of them moved past 1.5x AdamW's in total)",
-          r.once, r.up, r.up_over, r.zeroed, r.zeroed_over);
+          r.adam.n, r.up, r.up_over, r.zeroed, r.zeroed_over);
     CHECK(holes == 0, "drift case: no element has m != 0 with v decoding to 0 (%zu element-steps do)", holes);
-    CHECK(r.over == 0, "drift case: no element of one gradient moves after it by its Adam steps more than 1.5x fp32 AdamW's + c K lr "
-          "(<= %.3f lr): %zu do (worst %.3fx, 1.5x + %.4f lr)", r.slack, r.over, r.worst, r.excess);
+    CHECK(r.adam.over == 0, "drift case: no element of one gradient moves after it by its Adam steps more than 1.5x fp32 AdamW's + c K lr "
+          "(<= %.3f lr): %zu do (worst %.3fx, 1.5x + %.4f lr)", r.adam.slack, r.adam.over, r.adam.worst, r.adam.excess);
     printf("drift case: the %zu elements of one gradient moved after it by their Adam steps at most %.3fx fp32 AdamW's, 1.5x + %.4f lr "
            "(bound 1.5x + <= %.3f lr); in total (weight decay included) %zu over 1.5x, worst %.3fx; m rounded up past 1.5x: %zu (%zu past "
-           "1.5x), to 0: %zu (%zu past 1.5x in total); m != 0 with v = 0: %zu\n", r.once, r.worst, r.excess, r.slack, r.total_over,
-           r.total_worst, r.up, r.up_over, r.zeroed, r.zeroed_over, holes);
+           "1.5x), to 0: %zu (%zu past 1.5x in total); m != 0 with v = 0: %zu\n", r.adam.n, r.adam.worst, r.adam.excess, r.adam.slack,
+           r.total_over, r.total_worst, r.up, r.up_over, r.zeroed, r.zeroed_over, holes);
     q8d_free(&d);
     gpu->free(dp); gpu->free(dg); gpu->free(ds);
     free(hp); free(fw); free(hg); free(m32); free(v32); free(back); free(b8); free(b32); free(dm); free(dv); free(hs); free(gs_back);
