@@ -42,6 +42,7 @@
  * passed 1.5x AdamW's (the absolute term holds them), and elements whose m rounded to 0 that moved more
  * than 1.5x AdamW's in total (why the measure leaves the decay out); q8d_result counts both. */
 #pragma once
+#include "test.h"
 #include "../common/util.h"
 #include "../kernels/adamw8bit.h"
 #include <math.h>
@@ -103,6 +104,40 @@ static inline void q8_bound_replay(Q8Bound *once, Q8Bound *others, const double 
         else q8_bound_add(others, a8[i], a32[i], others_slack, lr);
     }
     free(slack);
+}
+
+/* Total movement after the last gradient (weight decay included: the drift check's first form, printed, not
+ * asserted), 8-bit (q) against AdamW (a): elements of one gradient at least 10 steps before the end: the largest
+ * ratio and how many pass 1.5x; the others: the largest excess over 1.5x in lr, and how many pass 1.5x + slack lr. */
+typedef struct { double worst, excess; size_t once, over, over_many; } Q8Total;
+static inline Q8Total q8_total_drift(const float *q_end, const float *q_at, const float *a_end, const float *a_at, const int *last,
+                                     const int *grads, size_t n, int steps, double lr, double slack) {
+    Q8Total d = {0, 0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        double mv = fabs((double)q_end[i] - q_at[i]), ma = fabs((double)a_end[i] - a_at[i]);
+        if (grads[i] == 1 && steps - last[i] >= 10) {
+            d.once++;
+            d.over += mv > 1.5 * ma;
+            if (mv > d.worst * ma) d.worst = ma > 0 ? mv / ma : INFINITY;
+        } else {
+            d.over_many += mv > 1.5 * ma + slack * lr;
+            d.excess = fmax(d.excess, (mv - 1.5 * ma) / lr);
+        }
+    }
+    return d;
+}
+
+/* A replay's checks (who names it in each line): the measure ran (10,000+ elements of one gradient, 90% of them
+ * moved by AdamW's Adam steps), no m != 0 with v decoding to 0 (holes element-steps), the one-gradient elements
+ * within their bound, the others within 1.5x + 0.5 lr. */
+static inline void q8_replay_checks(const char *who, const Q8Bound *once, const Q8Bound *others, size_t holes) {
+    CHECK(once->n > 10000 && once->moved > once->n * 9 / 10, "%s: %zu elements of one gradient 10+ steps before the end, %zu of them "
+          "moved by fp32 AdamW's Adam steps after it (the measure ran)", who, once->n, once->moved);
+    CHECK(holes == 0, "%s: no element has m != 0 with v decoding to 0 (%zu element-steps do)", who, holes);
+    CHECK(once->over == 0, "%s: no element of one gradient moves after it by its Adam steps more than 1.5x AdamW's + c K lr "
+          "(<= %.3f lr): %zu do (worst %.3fx, 1.5x + %.4f lr)", who, once->slack, once->over, once->worst, once->excess);
+    CHECK(others->over == 0, "%s: no other element moves after its last gradient by its Adam steps more than 1.5x AdamW's + 0.5 lr: "
+          "%zu do (1.5x + %.2f lr)", who, others->over, others->excess);
 }
 
 #define Q8D_ROWS 512

@@ -142,29 +142,6 @@ static Run run(int optimizer) {
     return r;
 }
 
-/* Total movement after the last gradient (weight decay included; the drift check's first form, printed, not
- * asserted), 8-bit against AdamW: for elements of one gradient (at least 10 steps before the end) the largest
- * ratio and how many pass 1.5x; for the others the largest excess over 1.5x, in lr, and how many pass 1.5x +
- * slack lr. */
-typedef struct { double worst, excess; size_t once, over, over_many; } Drift;
-static Drift drift(const float *q_end, const float *q_at, const float *a_end, const float *a_at, const int *last, const int *grads,
-                   size_t n, double slack) {
-    Drift d = {0, 0, 0, 0, 0};
-    double lr = 3e-3;
-    for (size_t i = 0; i < n; i++) {
-        double mv = fabs((double)q_end[i] - q_at[i]), ma = fabs((double)a_end[i] - a_at[i]);
-        if (grads[i] == 1 && STEPS - last[i] >= 10) {
-            d.once++;
-            d.over += mv > 1.5 * ma;
-            if (mv > d.worst * ma) d.worst = ma > 0 ? mv / ma : INFINITY;
-        } else {
-            d.over_many += mv > 1.5 * ma + slack * lr;
-            d.excess = fmax(d.excess, (mv - 1.5 * ma) / lr);
-        }
-    }
-    return d;
-}
-
 /* The AdamW run's embedding gradients again, through fp32 AdamW (kernels/cpu/adamw.c) and the shipped 8-bit
  * kernel (one slice in rows of dim, as the optimizer cuts the embedding): the representation alone, on the
  * same gradients. Checks that the fp32 replay is the AdamW run's embedding bit for bit. The drift bound is
@@ -201,14 +178,8 @@ static void replay(const Run *a) {
     CHECK(!memcmp(w32, a->end + a->emb_offset, N * 4), "the replay's fp32 AdamW is the AdamW run's embedding bit for bit");
     Q8Bound once, others;
     q8_bound_replay(&once, &others, a8, a32, last, grads, N, STEPS, lr, a->beta1, a->beta2, 0.5);
-    Drift d = drift(w8, at8, w32, at32, last, grads, N, 0.5);   /* the total movement, printed */
-    CHECK(once.n > 10000 && once.moved > once.n * 9 / 10, "replay: %zu elements of one gradient 10+ steps before the end, %zu of them "
-          "moved by fp32 AdamW's Adam steps after it (the measure ran)", once.n, once.moved);
-    CHECK(holes == 0, "replay: no element has m != 0 with v decoding to 0 (%zu element-steps do)", holes);
-    CHECK(once.over == 0, "replay: no element of one gradient moves after it by its Adam steps more than 1.5x AdamW's + c K lr "
-          "(<= %.3f lr): %zu do (worst %.3fx, 1.5x + %.4f lr)", once.slack, once.over, once.worst, once.excess);
-    CHECK(others.over == 0, "replay: no other element moves after its last gradient by its Adam steps more than 1.5x AdamW's + 0.5 lr: "
-          "%zu do (1.5x + %.2f lr)", others.over, others.excess);
+    Q8Total d = q8_total_drift(w8, at8, w32, at32, last, grads, N, STEPS, 3e-3, 0.5);   /* the total movement, printed */
+    q8_replay_checks("replay", &once, &others, holes);
     printf("replay of the embedding's %d steps of gradients: the %zu elements of one gradient moved after it by their Adam steps at most "
            "%.3fx fp32 AdamW's, 1.5x + %.4f lr (bound 1.5x + <= %.3f lr; %zu past 1.5x), the others at most 1.5x + %.2f lr; in total "
            "(weight decay included) the once elements at most %.3fx (%zu over 1.5x), the others 1.5x + %.2f lr; m != 0 with v = 0: %zu\n",
@@ -272,7 +243,7 @@ int main(void) {
     replay(&a);
     size_t same_last = 0;
     for (size_t i = 0; i < a.n; i++) same_last += a.last[i] == q.last[i] && a.grads[i] == q.grads[i];
-    Drift d = drift(q.end, q.at, a.end, a.at, a.last, a.grads, a.n, 2.0);
+    Q8Total d = q8_total_drift(q.end, q.at, a.end, a.at, a.last, a.grads, a.n, STEPS, 3e-3, 2.0);
     CHECK(same_last == a.n, "each element's gradients are at the same steps in both runs (%zu of %zu)", same_last, a.n);
     CHECK(q.holes == 0, "8-bit run: no element has m != 0 with v decoding to 0: %zu element-steps (%zu elements)", q.holes, q.hole_elems);
     CHECK(q.rare_norm <= 1.1 * a.rare_norm, "8-bit run: the rare rows' largest norm %.4f vs AdamW's %.4f", q.rare_norm, a.rare_norm);

@@ -333,28 +333,6 @@ static RtRun rt_run(int optimizer) {
 }
 static void rt_free(RtRun *r) { free(r->at); free(r->end); free(r->emb0); free(r->emb_g); free(r->last); free(r->grads); }
 
-/* Total movement after the last gradient, 8-bit against AdamW (weight decay included: the drift check's first
- * form, printed, not asserted; tests/test_adamw8bit_drift.c's drift()): elements of one gradient at least 10
- * steps before the end: the largest ratio and how many pass 1.5x; the others: the largest excess over 1.5x in
- * lr, and how many pass 1.5x + slack lr. */
-typedef struct { double worst, excess; size_t once, over, over_many; } RtDrift;
-static RtDrift rt_drift(const float *q_end, const float *q_at, const float *a_end, const float *a_at, const int *last, const int *grads,
-                        size_t n, double slack) {
-    RtDrift d = {0, 0, 0, 0, 0};
-    for (size_t i = 0; i < n; i++) {
-        double mv = fabs((double)q_end[i] - q_at[i]), ma = fabs((double)a_end[i] - a_at[i]);
-        if (grads[i] == 1 && RT_STEPS - last[i] >= 10) {
-            d.once++;
-            d.over += mv > 1.5 * ma;
-            if (mv > d.worst * ma) d.worst = ma > 0 ? mv / ma : INFINITY;
-        } else {
-            d.over_many += mv > 1.5 * ma + slack * 3e-3;
-            d.excess = fmax(d.excess, (mv - 1.5 * ma) / 3e-3);
-        }
-    }
-    return d;
-}
-
 /* The drift bound on the representation alone: the GPU AdamW run's embedding gradients again through the CUDA
  * fp32 AdamW (which must reproduce that run's embedding bit for bit: the same kernel on the same inputs), the
  * CUDA 8-bit kernel and the CPU 8-bit reference (one slice in rows of dim, as the optimizer cuts the
@@ -419,14 +397,8 @@ static void rt_replay(const RtRun *a) {
           "bytes and weights differ over %d steps)", state_diff, RT_STEPS);
     Q8Bound once, others;
     q8_bound_replay(&once, &others, a8, a32, last, grads, N, RT_STEPS, lr, a->beta1, a->beta2, 0.5);
-    RtDrift d = rt_drift(w8, at8, w32, at32, last, grads, N, 0.5);   /* the total movement, printed */
-    CHECK(once.n > 10000 && once.moved > once.n * 9 / 10, "rare tokens, replay: %zu elements of one gradient 10+ steps before the end, "
-          "%zu of them moved by fp32 AdamW's Adam steps after it (the measure ran)", once.n, once.moved);
-    CHECK(holes == 0, "rare tokens, replay on the GPU: no element has m != 0 with v decoding to 0 (%zu element-steps do)", holes);
-    CHECK(once.over == 0, "rare tokens, replay on the GPU: no element of one gradient moves after it by its Adam steps more than 1.5x "
-          "AdamW's + c K lr (<= %.3f lr): %zu do (worst %.3fx, 1.5x + %.4f lr)", once.slack, once.over, once.worst, once.excess);
-    CHECK(others.over == 0, "rare tokens, replay on the GPU: no other element moves after its last gradient by its Adam steps more than "
-          "1.5x AdamW's + 0.5 lr: %zu do (1.5x + %.2f lr)", others.over, others.excess);
+    Q8Total d = q8_total_drift(w8, at8, w32, at32, last, grads, N, RT_STEPS, 3e-3, 0.5);   /* the total movement, printed */
+    q8_replay_checks("rare tokens, replay on the GPU", &once, &others, holes);
     printf("rare tokens, replay of the GPU run's %d steps of embedding gradients: the %zu elements of one gradient moved after it by their "
            "Adam steps at most %.3fx AdamW's, 1.5x + %.4f lr (bound 1.5x + <= %.3f lr; %zu past 1.5x), the others at most 1.5x + %.2f lr; "
            "in total (weight decay included) the once elements at most %.3fx (%zu over 1.5x), the others 1.5x + %.2f lr; m != 0 with "
@@ -515,7 +487,7 @@ static void rare_token_case(void) {
     rt_replay(&a);
     size_t same_last = 0;
     for (size_t i = 0; i < a.n; i++) same_last += a.last[i] == q.last[i] && a.grads[i] == q.grads[i];
-    RtDrift d = rt_drift(q.end, q.at, a.end, a.at, a.last, a.grads, a.n, 2.0);
+    Q8Total d = q8_total_drift(q.end, q.at, a.end, a.at, a.last, a.grads, a.n, RT_STEPS, 3e-3, 2.0);
     CHECK(same_last == a.n, "rare tokens: each element's gradients are at the same steps in both GPU runs (%zu of %zu)", same_last, a.n);
     CHECK(q.holes == 0, "rare tokens, the GPU 8-bit run: no element has m != 0 with v decoding to 0 (%zu element-steps do)", q.holes);
     CHECK(q.rare_norm <= 1.1 * a.rare_norm, "rare tokens, the GPU 8-bit run: the rare rows' largest norm %.4f vs AdamW's %.4f", q.rare_norm,
