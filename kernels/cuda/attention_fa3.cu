@@ -220,7 +220,7 @@ typedef CUresult (*EncodeTiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, 
  * swizzle's width) x box_rows rows x 1 sequence, written into shared memory in the 128-byte swizzle; rows past T
  * arrive as zeros, and a box never reaches into the next sequence. The backward (attention_fa3_backward.cu) maps
  * qkv and dout with it too. */
-CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_rows) {
+static EncodeTiled encoder(void) {
     static EncodeTiled encode = NULL;
     if (!encode) {
         cudaDriverEntryPointQueryResult found;
@@ -228,6 +228,10 @@ CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_ro
         if (found != cudaDriverEntryPointSuccess || !encode)
             die("attention (fa3): the CUDA driver has no cuTensorMapEncodeTiled\n  hint: LLM3D_ATTENTION=wgmma runs the other Hopper kernels");
     }
+    return encode;
+}
+CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_rows) {
+    EncodeTiled encode = encoder();
     CUtensorMap tm;
     cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T_, (cuuint64_t)B};
     cuuint64_t strides[2] = {(cuuint64_t)cols * 2, (cuuint64_t)cols * 2 * T_};
@@ -236,6 +240,17 @@ CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_ro
                         dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) die("attention (fa3): cuTensorMapEncodeTiled failed (%d) for B=%d T=%d columns=%d", (int)r, B, T_, cols);
+    return tm;
+}
+/* the map over n fp32 values in a row (the backward's lse and Dsum, (B,NH,T) flat): boxes of 64, past n zeros */
+CUtensorMap fa3_rows_map(const float *base, size_t n) {
+    if (n >= (1ull << 31)) die("attention (fa3): %zu row statistics are past a tensor map's int coordinates", n);
+    CUtensorMap tm;
+    cuuint64_t dims[1] = {(cuuint64_t)n}, strides[1] = {0};
+    cuuint32_t box[1] = {64}, estride[1] = {1};
+    CUresult r = encoder()(&tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, (void *)base, dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) die("attention (fa3): cuTensorMapEncodeTiled failed (%d) for %zu row statistics", (int)r, n);
     return tm;
 }
 

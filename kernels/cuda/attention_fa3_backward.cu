@@ -9,8 +9,8 @@
  * each consumer warpgroup, and keeps their dK and dV in registers while the
  * producer warpgroup streams, for every query head of the group, the query
  * tiles at and after the block's keys (64 rows of Q and of dout a tile, by TMA,
- * into a ring of shared-memory stages; one of its warps copies the tile's lse
- * and Dsum beside them). A consumer computes S^T = K Q^T and dP^T = V dout^T,
+ * into a ring of shared-memory stages, the tile's lse and Dsum beside them by
+ * the same copy engine). A consumer computes S^T = K Q^T and dP^T = V dout^T,
  * P^T = exp(S^T scale - lse) and dS^T = P^T (dP^T - Dsum) scale on the
  * registers they came back in, and accumulates dV += P^T dout and dK += dS^T Q
  * with P^T and dS^T straight from those registers as A operands. dq (the sweep): the
@@ -126,8 +126,8 @@ __device__ __forceinline__ void fence_async_global() {
  * keys, by each consumer for HD/64 == 2 its column half, for HD 64 the consumer of the item's parity; producer warp
  * 2 adds the staged tile when the tile's counter says the key blocks before this one have. */
 template <typename T, int HD, int S, int NSTG> __global__ void __launch_bounds__(FB_THREADS, 1)
-fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const float *lse, const float *Dsum,
-               int T_, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn) {
+fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const __grid_constant__ CUtensorMap tl,
+               const __grid_constant__ CUtensorMap td, int T_, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn) {
 #if WG_ON
     WG_TILES;
     constexpr uint32_t KHALF = 2 * FB_BOX, KB = KHALF * (HD / 64), QB = FB_BOX * (HD / 64);
@@ -146,7 +146,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     if (threadIdx.x == 0) {
         mbar_init(barKV, 1);
         for (int st = 0; st < S; st++) {
-            mbar_init(barF + 8 * st, 1 + 32);   /* the copy's arrival (with its bytes) and warp 1's 32 */
+            mbar_init(barF + 8 * st, 1);   /* the copy's arrival, with its bytes */
             mbar_init(barE + 8 * st, 8);        /* one arrival a consumer warp */
         }
         if constexpr (DQ) {
@@ -163,7 +163,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     }
     __syncthreads();
     if (wg == 0) {   /* ---- the producer ---- */
-        regs_down<24>();
+        regs_down<32>();   /* (128 x 32 + 256 x 240 = the SM's 65,536) */
         if (threadIdx.x == 0) {
             mbar_expect_tx(barKV, 2 * KB);
 #pragma unroll
@@ -175,28 +175,18 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                 }
             for (int it = 0; it < items; it++) {
                 int h = kvh * G + it % G, q0 = (ntq - 1 - it / G) * 64, st = it % S;
-                uint32_t q = sQ0 + 2 * st * QB;
+                uint32_t q = sQ0 + 2 * st * QB, ld = smem_addr(LD + st * 128);
                 mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
-                mbar_expect_tx(barF + 8 * st, 2 * QB);
+                mbar_expect_tx(barF + 8 * st, 2 * QB + 2 * 64 * 4);
 #pragma unroll
                 for (int hf = 0; hf < HD / 64; hf++) {
                     tma_load3(q + hf * FB_BOX, &tq, h * HD + hf * 64, q0, b, barF + 8 * st);
                     tma_load3(q + QB + hf * FB_BOX, &tdo, h * HD + hf * 64, q0, b, barF + 8 * st);
                 }
-            }
-        } else if (threadIdx.x / 32 == 1) {   /* warp 1: each item's lse and Dsum beside its tiles */
-            int lane = threadIdx.x % 32;
-            for (int it = 0; it < items; it++) {
-                int h = kvh * G + it % G, q0 = (ntq - 1 - it / G) * 64, st = it % S;
-                mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
-                float *ld = LD + st * 128;
-                for (int e = lane; e < 64; e += 32) {
-                    int q = q0 + e;
-                    size_t at = ((size_t)b * NH + h) * T_ + q;
-                    ld[e] = q < T_ ? lse[at] : 0.0f;
-                    ld[64 + e] = q < T_ ? Dsum[at] : 0.0f;
-                }
-                mbar_arrive(barF + 8 * st);
+                /* the tile's lse and Dsum: rows past T are the next head's (finite, and masked) or zeros past the end */
+                int row = (b * NH + h) * T_ + q0;
+                tma_load1(ld, &tl, row, barF + 8 * st);
+                tma_load1(ld + 64 * 4, &td, row, barF + 8 * st);
             }
         } else if (DQ && threadIdx.x == 64) {   /* warp 2: each item's staged dQ into the accumulator, in key-block order */
             for (int it = 0; it < items; it++) {
@@ -477,6 +467,7 @@ static float *dq_accumulator(int B, int ntq, int NH, int HD, int **turn) {
 template <typename T, int HD, int S, int SF, int NSTG> static void backward(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum,
                                                           int B, int T_, int NH, int NKV, const FbRope &fr) {
     CUtensorMap tq = fa3_tensor_map(qkv, B, T_, (NH + 2 * NKV) * HD, 64), tdo = fa3_tensor_map(dout, B, T_, NH * HD, 64);
+    CUtensorMap tl = fa3_rows_map(lse, (size_t)B * NH * T_), td = fa3_rows_map(Dsum, (size_t)B * NH * T_);
     float scale = 1.0f / sqrtf((float)HD);
     size_t tile = (size_t)64 * HD * 2;   /* bytes of a 64-row tile */
     size_t smem_kv = 4 * tile + 2 * S * tile + (size_t)S * 128 * 4 + 8 * (1 + 2 * S);
@@ -488,8 +479,8 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
         raise_smem(fa3_dkv_kernel<T, HD, SF, NSTG>, smem_fused, &raised);
         int ntq = ceil_div(T_, 64), *turn;
         float *acc = dq_accumulator(B, ntq, NH, HD, &turn);
-        fa3_dkv_kernel<T, HD, SF, NSTG><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale,
-                                                                                           fr, acc, turn);
+        fa3_dkv_kernel<T, HD, SF, NSTG><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, tl, td, T_, NH, NKV, scale, fr,
+                                                                                           acc, turn);
         launchCheck();
         fa3_dq_store_kernel<T, HD><<<dim3(B * NH, ntq), 128, 0, cuda_stream>>>((T *)dqkv, acc, T_, NH, NKV, fr);
         launchCheck();
@@ -500,7 +491,7 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
     static size_t raised_kv = 0, raised_q = 0;
     raise_smem(fa3_dkv_kernel<T, HD, S, 0>, smem_kv, &raised_kv);
     raise_smem(fa3_dq_kernel<T, HD, S>, smem_q, &raised_q);
-    fa3_dkv_kernel<T, HD, S, 0><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr,
+    fa3_dkv_kernel<T, HD, S, 0><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, tl, td, T_, NH, NKV, scale, fr,
                                                                                     nullptr, nullptr);
     launchCheck();
     fa3_dq_kernel<T, HD, S><<<q_grid, FB_THREADS, smem_q, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr);
