@@ -14,6 +14,7 @@ source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 case ${PART:-1} in
 1)  OPS_FA3_ONLY=1 timeout 200 build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log")"
     grep -E '^FAIL|^     (dq|dk|dv|out) ' "$OUT/ops.log" | head -40 >>"$OUT/summary.log"
+    grep -q 'passed' "$OUT/ops.log" || { log "ops did not finish: the rest of PART=1 skipped"; exit 1; }
     for hd in 64 128; do timeout 120 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
     LLM3D_ATTENTION=fa3 timeout 100 build/gpu/test_cuda_model >/tmp/m.log 2>&1; log "model fa3 rc=$? $(grep -E '^[0-9]+ passed' /tmp/m.log)"
     OUT=$OUT bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck ${SECONDS}s: $(grep -c Error "$OUT/racecheck.log") distinct error lines" ;;
