@@ -238,9 +238,8 @@ static float *attention_dsum_buffer(int B, int T_, int NH) {
     static size_t cap = 0;
     return (float *)cuda_scratch(&buf, &cap, (size_t)B * NH * T_ * sizeof(float), "attention backward row sums");
 }
-/* Dsum (B,NH,T) = rowwise dout . out, in that buffer */
-static float *attention_dsum(const void *dout, const void *out, int B, int T_, int NH, int HD) {
-    float *Dsum = attention_dsum_buffer(B, T_, NH);
+/* Dsum (B,NH,T) = rowwise dout . out (B,T,NH*HD), into Dsum (the offset form's backward calls it with T = Tq) */
+extern "C" void attention_dsum_cuda(float *Dsum, const void *dout, const void *out, int B, int T_, int NH, int HD) {
     size_t blocks = ceil_div((size_t)B * T_ * NH, 16);   /* 16 rows a block of 128 */
     ACT_SWITCH(T, {
         if (packable(HD, sizeof(T), dout, out))
@@ -249,6 +248,11 @@ static float *attention_dsum(const void *dout, const void *out, int B, int T_, i
             attention_dsum_kernel<T, 1><<<blocks, 128, 0, cuda_stream>>>(Dsum, (const T *)dout, (const T *)out, B, T_, NH, HD);
     });
     launchCheck();
+}
+/* the same in the buffer above */
+static float *attention_dsum(const void *dout, const void *out, int B, int T_, int NH, int HD) {
+    float *Dsum = attention_dsum_buffer(B, T_, NH);
+    attention_dsum_cuda(Dsum, dout, out, B, T_, NH, HD);
     return Dsum;
 }
 

@@ -11,8 +11,10 @@
  * (each (key, KV head) row is one warp's: no atomics, deterministic). The dq
  * kernel writes the row sums D = dout . out for the dk|dv kernel.
  * bf16/fp16 at head_dim 64 with 16-byte aligned tensors go to the tensor-core
- * kernels of attention_mma.cu instead, and on Hopper the forward at head_dim 64
- * or 128 to attention_fa3.cu's kernel (LLM3D_ATTENTION=simple keeps these). */
+ * kernels of attention_mma.cu instead, and on Hopper, at head_dim 64 or 128, the
+ * forward to attention_fa3.cu's kernel and the backward to the sweep of
+ * attention_fa3_backward.cu (after attention.cu's Dsum pass), the whole
+ * sequence's kernels at an offset (LLM3D_ATTENTION=simple keeps these). */
 #include "common.cuh"
 #include <math.h>
 extern "C" {
@@ -187,6 +189,14 @@ extern "C" void attention_backward_at_cuda(void *dqkv, float *dkv, const void *d
     check_shape_at(Tq, q0, Tk, NH, NKV, HD);
     if (B * Tq == 0) return;
     float *Dsum = dsum_buffer(B, Tq, NH);
+    /* Hopper: the whole-sequence backward's sweep at an offset (its maps want 16-byte aligned tensors, lse's too; dkv
+     * takes 8-byte adds) */
+    if (cuda_attention_fa3_backward && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, dqkv, dout) &&
+        attention_fa3_supported(HD, qkv, kv) && attention_fa3_supported(HD, out, out) && ((uintptr_t)lse % 16 | (uintptr_t)dkv % 8) == 0) {
+        attention_dsum_cuda(Dsum, dout, out, B, Tq, NH, HD);
+        attention_backward_at_fa3(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, q0, Tk, NH, NKV, HD);
+        return;
+    }
     if (use_mma(HD, dqkv, dout, qkv, kv) && attention_mma_supported(HD, out, out, out)) {
         cuda_attention_at_mma_launches++;
         attention_backward_at_mma(dqkv, dkv, dout, qkv, kv, out, lse, Dsum, B, Tq, q0, Tk, NH, NKV);

@@ -1,7 +1,7 @@
 /* kernels/cuda/attention_fa3.cu — the causal GQA attention forward on Hopper in
  * FlashAttention-3's shape (LLM3D_ATTENTION=fa3): warp-specialized, TMA-fed,
  * two consumer warpgroups a block, head dims 64 and 128, bf16 and fp16. The
- * backward stays attention_wgmma_backward.cu's (HD = 64) or the readable one.
+ * backward in this style is attention_fa3_backward.cu's.
  *
  * The idea: a block owns 128 queries of one (sequence, head) and has three
  * warpgroups. The first is the producer: it gives most of its registers back
@@ -30,8 +30,8 @@
  *
  * Output goes from registers to global memory (4-byte stores, as the wgmma
  * forward). Not yet here (docs/performance.md's attention section says what was
- * measured): ping-pong between the two consumers, a persistent grid, a
- * TMA store of O, and the backward in this style. */
+ * measured): a persistent grid and a TMA store of O. The maps over rows
+ * (fa3_tensor_map, fa3_tensor_map_rows, fa3_rows_map) are the backward's too. */
 #include "attention_fa3.cuh"
 #include "attention_wgmma.cuh"
 #include <math.h>
@@ -248,7 +248,7 @@ static EncodeTiled encoder(void) {
     return encode;
 }
 /* the map over the first `rows` rows of each of B sequences of T_ rows (rows past `rows` arrive as zeros too) */
-static CUtensorMap map_rows(const void *base, int B, int T_, int rows, int cols, int box_rows) {
+CUtensorMap fa3_tensor_map_rows(const void *base, int B, int T_, int rows, int cols, int box_rows) {
     EncodeTiled encode = encoder();
     CUtensorMap tm;
     cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)rows, (cuuint64_t)B};
@@ -260,7 +260,7 @@ static CUtensorMap map_rows(const void *base, int B, int T_, int rows, int cols,
     if (r != CUDA_SUCCESS) die("attention (fa3): cuTensorMapEncodeTiled failed (%d) for B=%d T=%d columns=%d", (int)r, B, T_, cols);
     return tm;
 }
-CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_rows) { return map_rows(base, B, T_, T_, cols, box_rows); }
+CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_rows) { return fa3_tensor_map_rows(base, B, T_, T_, cols, box_rows); }
 /* the map over n fp32 values in a row (the backward's lse and Dsum, (B,NH,T) flat): boxes of 64, past n zeros */
 CUtensorMap fa3_rows_map(const float *base, size_t n) {
     if (n >= (1ull << 31)) die("attention (fa3): %zu row statistics are past a tensor map's int coordinates", n);
@@ -297,7 +297,7 @@ template <typename T, int HD, int S> static void launch(void *out, float *lse, c
     /* at an offset the map ends at the chunk's last key: the tiles past it arrive as zeros, as past a sequence's end
      * (kernels/attention.h: the keys after the chunk are never read, and may hold anything) */
     if (kv) Tk = qoff + Tq;
-    CUtensorMap tkv = kv ? map_rows(kv, B, Tk_all, Tk, 2 * NKV * HD, FA3_BN) : tq;
+    CUtensorMap tkv = kv ? fa3_tensor_map_rows(kv, B, Tk_all, Tk, 2 * NKV * HD, FA3_BN) : tq;
     int kcol = kv ? 0 : NH * HD;
     if (cuda_attention_fa3_pingpong) launch_as<T, HD, S, true>(tq, tkv, out, lse, B, Tq, qoff, Tk, NH, NKV, kcol);
     else launch_as<T, HD, S, false>(tq, tkv, out, lse, B, Tq, qoff, Tk, NH, NKV, kcol);

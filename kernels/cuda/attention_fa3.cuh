@@ -117,5 +117,8 @@ template <int N> __device__ __forceinline__ void regs_up() { WG_ASM("setmaxnreg.
 /* (host) the tensor map over a (B, T, cols) bf16/fp16 tensor in boxes of 64 columns x box_rows rows x 1 sequence,
  * 128-byte swizzled, rows past T zero-filled (attention_fa3.cu) */
 CUtensorMap fa3_tensor_map(const void *base, int B, int T, int cols, int box_rows);
+/* (host) the same over only the first `rows` rows of each sequence (rows past them arrive as zeros too): context
+ * parallelism's gathered k|v, read up to a chunk's last key and never after it */
+CUtensorMap fa3_tensor_map_rows(const void *base, int B, int T, int rows, int cols, int box_rows);
 /* (host) the map over n fp32 values in one row, in boxes of 64, zeros past n (the backward's lse and Dsum) */
 CUtensorMap fa3_rows_map(const float *base, size_t n);

@@ -34,6 +34,15 @@
  * tile instead of seven, for fp32 memory linear in T (B*NH*T*HD*4 bytes);
  * docs/performance.md has both measured.
  *
+ * Context parallelism's chunks (kernels/attention.h's offset form) run the
+ * sweep's two kernels, the whole sequence's arithmetic: queries at positions
+ * qoff.. (the masks compare positions), K/V from a second map over the
+ * gathered k|v that ends at the chunk's last key (later keys arrive as zeros:
+ * never read). A key block starts at the first query tile holding a query at
+ * or after its first key; tiles straddle key blocks anywhere and are masked
+ * where they must. dK/dV are added in fp32 into dkv (each element one
+ * thread's), dQ stored without RoPE; no dQ accumulator (cp keeps none).
+ *
  * Within a consumer, tile i's dV/dK (or dQ) products run while tile i+1's S and
  * dP are issued; the two consumers of a block fill each other's gaps. RoPE's
  * backward is folded into the epilogues (the contract of kernels/attention.h). */
@@ -97,6 +106,21 @@ template <typename T, int HD> __device__ __forceinline__ void fb_store(float d[H
         for (int nt = 0; nt < HD / 8; nt++) *reinterpret_cast<uint32_t *>(y[r] + nt * 8 + 2 * t) = pack2<T>(d[4 * nt + 2 * r], d[4 * nt + 2 * r + 1]);
     }
 }
+/* this thread's rows of a 64 x HD accumulator d added, in fp32, into the HD columns at row pointers y[2] (NULL: none;
+ * 8-byte aligned): a plain read-add-write, the element being this thread's alone */
+template <int HD> __device__ __forceinline__ void fb_add(const float d[HD / 2], float *const y[2]) {
+    int t = threadIdx.x % 4;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        if (!y[r]) continue;
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++) {
+            float2 *p = reinterpret_cast<float2 *>(y[r] + nt * 8 + 2 * t);
+            float2 a = *p;
+            *p = make_float2(a.x + d[4 * nt + 2 * r], a.y + d[4 * nt + 2 * r + 1]);
+        }
+    }
+}
 
 /* ---- dQ in the dk/dv kernel (DQ): each block adds its keys' part of every query tile's dQ into an fp32 accumulator,
  * the key blocks of a tile one after another in key order (a counter per tile says whose turn it is), so the sum is
@@ -117,9 +141,17 @@ __device__ __forceinline__ void fence_async_global() {
     WG_ASM("fence.proxy.async.global;\n" ::: "memory");
 }
 
-/* dk, dv parts of dqkv (B,T,(NH+2*NKV)*HD) for 128 keys of one (b, kv head): grid (B*NKV, key blocks), the longest
- * (the first keys) first. tq maps qkv, tdo dout (B,T,NH*HD), both in 64-row boxes. Items run the query tiles from the
- * last down, the group's heads within each, so every key block of a (b, kv head) meets a tile at the same step.
+/* dk, dv of 128 keys of one (b, kv head), summed over the group's query heads: grid (B*NKV, key blocks), the longest
+ * (the first keys) first. tq maps the Tq query rows of qkv (B,Tq,(NH+2*NKV)*HD), tdo dout (B,Tq,NH*HD), tkv the keys
+ * (K of KV head g at column kcol + g*HD, V at kcol + (NKV+g)*HD), all in 64-row boxes; lse, Dsum (B,NH,Tq) by tl, td.
+ * Queries sit at positions qoff .. qoff+Tq-1 and keys 0 .. qoff+Tq-1 are read (masks at positions). The whole
+ * sequence: tkv = tq, kcol = NH*HD, qoff = 0, Tk = Tq, dkv NULL: dK (rotated back through RoPE when fr.on) and dV
+ * stored into dqkv's k and v parts. A chunk at an offset (kernels/attention.h's offset form, NSTG = 0 only): tkv over
+ * kv (B,Tk,2*NKV*HD) ending at the chunk's last key, kcol = 0, and the fp32 sums ADDED into dkv (B,Tk,2*NKV*HD),
+ * each (key, KV head) element this block's alone. (The offset form's arguments come last: placed before the others
+ * they cost the NSTG = 2 variant spills.) Items run the query tiles from the last down to the first holding a query
+ * at or after the block's first key, the group's heads within each, so every key block of a (b, kv head) meets a
+ * tile at the same step.
  * Shared: K, V (128 rows each), stages 0..S-1 of (Q tile, dout tile), with DQ (NSTG > 0) two dS^T tiles (128 keys x
  * 64 queries) and NSTG staged dQ tiles, then [stage][lse, Dsum][64] floats, then the barriers.
  * DQ: dq_acc (B,NH,ntq tiles) of FB_DQ_TILE bytes and turn (B,NH,ntq) zeroed ints; dQ = dS K over this block's 128
@@ -127,7 +159,8 @@ __device__ __forceinline__ void fence_async_global() {
  * 2 adds the staged tile when the tile's counter says the key blocks before this one have. */
 template <typename T, int HD, int S, int NSTG> __global__ void __launch_bounds__(FB_THREADS, 1)
 fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const __grid_constant__ CUtensorMap tl,
-               const __grid_constant__ CUtensorMap td, int T_, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn) {
+               const __grid_constant__ CUtensorMap td, int Tq, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn,
+               const __grid_constant__ CUtensorMap tkv, float *dkv, int qoff, int Tk, int kcol) {
 #if WG_ON
     WG_TILES;
     constexpr uint32_t KHALF = 2 * FB_BOX, KB = KHALF * (HD / 64), QB = FB_BOX * (HD / 64);
@@ -135,13 +168,16 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     constexpr int NS = DQ ? NSTG : 1;   /* (a divisor in code DQ leaves out) */
     constexpr uint32_t DSB = DQ ? 2 * 16384 : 0, STGB = DQ ? NSTG * FB_DQ_TILE(HD) : 0;
     constexpr int JOBW = 4 * (HD / 64);   /* the warps that compute one item's dQ */
+    if constexpr (DQ) { qoff = 0; kcol = NH * HD; }   /* (DQ: the whole sequence only) */
+    const CUtensorMap *mkv = DQ ? &tq : &tkv;
     uint32_t sK = tiles_base(smraw), sV = sK + KB, sQ0 = sV + KB;   /* stage st: Q at sQ0 + 2*st*QB, dout after it */
     uint32_t sDS = sQ0 + 2 * S * QB, sSTG = sDS + DSB;              /* (DQ) dS^T tile p at sDS + p*16384; staged dQ after */
     float *LD = reinterpret_cast<float *>(smraw + 2 * KB + 2 * S * QB + DSB + STGB);
     uint32_t barKV = smem_addr(LD + S * 128), barF = barKV + 8, barE = barF + 8 * S;   /* + 8 * stage */
     uint32_t barDF = barE + 8 * S, barDE = barDF + 16, barQF = barDE + 16, barQE = barQF + 8 * NS;   /* (DQ) + 8 * p or staging */
-    int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV, kb = blockIdx.y, k0 = kb * 128;
-    int ntq = (T_ + 63) / 64, qt0 = k0 / 64, nq = ntq - qt0, items = G * nq;   /* item it: query tile ntq-1 - it/G, head kvh*G + it%G */
+    int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV, G = NH / NKV, kb = blockIdx.y, k0 = kb * 128, Te = qoff + Tq;   /* keys < Te */
+    /* local query tiles qt0 .. ntq-1: the first holds the first query at or after key k0 (at an offset, not aligned with it) */
+    int ntq = (Tq + 63) / 64, qt0 = max(k0 - qoff, 0) / 64, nq = ntq - qt0, items = G * nq;   /* item it: query tile ntq-1 - it/G, head kvh*G + it%G */
     int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         mbar_init(barKV, 1);
@@ -170,8 +206,8 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
             for (int hf = 0; hf < HD / 64; hf++)
 #pragma unroll
                 for (int rb = 0; rb < 2; rb++) {
-                    tma_load3(sK + hf * KHALF + rb * FB_BOX, &tq, (NH + kvh) * HD + hf * 64, k0 + 64 * rb, b, barKV);
-                    tma_load3(sV + hf * KHALF + rb * FB_BOX, &tq, (NH + NKV + kvh) * HD + hf * 64, k0 + 64 * rb, b, barKV);
+                    tma_load3(sK + hf * KHALF + rb * FB_BOX, mkv, kcol + kvh * HD + hf * 64, k0 + 64 * rb, b, barKV);
+                    tma_load3(sV + hf * KHALF + rb * FB_BOX, mkv, kcol + (NKV + kvh) * HD + hf * 64, k0 + 64 * rb, b, barKV);
                 }
             for (int it = 0; it < items; it++) {
                 int h = kvh * G + it % G, q0 = (ntq - 1 - it / G) * 64, st = it % S;
@@ -183,8 +219,8 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                     tma_load3(q + hf * FB_BOX, &tq, h * HD + hf * 64, q0, b, barF + 8 * st);
                     tma_load3(q + QB + hf * FB_BOX, &tdo, h * HD + hf * 64, q0, b, barF + 8 * st);
                 }
-                /* the tile's lse and Dsum: rows past T are the next head's (finite, and masked) or zeros past the end */
-                int row = (b * NH + h) * T_ + q0;
+                /* the tile's lse and Dsum: rows past Tq are the next head's (finite, and masked) or zeros past the end */
+                int row = (b * NH + h) * Tq + q0;
                 tma_load1(ld, &tl, row, barF + 8 * st);
                 tma_load1(ld + 64 * 4, &td, row, barF + 8 * st);
             }
@@ -237,8 +273,8 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     mbar_wait(barKV, 0);
     for (int it = 0; it < items; it++) {
         /* every item runs the same products (no branch around a wgmma): a tile wholly before our keys (the first of
-         * each head for the second consumer) is masked to nothing */
-        int q0 = (ntq - 1 - it / G) * 64, st = it % S;
+         * each head for the second consumer) is masked to nothing. q0: the tile's first row, g0 its position */
+        int q0 = (ntq - 1 - it / G) * 64, g0 = qoff + q0, st = it % S;
         uint32_t q = sQ0 + 2 * st * QB;
         mbar_wait(barF + 8 * st, (it / S) & 1);
         wg_fence();
@@ -259,7 +295,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         __syncwarp();   /* (every lane's reads of the stage's lse and Dsum are before the warp's arrival) */
         if (it && tid % 32 == 0) mbar_arrive(barE + 8 * ((it - 1) % S));   /* this warp is done with the previous stage */
         const float *L = LD + st * 128;
-        probs_and_grads<T, true>(s, dp, pa, da, L, L + 64, kc, q0, T_, sl2, scale, q0 < kc + 64 || q0 + 64 > T_);
+        probs_and_grads<T, true>(s, dp, pa, da, L, L + 64, kc, g0, Te, sl2, scale, g0 < kc + 64 || g0 + 64 > Te);
         wg_fence();
         fb_regs_times<T, HD>(dv, pa, q + QB, FB_BOX);   /* dV += P^T dout */
         fb_regs_times<T, HD>(dk, da, q, FB_BOX);        /* dK += dS^T Q, both running while the next item's S^T, dP^T are issued */
@@ -298,12 +334,24 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         wg_keep(dq);
         if (pend >= 0) stage_dq();
     }
+    int pos[2] = {kc + w * 16 + g, kc + w * 16 + g + 8};   /* keys past Te (zeros from the map) are not stored */
+    if (!DQ && dkv) {   /* the offset form: fp32 sums added into dkv's rows b*Tk + key, no RoPE */
+        size_t KVW = (size_t)2 * NKV * HD;
+        float *yk[2], *yv[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            yk[r] = pos[r] < Te ? dkv + ((size_t)b * Tk + pos[r]) * KVW + kvh * HD : nullptr;
+            yv[r] = yk[r] ? yk[r] + (size_t)NKV * HD : nullptr;
+        }
+        fb_add<HD>(dv, yv);
+        fb_add<HD>(dk, yk);
+        return;
+    }
     size_t QKV = (size_t)(NH + 2 * NKV) * HD;
-    int pos[2] = {kc + w * 16 + g, kc + w * 16 + g + 8};
     T *yk[2], *yv[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        yk[r] = pos[r] < T_ ? dqkv + ((size_t)b * T_ + pos[r]) * QKV + (NH + kvh) * HD : nullptr;
+    for (int r = 0; r < 2; r++) {   /* (the whole sequence: positions are rows, Tq = T) */
+        yk[r] = pos[r] < Te ? dqkv + ((size_t)b * Tq + pos[r]) * QKV + (NH + kvh) * HD : nullptr;
         yv[r] = yk[r] ? yk[r] + (size_t)NKV * HD : nullptr;
     }
     fb_store<T, HD>(dv, pos, yv, nullptr);
@@ -342,19 +390,22 @@ template <typename T, int HD> __global__ void __launch_bounds__(128) fa3_dq_stor
     }
 }
 
-/* dq part of dqkv for 128 queries of one (b, head): grid (B*NH, query blocks), the longest (the last queries) first.
- * Shared: Q, dout (128 rows each), then stages 0..S-1 of (K tile, V tile) of 64 keys, then the barriers. */
+/* dq part of dqkv (B,Tq,(NH+2*NKV)*HD) for 128 queries of one (b, head): grid (B*NH, query blocks), the longest (the
+ * last queries) first. The queries (rows of tq, tdo) sit at positions qoff.., the keys come from tkv at column kcol
+ * (fa3_dkv_kernel's maps); lse, Dsum (B,NH,Tq). The whole sequence: qoff = 0, tkv = tq, kcol = NH*HD, dQ rotated back
+ * through RoPE when fr.on; at an offset fr is off. Shared: Q, dout (128 rows each), then stages 0..S-1 of (K tile,
+ * V tile) of 64 keys, then the barriers. */
 template <typename T, int HD, int S> __global__ void __launch_bounds__(FB_THREADS, 1)
 fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const float *lse, const float *Dsum,
-              int T_, int NH, int NKV, float scale, const FbRope fr) {
+              int Tq, int NH, int NKV, float scale, const FbRope fr, const __grid_constant__ CUtensorMap tkv, int qoff, int kcol) {
 #if WG_ON
     WG_TILES;
     constexpr uint32_t QHALF = 2 * FB_BOX, QB = QHALF * (HD / 64), KB = FB_BOX * (HD / 64);
     uint32_t sQ = tiles_base(smraw), sDO = sQ + QB, sKV0 = sDO + QB;   /* stage st: K at sKV0 + 2*st*KB, V after it */
     uint32_t barQ = sKV0 + 2 * S * KB, barF = barQ + 8, barE = barF + 8 * S;
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * 128, nkt = (T_ + 63) / 64;
-    int nk = min(q0 / 64 + 2, nkt);   /* key tiles 0..nk-1, walked from the last (the diagonal) down */
+    int q0 = (gridDim.y - 1 - blockIdx.y) * 128, Te = qoff + Tq;   /* the block's first row; positions end at Te */
+    int nk = (qoff + min(q0 + 128, Tq) - 1) / 64 + 1;   /* key tiles 0..nk-1 (the last holds the block's last query's own key), walked down */
     int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         mbar_init(barQ, 1);
@@ -383,23 +434,23 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
                 mbar_expect_tx(barF + 8 * st, 2 * KB);
 #pragma unroll
                 for (int hf = 0; hf < HD / 64; hf++) {
-                    tma_load3(k + hf * FB_BOX, &tq, (NH + kvh) * HD + hf * 64, 64 * j, b, barF + 8 * st);
-                    tma_load3(k + KB + hf * FB_BOX, &tq, (NH + NKV + kvh) * HD + hf * 64, 64 * j, b, barF + 8 * st);
+                    tma_load3(k + hf * FB_BOX, &tkv, kcol + kvh * HD + hf * 64, 64 * j, b, barF + 8 * st);
+                    tma_load3(k + KB + hf * FB_BOX, &tkv, kcol + (NKV + kvh) * HD + hf * 64, 64 * j, b, barF + 8 * st);
                 }
             }
         }
         return;
     }
-    /* ---- the consumers: warpgroup c owns queries qc .. qc+63 ---- */
+    /* ---- the consumers: warpgroup c owns the queries at positions qc .. qc+63 ---- */
     regs_up<240>();
-    int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, qc = q0 + 64 * c;
-    int pos[2] = {qc + w * 16 + g, qc + w * 16 + g + 8};
+    int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, qc = qoff + q0 + 64 * c;
+    int pos[2] = {qc + w * 16 + g, qc + w * 16 + g + 8}, lr[2] = {pos[0] - qoff, pos[1] - qoff};   /* positions, rows */
     float L[2], D[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        size_t at = ((size_t)b * NH + h) * T_ + pos[r];
-        L[r] = pos[r] < T_ ? lse[at] * LOG2E : 0.0f;
-        D[r] = pos[r] < T_ ? Dsum[at] : 0.0f;
+    for (int r = 0; r < 2; r++) {   /* (a row past Tq: Q and dout are zeros from the map, so its dS is 0) */
+        size_t at = ((size_t)b * NH + h) * Tq + lr[r];
+        L[r] = lr[r] < Tq ? lse[at] * LOG2E : 0.0f;
+        D[r] = lr[r] < Tq ? Dsum[at] : 0.0f;
     }
     uint32_t qa = sQ + c * FB_BOX, oa = sDO + c * FB_BOX;
     float sl2 = scale * LOG2E, s[32], dp[32], dq[HD / 2];
@@ -409,7 +460,8 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
     wg_keep(dq);
     mbar_wait(barQ, 0);
     for (int it = 0; it < nk; it++) {
-        /* every tile runs the same products: one wholly after our queries (the last for the first consumer) is masked */
+        /* every tile runs the same products: one wholly after our queries (the last for the first consumer) is masked;
+         * at an offset a tile can straddle our queries anywhere, and is masked where it holds a key after qc */
         int j = nk - 1 - it, st = it % S;
         uint32_t k = sKV0 + 2 * st * KB;
         mbar_wait(barF + 8 * st, (it / S) & 1);
@@ -424,7 +476,7 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
         wg_keep(da);
         __syncwarp();
         if (it && tid % 32 == 0) mbar_arrive(barE + 8 * ((it - 1) % S));
-        probs_and_grads<T, false>(s, dp, nullptr, da, L, D, qc, 64 * j, T_, sl2, scale, 64 * j + 63 > qc);
+        probs_and_grads<T, false>(s, dp, nullptr, da, L, D, qc, 64 * j, Te, sl2, scale, 64 * j + 63 > qc);
         wg_fence();
         fb_regs_times<T, HD>(dq, da, k, FB_BOX);   /* dQ += dS K, running while the next tile's S, dP are issued */
         wg_commit();
@@ -434,7 +486,7 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
     size_t QKV = (size_t)(NH + 2 * NKV) * HD;
     T *y[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) y[r] = pos[r] < T_ ? dqkv + ((size_t)b * T_ + pos[r]) * QKV + h * HD : nullptr;
+    for (int r = 0; r < 2; r++) y[r] = lr[r] < Tq ? dqkv + ((size_t)b * Tq + lr[r]) * QKV + h * HD : nullptr;
     fb_store<T, HD>(dq, pos, y, fr.on ? &fr : nullptr);
 #endif
 }
@@ -463,24 +515,32 @@ static float *dq_accumulator(int B, int ntq, int NH, int HD, int **turn) {
     return (float *)base;
 }
 
-/* S: the sweep's stages (both of its kernels); SF, NSTG: the accumulating dk/dv kernel's Q/dout stages and staged dQ tiles */
-template <typename T, int HD, int S, int SF, int NSTG> static void backward(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum,
-                                                          int B, int T_, int NH, int NKV, const FbRope &fr) {
-    CUtensorMap tq = fa3_tensor_map(qkv, B, T_, (NH + 2 * NKV) * HD, 64), tdo = fa3_tensor_map(dout, B, T_, NH * HD, 64);
-    CUtensorMap tl = fa3_rows_map(lse, (size_t)B * NH * T_), td = fa3_rows_map(Dsum, (size_t)B * NH * T_);
+/* S: the sweep's stages (both of its kernels); SF, NSTG: the accumulating dk/dv kernel's Q/dout stages and staged dQ
+ * tiles. kv NULL: the whole sequence (Tq = Tk = T, qoff 0), K and V from qkv; else the chunk of Tq queries at qoff
+ * against kv's keys (Tk rows a sequence, dkv added to), always by the sweep */
+template <typename T, int HD, int S, int SF, int NSTG> static void backward(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv,
+                                                                           const float *lse, const float *Dsum, int B, int Tq, int qoff, int Tk,
+                                                                           int NH, int NKV, const FbRope &fr) {
+    int T_ = Tq, Te = qoff + Tq;   /* (T_: the whole sequence's length, where kv is NULL) */
+    CUtensorMap tq = fa3_tensor_map(qkv, B, Tq, (NH + 2 * NKV) * HD, 64), tdo = fa3_tensor_map(dout, B, Tq, NH * HD, 64);
+    CUtensorMap tl = fa3_rows_map(lse, (size_t)B * NH * Tq), td = fa3_rows_map(Dsum, (size_t)B * NH * Tq);
+    /* at an offset the keys' map ends at the chunk's last key: the rows after it arrive as zeros and are never read
+     * (kernels/attention.h: they may hold anything) */
+    CUtensorMap tkv = kv ? fa3_tensor_map_rows(kv, B, Tk, Te, 2 * NKV * HD, 64) : tq;
+    int kcol = kv ? 0 : NH * HD;
     float scale = 1.0f / sqrtf((float)HD);
     size_t tile = (size_t)64 * HD * 2;   /* bytes of a 64-row tile */
     size_t smem_kv = 4 * tile + 2 * S * tile + (size_t)S * 128 * 4 + 8 * (1 + 2 * S);
     size_t smem_fused = 4 * tile + 2 * SF * tile + (size_t)SF * 128 * 4 + 8 * (1 + 2 * SF) + 2 * 16384 + NSTG * FB_DQ_TILE(HD) + 8 * (4 + 2 * NSTG);
     size_t smem_q = 4 * tile + 2 * S * tile + 8 * (1 + 2 * S);
-    dim3 kv_grid(B * NKV, ceil_div(T_, 128)), q_grid(B * NH, ceil_div(T_, 128));
-    if (cuda_attention_fa3_dq == 1 || (cuda_attention_fa3_dq == 0 && attention_dq_accumulates(T_, HD))) {
+    dim3 kv_grid(B * NKV, ceil_div(Te, 128)), q_grid(B * NH, ceil_div(Tq, 128));
+    if (!kv && (cuda_attention_fa3_dq == 1 || (cuda_attention_fa3_dq == 0 && attention_dq_accumulates(T_, HD)))) {
         static size_t raised = 0;
         raise_smem(fa3_dkv_kernel<T, HD, SF, NSTG>, smem_fused, &raised);
         int ntq = ceil_div(T_, 64), *turn;
         float *acc = dq_accumulator(B, ntq, NH, HD, &turn);
         fa3_dkv_kernel<T, HD, SF, NSTG><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, tl, td, T_, NH, NKV, scale, fr,
-                                                                                           acc, turn);
+                                                                                           acc, turn, tq, nullptr, 0, T_, NH * HD);
         launchCheck();
         fa3_dq_store_kernel<T, HD><<<dim3(B * NH, ntq), 128, 0, cuda_stream>>>((T *)dqkv, acc, T_, NH, NKV, fr);
         launchCheck();
@@ -491,29 +551,40 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
     static size_t raised_kv = 0, raised_q = 0;
     raise_smem(fa3_dkv_kernel<T, HD, S, 0>, smem_kv, &raised_kv);
     raise_smem(fa3_dq_kernel<T, HD, S>, smem_q, &raised_q);
-    fa3_dkv_kernel<T, HD, S, 0><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, tl, td, T_, NH, NKV, scale, fr,
-                                                                                    nullptr, nullptr);
+    fa3_dkv_kernel<T, HD, S, 0><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, tl, td, Tq, NH, NKV, scale, fr,
+                                                                                    nullptr, nullptr, tkv, dkv, qoff, Tk, kcol);
     launchCheck();
-    fa3_dq_kernel<T, HD, S><<<q_grid, FB_THREADS, smem_q, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr);
+    fa3_dq_kernel<T, HD, S><<<q_grid, FB_THREADS, smem_q, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, Tq, NH, NKV, scale, fr, tkv, qoff, kcol);
     launchCheck();
     cuda_attention_fa3_backward_launches++;
+}
+
+template <typename T> static void backward_as(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const float *lse,
+                                              const float *Dsum, int B, int Tq, int qoff, int Tk, int NH, int NKV, int HD, const FbRope &fr) {
+    if (HD == 64) backward<T, 64, 4, 4, 2>(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, qoff, Tk, NH, NKV, fr);
+    else if (cuda_attention_fa3_dq_stages128 == 2) backward<T, 128, 3, 2, 2>(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, qoff, Tk, NH, NKV, fr);
+    else backward<T, 128, 3, 3, 1>(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, qoff, Tk, NH, NKV, fr);
+}
+static void backward_any(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const float *lse, const float *Dsum,
+                         int B, int Tq, int qoff, int Tk, int NH, int NKV, int HD, float rope_theta) {
+    if (B <= 0 || Tq <= 0) return;
+    FbRope fr;
+    fr.on = rope_theta > 0;
+    for (int i = 0; i < 64; i++) fr.f[i] = fr.on && i < HD / 2 ? rope_inv_freq(rope_theta, i, HD) : 0.0f;
+    if (cuda_act == DTYPE_BF16) backward_as<__nv_bfloat16>(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, qoff, Tk, NH, NKV, HD, fr);
+    else backward_as<__half>(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, qoff, Tk, NH, NKV, HD, fr);
 }
 
 /* attention_backward_cuda's contract after the Dsum pass, where attention_fa3_supported() holds for dqkv, qkv, dout
  * and out, on an sm_90a GPU; dq and dk leave rotated back through RoPE when rope_theta > 0 */
 extern "C" void attention_backward_fa3(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B, int T_,
                                        int NH, int NKV, int HD, float rope_theta) {
-    if (B <= 0 || T_ <= 0) return;
-    FbRope fr;
-    fr.on = rope_theta > 0;
-    for (int i = 0; i < 64; i++) fr.f[i] = fr.on && i < HD / 2 ? rope_inv_freq(rope_theta, i, HD) : 0.0f;
-    if (cuda_act == DTYPE_BF16) {
-        if (HD == 64) backward<__nv_bfloat16, 64, 4, 4, 2>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
-        else if (cuda_attention_fa3_dq_stages128 == 2) backward<__nv_bfloat16, 128, 3, 2, 2>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
-        else backward<__nv_bfloat16, 128, 3, 3, 1>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
-    } else {
-        if (HD == 64) backward<__half, 64, 4, 4, 2>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
-        else if (cuda_attention_fa3_dq_stages128 == 2) backward<__half, 128, 3, 2, 2>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
-        else backward<__half, 128, 3, 3, 1>(dqkv, dout, qkv, lse, Dsum, B, T_, NH, NKV, fr);
-    }
+    backward_any(dqkv, nullptr, dout, qkv, nullptr, lse, Dsum, B, T_, 0, T_, NH, NKV, HD, rope_theta);
+}
+/* attention_backward_at_cuda's contract (context parallelism's chunks) after the Dsum pass (Dsum (B,NH,Tq)), where
+ * attention_fa3_supported() holds for dqkv, dout, qkv, kv and out and dkv is 8-byte aligned: dq into dqkv's q part
+ * and the fp32 dK|dV of keys 0 .. q0+Tq-1 added into dkv, no RoPE; the sweep's two kernels */
+extern "C" void attention_backward_at_fa3(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const float *lse,
+                                          const float *Dsum, int B, int Tq, int q0, int Tk, int NH, int NKV, int HD) {
+    backward_any(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, q0, Tk, NH, NKV, HD, 0.0f);
 }

@@ -3,14 +3,15 @@
  * offset against the packed k|v of the whole sequence, forward (out, lse) and backward (dq; dk|dv ADDED into fp32 dkv
  * that starts from random values on both sides). Head dims 8 and 40 run the readable kernels of attention_at.cu; 64
  * in bf16/fp16 the tensor-core kernels of attention_mma.cu, which are also compared with the readable ones
- * (LLM3D_ATTENTION=simple's switch) so the path that ran is the one named; on Hopper the forward at head dims 64 and
- * 128 is attention_fa3.cu's kernel ("fa3": launches counted), whose query tiles then straddle key tiles. Keys after a chunk's end are NaN: a kernel
- * that reads one fails. Run on a GPU machine: tests/gpu/run.sh. */
+ * (LLM3D_ATTENTION=simple's switch) so the path that ran is the one named; on Hopper at head dims 64 and 128 ("fa3")
+ * the forward is attention_fa3.cu's kernel and the backward attention_fa3_backward.cu's sweep (launches counted, the
+ * mma.sync kernels' not), whose query tiles then straddle key tiles. Keys after a chunk's end are NaN: a kernel that
+ * reads one fails. Run on a GPU machine: tests/gpu/run.sh. */
 #include "ops_check.h"
 #include "../../kernels/cuda/cuda_extras.h"
 
 /* one chunk j of n of (B, n*C) sequences; path: "simple" forces the readable kernels, "mma" the tensor-core ones, "fa3"
- * the Hopper forward (and the backward "mma"'s at HD 64, the readable one else) */
+ * the Hopper forward and backward */
 static void test_chunk(const char *path, int B, int n, int C, int j, int NH, int NKV, int HD) {
     char shape[128];
     int T = n * C, q0 = j * C, QKV = (NH + 2 * NKV) * HD, KVW = 2 * NKV * HD;
@@ -29,18 +30,22 @@ static void test_chunk(const char *path, int B, int n, int C, int j, int NH, int
     poison(gout, no * dtype_size(act));
     poison(glse, nl * 4);
     poison(gdq, nq * dtype_size(act));
-    int was = cuda_attention_simple, was_fa3 = cuda_attention_fa3, fa3 = !strcmp(path, "fa3");
-    long launches = cuda_attention_at_mma_launches, fa3_launches = cuda_attention_fa3_launches;
+    int was = cuda_attention_simple, was_fa3 = cuda_attention_fa3, was_fa3b = cuda_attention_fa3_backward, fa3 = !strcmp(path, "fa3");
+    long launches = cuda_attention_at_mma_launches, fa3_launches = cuda_attention_fa3_launches, fa3b_launches = cuda_attention_fa3_backward_launches;
     cuda_attention_simple = !strcmp(path, "simple");
     cuda_attention_fa3 = fa3;
+    cuda_attention_fa3_backward = fa3;   /* (Hopper's default is on: "mma" must turn it off) */
     gpu->attention_forward_at(gout, glse, gqkv, gkv, B, C, q0, T, NH, NKV, HD);
     gpu->attention_backward_at(gdq, gdkv, gdy, gqkv, gkv, gout_cpu, glse_cpu, B, C, q0, T, NH, NKV, HD);
     cuda_attention_simple = was;
     cuda_attention_fa3 = was_fa3;
-    int took = (int)(cuda_attention_at_mma_launches - launches), wanted = !strcmp(path, "mma") ? 2 : fa3 && HD == 64 ? 1 : 0;
+    cuda_attention_fa3_backward = was_fa3b;
+    int took = (int)(cuda_attention_at_mma_launches - launches), wanted = !strcmp(path, "mma") ? 2 : 0;
     CHECK(took == wanted, "%s attention_at %s %s: the tensor-core kernels ran %d of 2 calls (want %d)", dtype_name(act), path, shape, took, wanted);
     took = (int)(cuda_attention_fa3_launches - fa3_launches);
     CHECK(took == fa3, "%s attention_at %s %s: the fa3 forward ran %d times (want %d)", dtype_name(act), path, shape, took, fa3);
+    took = (int)(cuda_attention_fa3_backward_launches - fa3b_launches);
+    CHECK(took == fa3, "%s attention_at %s %s: the fa3 backward ran %d times (want %d)", dtype_name(act), path, shape, took, fa3);
     float *h = mallocCheck((nq > nkv ? nq : nkv) * 4), *want = mallocCheck(nq * 4);
     double tol = act == DTYPE_FP32 ? 1e-5 : tol_act;
     char name[64];
