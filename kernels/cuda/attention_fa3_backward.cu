@@ -199,7 +199,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     }
     __syncthreads();
     if (wg == 0) {   /* ---- the producer ---- */
-        regs_down<32>();   /* (128 x 32 + 256 x 240 = the SM's 65,536) */
+        regs_down<24>();   /* (128 x 24 + 256 x 240 = 384 x 168, what the launch holds: setmaxnreg.inc takes only what .dec gave back, so at 32 the consumers wait for ever) */
         if (threadIdx.x == 0) {
             mbar_expect_tx(barKV, 2 * KB);
 #pragma unroll
