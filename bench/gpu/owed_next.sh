@@ -14,7 +14,13 @@
 #   run: PART=1 bench/gpu/owed_next.sh
 source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 case ${PART:-1} in
-1)  OPS_FA3_ONLY=1 timeout 200 stdbuf -oL build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log")"
+1)  # a backward that hangs shows in seconds at T = 300; with ALT (a folder of kernel files, carried) set, it swaps those in
+    probe() { for hd in 64 128; do LLM3D_ATTENTION=fa3 timeout 25 build/gpu/bench_attention $hd 300 >/dev/null 2>&1 || return 1; done; }
+    if ! probe; then log "the fa3 backward hangs or fails at T = 300 (${SECONDS}s)"
+        [ -n "${ALT:-}" ] || exit 1
+        cp "$ALT"/* kernels/cuda/ && make -j16 gpu >/tmp/b2.log 2>&1 && probe || { log "and so does $ALT's"; exit 1; }
+        log "$ALT's kernels swapped in: $(ls "$ALT" | tr '\n' ' ')(${SECONDS}s)"; fi
+    OPS_FA3_ONLY=1 timeout 150 stdbuf -oL build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log")"
     grep -E '^FAIL|^     (dq|dk|dv|out) ' "$OUT/ops.log" | head -40 >>"$OUT/summary.log"
     grep -q 'passed' "$OUT/ops.log" || { log "ops did not finish: the rest of PART=1 skipped"; exit 1; }
     timeout 60 stdbuf -oL build/gpu/test_cuda_attention_at >"$OUT/at.log" 2>&1; log "attention_at rc=$? $(tail -1 "$OUT/at.log")"
