@@ -31,7 +31,7 @@
  * Output goes from registers to global memory (4-byte stores, as the wgmma
  * forward). Not yet here (docs/performance.md's attention section says what was
  * measured): a persistent grid and a TMA store of O. The maps over rows
- * (fa3_tensor_map, fa3_tensor_map_rows, fa3_rows_map) are the backward's too. */
+ * (fa3_tensor_map, fa3_tensor_map_rows) are the backward's too. */
 #include "attention_fa3.cuh"
 #include "attention_wgmma.cuh"
 #include <math.h>
@@ -261,18 +261,6 @@ CUtensorMap fa3_tensor_map_rows(const void *base, int B, int T_, int rows, int c
     return tm;
 }
 CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_rows) { return fa3_tensor_map_rows(base, B, T_, T_, cols, box_rows); }
-/* the map over n fp32 values in a row (the backward's lse and Dsum, (B,NH,T) flat): boxes of 64, past n zeros */
-CUtensorMap fa3_rows_map(const float *base, size_t n) {
-    if (n >= (1ull << 31)) die("attention (fa3): %zu row statistics are past a tensor map's int coordinates", n);
-    CUtensorMap tm;
-    cuuint64_t dims[1] = {(cuuint64_t)n}, strides[1] = {0};
-    cuuint32_t box[1] = {64}, estride[1] = {1};
-    CUresult r = encoder()(&tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, (void *)base, dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS) die("attention (fa3): cuTensorMapEncodeTiled failed (%d) for %zu row statistics", (int)r, n);
-    return tm;
-}
-
 long cuda_attention_fa3_launches = 0;
 
 int cuda_attention_fa3_pingpong = 1;

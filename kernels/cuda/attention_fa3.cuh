@@ -98,11 +98,6 @@ __device__ __forceinline__ void tma_load3(uint32_t dst, const CUtensorMap *tm, i
     WG_ASM("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n"
            ::"r"(dst), "l"((uint64_t)tm), "r"(c0), "r"(c1), "r"(c2), "r"(bar) : "memory");
 }
-/* the 64-value box at c0 of the 1-d map tm into shared memory at dst (128-byte aligned), completing on barrier bar */
-__device__ __forceinline__ void tma_load1(uint32_t dst, const CUtensorMap *tm, int c0, uint32_t bar) {
-    WG_ASM("cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n"
-           ::"r"(dst), "l"((uint64_t)tm), "r"(c0), "r"(bar) : "memory");
-}
 /* named barrier id over `threads` threads: wait there (sync) or only count this thread in (arrive) */
 __device__ __forceinline__ void named_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
@@ -120,5 +115,3 @@ CUtensorMap fa3_tensor_map(const void *base, int B, int T, int cols, int box_row
 /* (host) the same over only the first `rows` rows of each sequence (rows past them arrive as zeros too): context
  * parallelism's gathered k|v, read up to a chunk's last key and never after it */
 CUtensorMap fa3_tensor_map_rows(const void *base, int B, int T, int rows, int cols, int box_rows);
-/* (host) the map over n fp32 values in one row, in boxes of 64, zeros past n (the backward's lse and Dsum) */
-CUtensorMap fa3_rows_map(const float *base, size_t n);

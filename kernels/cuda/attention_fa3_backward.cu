@@ -9,8 +9,8 @@
  * each consumer warpgroup, and keeps their dK and dV in registers while the
  * producer warpgroup streams, for every query head of the group, the query
  * tiles at and after the block's keys (64 rows of Q and of dout a tile, by TMA,
- * into a ring of shared-memory stages, the tile's lse and Dsum beside them by
- * the same copy engine). A consumer computes S^T = K Q^T and dP^T = V dout^T,
+ * into a ring of shared-memory stages; one of its warps copies the tile's lse
+ * and Dsum beside them). A consumer computes S^T = K Q^T and dP^T = V dout^T,
  * P^T = exp(S^T scale - lse) and dS^T = P^T (dP^T - Dsum) scale on the
  * registers they came back in, and accumulates dV += P^T dout and dK += dS^T Q
  * with P^T and dS^T straight from those registers as A operands. dq (the sweep): the
@@ -143,7 +143,7 @@ __device__ __forceinline__ void fence_async_global() {
 
 /* dk, dv of 128 keys of one (b, kv head), summed over the group's query heads: grid (B*NKV, key blocks), the longest
  * (the first keys) first. tq maps the Tq query rows of qkv (B,Tq,(NH+2*NKV)*HD), tdo dout (B,Tq,NH*HD), tkv the keys
- * (K of KV head g at column kcol + g*HD, V at kcol + (NKV+g)*HD), all in 64-row boxes; lse, Dsum (B,NH,Tq) by tl, td.
+ * (K of KV head g at column kcol + g*HD, V at kcol + (NKV+g)*HD), all in 64-row boxes; lse, Dsum (B,NH,Tq) by warp 1.
  * Queries sit at positions qoff .. qoff+Tq-1 and keys 0 .. qoff+Tq-1 are read (masks at positions). The whole
  * sequence: tkv = tq, kcol = NH*HD, qoff = 0, Tk = Tq, dkv NULL: dK (rotated back through RoPE when fr.on) and dV
  * stored into dqkv's k and v parts. A chunk at an offset (kernels/attention.h's offset form, NSTG = 0 only): tkv over
@@ -158,8 +158,8 @@ __device__ __forceinline__ void fence_async_global() {
  * keys, by each consumer for HD/64 == 2 its column half, for HD 64 the consumer of the item's parity; producer warp
  * 2 adds the staged tile when the tile's counter says the key blocks before this one have. */
 template <typename T, int HD, int S, int NSTG> __global__ void __launch_bounds__(FB_THREADS, 1)
-fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const __grid_constant__ CUtensorMap tl,
-               const __grid_constant__ CUtensorMap td, int Tq, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn,
+fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const float *lse, const float *Dsum,
+               int Tq, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn,
                const __grid_constant__ CUtensorMap tkv, float *dkv, int qoff, int Tk, int kcol) {
 #if WG_ON
     WG_TILES;
@@ -182,7 +182,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     if (threadIdx.x == 0) {
         mbar_init(barKV, 1);
         for (int st = 0; st < S; st++) {
-            mbar_init(barF + 8 * st, 1);   /* the copy's arrival, with its bytes */
+            mbar_init(barF + 8 * st, 1 + 32);   /* the copy's arrival (with its bytes) and warp 1's 32 */
             mbar_init(barE + 8 * st, 8);        /* one arrival a consumer warp */
         }
         if constexpr (DQ) {
@@ -199,7 +199,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     }
     __syncthreads();
     if (wg == 0) {   /* ---- the producer ---- */
-        regs_down<24>();   /* (128 x 24 + 256 x 240 = 384 x 168, what the launch holds: setmaxnreg.inc takes only what .dec gave back, so at 32 the consumers wait for ever) */
+        regs_down<24>();   /* (128 x 24 + 256 x 240 = 384 x 168, what the launch holds: setmaxnreg.inc takes only what .dec gave back) */
         if (threadIdx.x == 0) {
             mbar_expect_tx(barKV, 2 * KB);
 #pragma unroll
@@ -211,18 +211,29 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                 }
             for (int it = 0; it < items; it++) {
                 int h = kvh * G + it % G, q0 = (ntq - 1 - it / G) * 64, st = it % S;
-                uint32_t q = sQ0 + 2 * st * QB, ld = smem_addr(LD + st * 128);
+                uint32_t q = sQ0 + 2 * st * QB;
                 mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
-                mbar_expect_tx(barF + 8 * st, 2 * QB + 2 * 64 * 4);
+                mbar_expect_tx(barF + 8 * st, 2 * QB);
 #pragma unroll
                 for (int hf = 0; hf < HD / 64; hf++) {
                     tma_load3(q + hf * FB_BOX, &tq, h * HD + hf * 64, q0, b, barF + 8 * st);
                     tma_load3(q + QB + hf * FB_BOX, &tdo, h * HD + hf * 64, q0, b, barF + 8 * st);
                 }
-                /* the tile's lse and Dsum: rows past Tq are the next head's (finite, and masked) or zeros past the end */
-                int row = (b * NH + h) * Tq + q0;
-                tma_load1(ld, &tl, row, barF + 8 * st);
-                tma_load1(ld + 64 * 4, &td, row, barF + 8 * st);
+            }
+        } else if (threadIdx.x / 32 == 1) {   /* warp 1: each item's lse and Dsum (B,NH,Tq) beside its tiles */
+            int lane = threadIdx.x % 32;
+            for (int it = 0; it < items; it++) {
+                int h = kvh * G + it % G, q0 = (ntq - 1 - it / G) * 64, st = it % S;
+                mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
+                float *ld = LD + st * 128;
+                for (int e = lane; e < 64; e += 32) {
+                    int q = q0 + e;
+                    size_t at = ((size_t)b * NH + h) * Tq + q;
+                    ld[e] = q < Tq ? lse[at] : 0.0f;
+                    ld[64 + e] = q < Tq ? Dsum[at] : 0.0f;
+                }
+                __syncwarp();
+                mbar_arrive(barF + 8 * st);
             }
         } else if (DQ && threadIdx.x == 64) {   /* warp 2: each item's staged dQ into the accumulator, in key-block order */
             for (int it = 0; it < items; it++) {
@@ -523,7 +534,6 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
                                                                            int NH, int NKV, const FbRope &fr) {
     int T_ = Tq, Te = qoff + Tq;   /* (T_: the whole sequence's length, where kv is NULL) */
     CUtensorMap tq = fa3_tensor_map(qkv, B, Tq, (NH + 2 * NKV) * HD, 64), tdo = fa3_tensor_map(dout, B, Tq, NH * HD, 64);
-    CUtensorMap tl = fa3_rows_map(lse, (size_t)B * NH * Tq), td = fa3_rows_map(Dsum, (size_t)B * NH * Tq);
     /* at an offset the keys' map ends at the chunk's last key: the rows after it arrive as zeros and are never read
      * (kernels/attention.h: they may hold anything) */
     CUtensorMap tkv = kv ? fa3_tensor_map_rows(kv, B, Tk, Te, 2 * NKV * HD, 64) : tq;
@@ -539,7 +549,7 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
         raise_smem(fa3_dkv_kernel<T, HD, SF, NSTG>, smem_fused, &raised);
         int ntq = ceil_div(T_, 64), *turn;
         float *acc = dq_accumulator(B, ntq, NH, HD, &turn);
-        fa3_dkv_kernel<T, HD, SF, NSTG><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, tl, td, T_, NH, NKV, scale, fr,
+        fa3_dkv_kernel<T, HD, SF, NSTG><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr,
                                                                                            acc, turn, tq, nullptr, 0, T_, NH * HD);
         launchCheck();
         fa3_dq_store_kernel<T, HD><<<dim3(B * NH, ntq), 128, 0, cuda_stream>>>((T *)dqkv, acc, T_, NH, NKV, fr);
@@ -551,7 +561,7 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
     static size_t raised_kv = 0, raised_q = 0;
     raise_smem(fa3_dkv_kernel<T, HD, S, 0>, smem_kv, &raised_kv);
     raise_smem(fa3_dq_kernel<T, HD, S>, smem_q, &raised_q);
-    fa3_dkv_kernel<T, HD, S, 0><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, tl, td, Tq, NH, NKV, scale, fr,
+    fa3_dkv_kernel<T, HD, S, 0><<<kv_grid, FB_THREADS, smem_kv, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, Tq, NH, NKV, scale, fr,
                                                                                     nullptr, nullptr, tkv, dkv, qoff, Tk, kcol);
     launchCheck();
     fa3_dq_kernel<T, HD, S><<<q_grid, FB_THREADS, smem_q, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, Tq, NH, NKV, scale, fr, tkv, qoff, kcol);
