@@ -25,8 +25,11 @@ case ${PART:-1} in
     grep -q 'passed' "$OUT/ops.log" || { log "ops did not finish: the rest of PART=1 skipped"; exit 1; }
     timeout 60 stdbuf -oL build/gpu/test_cuda_attention_at >"$OUT/at.log" 2>&1; log "attention_at rc=$? $(tail -1 "$OUT/at.log")"
     grep -E '^FAIL' "$OUT/at.log" | head >>"$OUT/summary.log"
-    for hd in 64 128; do timeout 120 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
     LLM3D_ATTENTION=fa3 timeout 100 build/gpu/test_cuda_model >/tmp/m.log 2>&1; log "model fa3 rc=$? $(grep -E '^[0-9]+ passed' /tmp/m.log)"
+    if [ -n "${QUICK:-}" ]; then   # QUICK=1: the checks alone, and the 8-bit AdamW GPU test (little device time left)
+        timeout 60 stdbuf -oL build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 "$OUT/q8.log")"
+        grep -E '^FAIL|drift' "$OUT/q8.log" | head >>"$OUT/summary.log"; exit 0; fi
+    for hd in 64 128; do timeout 120 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
     (( SECONDS < 420 )) || { log "no time left for racecheck"; exit 0; }
     HDS=$(( SECONDS < 300 ? 0 : 64 )); HDS=${HDS/#0/64 128}
     OUT=$OUT HDS=$HDS bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck ${SECONDS}s: $(grep -c Error "$OUT/racecheck.log") distinct error lines" ;;
