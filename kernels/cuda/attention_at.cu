@@ -152,6 +152,7 @@ extern "C" void attention_backward_at_mma(void *dqkv, float *dkv, const void *do
                                           const float *lse, float *Dsum, int B, int Tq, int q0, int Tk, int NH, int NKV);
 
 long cuda_attention_at_mma_launches = 0;
+int cuda_attention_fa3_at = 0;   /* (cuda_extras.h) */
 
 static float *dsum_buffer(int B, int Tq, int NH) {
     static void *buf = 0;
@@ -167,7 +168,7 @@ extern "C" void attention_forward_at_cuda(void *out, float *lse, const void *qkv
                                           int NKV, int HD) {
     check_shape_at(Tq, q0, Tk, NH, NKV, HD);
     if (B * Tq == 0) return;
-    if (cuda_attention_fa3 && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, out, qkv) &&
+    if (cuda_attention_fa3_at && cuda_attention_fa3 && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, out, qkv) &&
         attention_fa3_supported(HD, kv, kv)) {   /* Hopper: the whole-sequence forward's kernel, at an offset */
         attention_forward_at_fa3(out, lse, qkv, kv, B, Tq, q0, Tk, NH, NKV, HD);
         return;
@@ -191,7 +192,7 @@ extern "C" void attention_backward_at_cuda(void *dqkv, float *dkv, const void *d
     float *Dsum = dsum_buffer(B, Tq, NH);
     /* Hopper: the whole-sequence backward's sweep at an offset (its maps want 16-byte aligned tensors, lse's too; dkv
      * takes 8-byte adds) */
-    if (cuda_attention_fa3_backward && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, dqkv, dout) &&
+    if (cuda_attention_fa3_at && cuda_attention_fa3_backward && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, dqkv, dout) &&
         attention_fa3_supported(HD, qkv, kv) && attention_fa3_supported(HD, out, out) && ((uintptr_t)lse % 16 | (uintptr_t)dkv % 8) == 0) {
         attention_dsum_cuda(Dsum, dout, out, B, Tq, NH, HD);
         attention_backward_at_fa3(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, q0, Tk, NH, NKV, HD);

@@ -30,16 +30,18 @@ static void test_chunk(const char *path, int B, int n, int C, int j, int NH, int
     poison(gout, no * dtype_size(act));
     poison(glse, nl * 4);
     poison(gdq, nq * dtype_size(act));
-    int was = cuda_attention_simple, was_fa3 = cuda_attention_fa3, was_fa3b = cuda_attention_fa3_backward, fa3 = !strcmp(path, "fa3");
+    int was = cuda_attention_simple, was_fa3 = cuda_attention_fa3, was_fa3b = cuda_attention_fa3_backward, was_at = cuda_attention_fa3_at, fa3 = !strcmp(path, "fa3");
     long launches = cuda_attention_at_mma_launches, fa3_launches = cuda_attention_fa3_launches, fa3b_launches = cuda_attention_fa3_backward_launches;
     cuda_attention_simple = !strcmp(path, "simple");
     cuda_attention_fa3 = fa3;
     cuda_attention_fa3_backward = fa3;   /* (Hopper's default is on: "mma" must turn it off) */
+    cuda_attention_fa3_at = fa3;         /* (off by default until this test has passed on a GPU) */
     gpu->attention_forward_at(gout, glse, gqkv, gkv, B, C, q0, T, NH, NKV, HD);
     gpu->attention_backward_at(gdq, gdkv, gdy, gqkv, gkv, gout_cpu, glse_cpu, B, C, q0, T, NH, NKV, HD);
     cuda_attention_simple = was;
     cuda_attention_fa3 = was_fa3;
     cuda_attention_fa3_backward = was_fa3b;
+    cuda_attention_fa3_at = was_at;
     int took = (int)(cuda_attention_at_mma_launches - launches), wanted = !strcmp(path, "mma") ? 2 : 0;
     CHECK(took == wanted, "%s attention_at %s %s: the tensor-core kernels ran %d of 2 calls (want %d)", dtype_name(act), path, shape, took, wanted);
     took = (int)(cuda_attention_fa3_launches - fa3_launches);
