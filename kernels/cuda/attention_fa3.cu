@@ -142,7 +142,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
     }
     __syncthreads();
     if (wg == 0) {   /* ---- the producer ---- */
-        regs_down<24>();
+        regs_down<FA_REGS_PRODUCER>();
         if (threadIdx.x == 0) {
             mbar_expect_tx(barQ, QBYTES);
 #pragma unroll
@@ -163,7 +163,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
         return;
     }
     /* ---- the consumers: warpgroup c owns query rows q0 + 64c .. q0 + 64c + 63 ---- */
-    regs_up<240>();
+    regs_up<FA_REGS_CONSUMER>();
     int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
     int row[2] = {g0 + 64 * c + 16 * w + g, g0 + 64 * c + 16 * w + g + 8};   /* positions in the sequence */
     uint32_t qa = sQ + c * 64 * 128;

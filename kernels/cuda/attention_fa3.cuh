@@ -105,6 +105,14 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 __device__ __forceinline__ void named_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+/* The register split of a block of one producer and two consumer warpgroups (384 threads, one block an SM): the launch
+ * gives each thread 65,536 / 384 rounded down to 8 = 168, and setmaxnreg.inc takes registers only from what the block's
+ * own .dec gave back, so 128 x PRODUCER + 256 x CONSUMER must not pass 384 x 168, or the consumers wait for ever
+ * (2026-12-07: 32 and 240 hung every fa3 backward on an H100) */
+#define FA_REGS_PRODUCER 24
+#define FA_REGS_CONSUMER 240
+static_assert(128 * FA_REGS_PRODUCER + 256 * FA_REGS_CONSUMER <= 384 * (65536 / 384 / 8 * 8),
+              "setmaxnreg: the consumers would ask for more registers than the producer gives back");
 /* a warpgroup gives back registers (the producer) or takes them (the consumers): all 128 threads, one branch each */
 template <int N> __device__ __forceinline__ void regs_down() { WG_ASM("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
 template <int N> __device__ __forceinline__ void regs_up() { WG_ASM("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }

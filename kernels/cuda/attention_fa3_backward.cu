@@ -199,7 +199,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
     }
     __syncthreads();
     if (wg == 0) {   /* ---- the producer ---- */
-        regs_down<24>();   /* (128 x 24 + 256 x 240 = 384 x 168, what the launch holds: setmaxnreg.inc takes only what .dec gave back) */
+        regs_down<FA_REGS_PRODUCER>();
         if (threadIdx.x == 0) {
             mbar_expect_tx(barKV, 2 * KB);
 #pragma unroll
@@ -256,7 +256,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         return;
     }
     /* ---- the consumers: warpgroup c owns keys kc .. kc+63 ---- */
-    regs_up<240>();
+    regs_up<FA_REGS_CONSUMER>();
     int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, kc = k0 + 64 * c;
     uint32_t ka = sK + c * FB_BOX, va = sV + c * FB_BOX;
     float sl2 = scale * LOG2E, s[32], dp[32], dk[HD / 2], dv[HD / 2], dq[32];
@@ -428,7 +428,7 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
     }
     __syncthreads();
     if (wg == 0) {   /* ---- the producer ---- */
-        regs_down<24>();
+        regs_down<FA_REGS_PRODUCER>();
         if (threadIdx.x == 0) {
             mbar_expect_tx(barQ, 2 * QB);
 #pragma unroll
@@ -453,7 +453,7 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
         return;
     }
     /* ---- the consumers: warpgroup c owns the queries at positions qc .. qc+63 ---- */
-    regs_up<240>();
+    regs_up<FA_REGS_CONSUMER>();
     int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, qc = qoff + q0 + 64 * c;
     int pos[2] = {qc + w * 16 + g, qc + w * 16 + g + 8}, lr[2] = {pos[0] - qoff, pos[1] - qoff};   /* positions, rows */
     float L[2], D[2];
