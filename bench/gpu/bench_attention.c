@@ -12,6 +12,8 @@
  * the forward's count; dQ accumulated by the dk/dv kernel, at HD 128 fa3_bwd_s2 with two Q/dout stages and two
  * staged dQ tiles, and fa3_bwd_sweep: by a second sweep; the model's
  * backward takes whichever attention_dq_accumulates says), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
+ * With BENCH_CP=cp also one context-parallel rank's share (its two chunks at their offsets against the gathered
+ * K/V: 1/cp of the causal count) by the offset form's fa3 and mma.sync kernels (cp_rows).
  * The idea and the timing are bench_cuda_ops.c's: 3 warm-ups, then the median
  * of 15 synchronized calls. */
 #include "../../kernels/backend.h"
@@ -24,22 +26,38 @@
 
 static const Backend *g;
 typedef struct { void *out, *dout, *dqkv, *work; float *lse; const void *qkv; size_t work_bytes; int B, T, NH, NKV, HD, backward; } Call;
+/* one cp rank's attention (kernels/attention.h's offset form): its two chunks of C queries, at positions 0 and
+ * (2cp-1)C, against the gathered k|v of the whole sequence (B,T,2*NKV*HD), dK|dV added into dkv in fp32 */
+typedef struct { const Call *c; const void *kv; float *dkv; int cp; } AtCall;
 
 static int cmp_d(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
+static void at_once(const AtCall *a) {
+    const Call *c = a->c;
+    int C = c->T / (2 * a->cp), QKV = (c->NH + 2 * c->NKV) * c->HD;
+    for (int half = 0; half < 2; half++) {   /* chunk 0 and chunk 2cp-1: rank 0's (every rank has the same causal work) */
+        int q0 = half ? (2 * a->cp - 1) * C : 0;
+        size_t rows = (size_t)half * c->B * C, e = dtype_size(g->act);
+        char *qkv = (char *)c->qkv + rows * QKV * e, *out = (char *)c->out + rows * c->NH * c->HD * e;
+        char *dout = (char *)c->dout + rows * c->NH * c->HD * e, *dqkv = (char *)c->dqkv + rows * QKV * e;
+        float *lse = c->lse + (size_t)half * c->B * c->NH * C;
+        if (c->backward) g->attention_backward_at(dqkv, a->dkv, dout, qkv, a->kv, out, lse, c->B, C, q0, c->T, c->NH, c->NKV, c->HD);
+        else g->attention_forward_at(out, lse, qkv, a->kv, c->B, C, q0, c->T, c->NH, c->NKV, c->HD);
+    }
+}
 static void once(const Call *c) {
     if (c->backward)
         g->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->NH, c->NKV, c->HD, 10000.0f, c->work, c->work_bytes);
     else g->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->HD);
 }
-/* median ms of 15 calls after 3 warm-ups */
-static double median_ms(const Call *c) {
+/* median ms of 15 calls after 3 warm-ups (the offset form's when at) */
+static double median_ms(const Call *c, const AtCall *at) {
     double t[15];
-    for (int w = 0; w < 3; w++) once(c);
+    for (int w = 0; w < 3; w++) at ? at_once(at) : once(c);
     g->synchronize();
     for (int r = 0; r < 15; r++) {
         double s = now_seconds();
-        once(c);
+        at ? at_once(at) : once(c);
         g->synchronize();
         t[r] = now_seconds() - s;
     }
@@ -60,10 +78,40 @@ static void *rand_dev(size_t n, unsigned seed) {
     return d;
 }
 /* prints `"name": {"ms": .., "tflops": ..}` for the call as the switches stand */
-static void row(const char *name, Call *c, double flops, int first) {
-    double ms = median_ms(c);
+static void row_of(const char *name, Call *c, const AtCall *at, double flops, int first) {
+    double ms = median_ms(c, at);
     printf("%s\"%s\": {\"ms\": %.3f, \"tflops\": %.1f}", first ? "" : ", ", name, ms, flops / (ms * 1e-3) / 1e12);
     fflush(stdout);
+}
+static void row(const char *name, Call *c, double flops, int first) { row_of(name, c, NULL, flops, first); }
+
+/* BENCH_CP=cp: one cp rank's share (1/cp of the causal work) by the offset form's fa3 and mma.sync kernels, forward
+ * and backward, rows cp_fa3_fwd, cp_fa3_bwd, cp_mma_fwd, cp_mma_bwd (mma at HD 64 only); f: the whole sequence's
+ * forward count */
+static void cp_rows(Call *c, int cp, double f) {
+    if (c->T % (2 * cp)) { printf(", \"cp\": \"T %% %d != 0\"", 2 * cp); return; }
+    size_t nkv = (size_t)c->B * c->T * 2 * c->NKV * c->HD;
+    AtCall a = {c, rand_dev(nkv, 5), g->alloc(nkv * 4, "dkv (fp32, zeroed)"), cp};
+    printf(", \"cp\": %d", cp);
+    long fwd = cuda_attention_fa3_launches, bwd = cuda_attention_fa3_backward_launches;
+    int was[3] = {cuda_attention_fa3_at, cuda_attention_fa3, cuda_attention_fa3_backward};
+    cuda_attention_fa3_at = cuda_attention_fa3 = cuda_attention_fa3_backward = 1;
+    row_of("cp_fa3_fwd", c, &a, f / cp, 0);
+    c->backward = 1;
+    row_of("cp_fa3_bwd", c, &a, 2.5 * f / cp, 0);
+    c->backward = 0;
+    if (cuda_attention_fa3_launches == fwd || cuda_attention_fa3_backward_launches == bwd) die("bench_attention: the fa3 offset form did not run");
+    cuda_attention_fa3_at = 0;
+    if (c->HD == 64) {
+        long mma = cuda_attention_at_mma_launches;
+        row_of("cp_mma_fwd", c, &a, f / cp, 0);
+        c->backward = 1;
+        row_of("cp_mma_bwd", c, &a, 2.5 * f / cp, 0);
+        c->backward = 0;
+        if (cuda_attention_at_mma_launches == mma) die("bench_attention: the mma.sync offset form did not run");
+    }
+    cuda_attention_fa3_at = was[0]; cuda_attention_fa3 = was[1]; cuda_attention_fa3_backward = was[2];
+    g->free((void *)a.kv); g->free(a.dkv);
 }
 
 int main(int argc, char **argv) {
@@ -81,6 +129,8 @@ int main(int argc, char **argv) {
     if (!nT) { int d[5] = {2048, 4096, 8192, 16384, 32768}; memcpy(Ts, d, sizeof d); nT = 5; }
     const char *pp = getenv("FA3_PINGPONG");
     int pingpong = !pp || strcmp(pp, "0");   /* FA3_PINGPONG=0: the fa3 forward without ping-pong only */
+    const char *cps = getenv("BENCH_CP");
+    int cp = cps ? atoi(cps) : 0;   /* BENCH_CP=2, 4, ...: also one cp rank's share by the offset form (cp_rows) */
     g = backend_cuda(DTYPE_BF16);
     if (!cuda_attention_wgmma) die("bench_attention: this GPU or build runs no Hopper kernels; the fa3 forward needs them");
     for (int i = 0; i < nT; i++) {
@@ -129,6 +179,7 @@ int main(int argc, char **argv) {
         }
         cuda_attention_fa3 = fa3;
         cuda_attention_fa3_backward = fa3b;
+        if (cp > 1) cp_rows(&c, cp, f);
         printf("}\n");
         g->free(c.out); g->free(c.dout); g->free(c.dqkv); g->free(c.lse); g->free((void *)c.qkv);
         if (c.work) g->free(c.work);

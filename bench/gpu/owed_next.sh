@@ -3,7 +3,8 @@
 # about 5-9 minutes; at most 8 files come back from $OUT, so the logs are few). Before PART=1: merge branch
 # h-lse-tma (the backward's lse/Dsum by TMA, compiled here, never run) if PART=1 is to test it.
 #   1 (issue 55, kernels): the fa3 op checks (the accumulated backward twice, the HD 128 two-stage variant, the
-#     sweep), bench_attention at HD 64 and 128 (fa3_bwd, fa3_bwd_s2, fa3_bwd_sweep), the model test with fa3, then
+#     sweep), the offset-form test, the model test with fa3, bench_attention at HD 64 and 128 (fa3_bwd, fa3_bwd_s2,
+#     fa3_bwd_sweep; with BENCH_CP=4 one cp rank's share by the offset form's fa3 and mma.sync kernels), then
 #     racecheck with source lines (bench/gpu/racecheck_fa3.sh; rebuilds with -lineinfo, so it goes last).
 #   2 (issue 55, the step): the 8-bit AdamW GPU test and the offset-form attention test first (short: device time is
 #     scarce), then the l124m sweep at T = 1k..32k and l350m at 4k and 8k, the peer before each (carry .peer).
@@ -29,7 +30,8 @@ case ${PART:-1} in
     if [ -n "${QUICK:-}" ]; then   # QUICK=1: the checks alone, and the 8-bit AdamW GPU test (little device time left)
         timeout 60 stdbuf -oL build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 "$OUT/q8.log")"
         grep -E '^FAIL|drift' "$OUT/q8.log" | head >>"$OUT/summary.log"; exit 0; fi
-    for hd in 64 128; do timeout 120 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
+    CPB=$(grep -q ' 0 failed' "$OUT/at.log" && echo 4 || echo 0)   # one cp=4 rank's share too, once the offset test passed
+    for hd in 64 128; do BENCH_CP=$CPB timeout 150 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
     (( SECONDS < 420 )) || { log "no time left for racecheck"; exit 0; }
     HDS=$(( SECONDS < 300 ? 0 : 64 )); HDS=${HDS/#0/64 128}
     OUT=$OUT HDS=$HDS bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck ${SECONDS}s: $(grep -c Error "$OUT/racecheck.log") distinct error lines" ;;
