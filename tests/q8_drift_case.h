@@ -140,6 +140,51 @@ static inline void q8_replay_checks(const char *who, const Q8Bound *once, const 
           "%zu do (1.5x + %.2f lr)", who, others->over, others->excess);
 }
 
+/* A replay of one run's embedding gradients through fp32 AdamW and the 8-bit kernel (tests/test_adamw8bit_drift.c
+ * on the CPU, rt_replay of tests/gpu/test_adamw8bit_cuda.c through CUDA): both weights before each step (b32, b8),
+ * the Adam part of each element's moves since its last gradient (a32, a8), its weights then (at32, at8), that step
+ * and how many steps had one (last, grads), and the element-steps with m != 0 and v decoding to 0 (holes). */
+typedef struct { size_t n, holes; float *b32, *b8, *at32, *at8; double *a32, *a8; int *last, *grads; } Q8Replay;
+static inline void q8r_init(Q8Replay *r, size_t n, const float *w0) {
+    *r = (Q8Replay){n, 0, mallocCheck(n * 4), mallocCheck(n * 4), mallocCheck(n * 4), mallocCheck(n * 4), callocCheck(n, 8),
+                    callocCheck(n, 8), callocCheck(n, sizeof(int)), callocCheck(n, sizeof(int))};
+    memcpy(r->at32, w0, n * 4);
+    memcpy(r->at8, w0, n * 4);
+}
+static inline void q8r_free(Q8Replay *r) {
+    free(r->b32); free(r->b8); free(r->at32); free(r->at8); free(r->a32); free(r->a8); free(r->last); free(r->grads);
+}
+/* before step t: both runs' weights */
+static inline void q8r_before(Q8Replay *r, const float *w32, const float *w8) {
+    memcpy(r->b32, w32, r->n * 4);
+    memcpy(r->b8, w8, r->n * 4);
+}
+/* after step t with gradient g and the kernels' decay factor: the Adam parts, the weights of the elements with a
+ * gradient, and the 8-bit state's decoded moments dm, dv counted for holes */
+static inline void q8r_after(Q8Replay *r, int t, const float *g, const float *w32, const float *w8, float decay, const float *dm,
+                             const float *dv) {
+    q8_adam_part(r->a32, g, r->b32, w32, decay, r->n);
+    q8_adam_part(r->a8, g, r->b8, w8, decay, r->n);
+    for (size_t i = 0; i < r->n; i++) {
+        if (g[i] != 0.0f) { r->at32[i] = w32[i]; r->at8[i] = w8[i]; r->last[i] = t; r->grads[i]++; }
+        r->holes += dm[i] != 0.0f && dv[i] == 0.0f;
+    }
+}
+/* the end of `steps` steps at lr with betas b1, b2, ending at weights w32, w8: the bound (q8_bound_replay), the checks
+ * (q8_replay_checks, who naming them) and one line of figures (with the total movement, printed, not asserted), its
+ * newline left to the caller */
+static inline void q8r_finish(const Q8Replay *r, const char *who, int steps, float lr, double b1, double b2, const float *w32,
+                              const float *w8) {
+    Q8Bound once, others;
+    q8_bound_replay(&once, &others, r->a8, r->a32, r->last, r->grads, r->n, steps, lr, b1, b2, 0.5);
+    Q8Total d = q8_total_drift(w8, r->at8, w32, r->at32, r->last, r->grads, r->n, steps, lr, 0.5);
+    q8_replay_checks(who, &once, &others, r->holes);
+    printf("%s of %d steps of embedding gradients: the %zu elements of one gradient moved after it by their Adam steps at most "
+           "%.3fx fp32 AdamW's, 1.5x + %.4f lr (bound 1.5x + <= %.3f lr; %zu past 1.5x), the others at most 1.5x + %.2f lr; in total "
+           "(weight decay included) the once elements at most %.3fx (%zu over 1.5x), the others 1.5x + %.2f lr; m != 0 with v = 0: %zu",
+           who, steps, once.n, once.worst, once.excess, once.slack, once.past, others.excess, d.worst, d.over, d.excess, r->holes);
+}
+
 #define Q8D_ROWS 512
 #define Q8D_DIM 128
 #define Q8D_N ((size_t)Q8D_ROWS * Q8D_DIM)

@@ -148,12 +148,11 @@ static Run run(int optimizer) {
  * tests/q8_drift_case.h's, on the Adam part of each element's movement since its last gradient, its K from
  * this run's betas and steps; the total movement (the check's first form) is printed beside it. */
 static void replay(const Run *a) {
-    size_t N = (size_t)a->rows * a->dim, holes = 0;
+    size_t N = (size_t)a->rows * a->dim;
     float *w32 = mallocCheck(N * 4), *w8 = mallocCheck(N * 4), *m32 = callocCheck(N, 4), *v32 = callocCheck(N, 4);
-    float *at32 = mallocCheck(N * 4), *at8 = mallocCheck(N * 4), *dm = mallocCheck(N * 4), *dv = mallocCheck(N * 4);
-    float *b32 = mallocCheck(N * 4), *b8 = mallocCheck(N * 4);
-    double *a32 = callocCheck(N, 8), *a8 = callocCheck(N, 8);   /* the Adam part since the last gradient */
-    int *last = callocCheck(N, sizeof(int)), *grads = callocCheck(N, sizeof(int));
+    float *dm = mallocCheck(N * 4), *dv = mallocCheck(N * 4);
+    Q8Replay r;
+    q8r_init(&r, N, a->emb0);
     AdamW8bitSlice sl = {0, N, 0, 0, (size_t)a->dim, a->weight_decay, 1};
     size_t nb = adamw8bit_slice_blocks(&sl);
     AdamW8bitState st = {mallocCheck(N), mallocCheck(N), callocCheck(nb, 4), callocCheck(nb, 4), NULL, NULL};
@@ -161,31 +160,21 @@ static void replay(const Run *a) {
     memset(st.v_code, ADAMW8BIT_ZERO, N);
     AdamWSlice fs = {0, N, a->weight_decay};
     float lr = 3e-3f;
-    memcpy(w32, a->emb0, N * 4); memcpy(w8, a->emb0, N * 4); memcpy(at32, a->emb0, N * 4); memcpy(at8, a->emb0, N * 4);
+    memcpy(w32, a->emb0, N * 4); memcpy(w8, a->emb0, N * 4);
     for (int t = 1; t <= STEPS; t++) {
         const float *g = a->emb_g + (size_t)(t - 1) * N;
         AdamWHyper h = {.lr = lr, .beta1 = a->beta1, .beta2 = a->beta2, .eps = a->eps, .grad_scale = 1.0f, .step = t};
-        memcpy(b32, w32, N * 4); memcpy(b8, w8, N * 4);
+        q8r_before(&r, w32, w8);
         adamw_update_cpu(w32, NULL, g, m32, v32, &fs, 1, h);
         adamw8bit_update_cpu(w8, NULL, g, st, &sl, 1, h);
-        float decay = 1.0f - h.lr * a->weight_decay;   /* the kernels' own */
-        q8_adam_part(a32, g, b32, w32, decay, N);
-        q8_adam_part(a8, g, b8, w8, decay, N);
-        for (size_t i = 0; i < N; i++) if (g[i] != 0.0f) { at32[i] = w32[i]; at8[i] = w8[i]; last[i] = t; grads[i]++; }
         adamw8bit_state_get(st, &sl, 1, dm, dv);
-        for (size_t i = 0; i < N; i++) holes += dm[i] != 0.0f && dv[i] == 0.0f;
+        q8r_after(&r, t, g, w32, w8, 1.0f - h.lr * a->weight_decay /* the kernels' own decay */, dm, dv);
     }
     CHECK(!memcmp(w32, a->end + a->emb_offset, N * 4), "the replay's fp32 AdamW is the AdamW run's embedding bit for bit");
-    Q8Bound once, others;
-    q8_bound_replay(&once, &others, a8, a32, last, grads, N, STEPS, lr, a->beta1, a->beta2, 0.5);
-    Q8Total d = q8_total_drift(w8, at8, w32, at32, last, grads, N, STEPS, 3e-3, 0.5);   /* the total movement, printed */
-    q8_replay_checks("replay", &once, &others, holes);
-    printf("replay of the embedding's %d steps of gradients: the %zu elements of one gradient moved after it by their Adam steps at most "
-           "%.3fx fp32 AdamW's, 1.5x + %.4f lr (bound 1.5x + <= %.3f lr; %zu past 1.5x), the others at most 1.5x + %.2f lr; in total "
-           "(weight decay included) the once elements at most %.3fx (%zu over 1.5x), the others 1.5x + %.2f lr; m != 0 with v = 0: %zu\n",
-           STEPS, once.n, once.worst, once.excess, once.slack, once.past, others.excess, d.worst, d.over, d.excess, holes);
-    free(w32); free(w8); free(m32); free(v32); free(at32); free(at8); free(dm); free(dv); free(b32); free(b8); free(a32); free(a8);
-    free(last); free(grads);
+    q8r_finish(&r, "replay", STEPS, lr, a->beta1, a->beta2, w32, w8);
+    printf("\n");
+    q8r_free(&r);
+    free(w32); free(w8); free(m32); free(v32); free(dm); free(dv);
     free(st.m_code); free(st.v_code); free(st.m_absmax); free(st.v_absmax);
 }
 
