@@ -163,13 +163,17 @@ static float *dsum_buffer(int B, int Tq, int NH) {
 static int use_mma(int HD, const void *a, const void *b, const void *c, const void *d) {
     return !cuda_attention_simple && attention_mma_supported(HD, a, b, c) && attention_mma_supported(HD, d, d, d);
 }
+/* Hopper's fa3 kernels at an offset (cuda_attention_fa3_at), their tensors 16-byte aligned (the tensor maps' bases) */
+static int use_fa3(int HD, const void *a, const void *b, const void *c, const void *d) {
+    return cuda_attention_fa3_at && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, a, b) &&
+           attention_fa3_supported(HD, c, d);
+}
 
 extern "C" void attention_forward_at_cuda(void *out, float *lse, const void *qkv, const void *kv, int B, int Tq, int q0, int Tk, int NH,
                                           int NKV, int HD) {
     check_shape_at(Tq, q0, Tk, NH, NKV, HD);
     if (B * Tq == 0) return;
-    if (cuda_attention_fa3_at && cuda_attention_fa3 && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, out, qkv) &&
-        attention_fa3_supported(HD, kv, kv)) {   /* Hopper: the whole-sequence forward's kernel, at an offset */
+    if (cuda_attention_fa3 && use_fa3(HD, out, qkv, kv, kv)) {   /* Hopper: the whole-sequence forward's kernel, at an offset */
         attention_forward_at_fa3(out, lse, qkv, kv, B, Tq, q0, Tk, NH, NKV, HD);
         return;
     }
@@ -190,10 +194,8 @@ extern "C" void attention_backward_at_cuda(void *dqkv, float *dkv, const void *d
     check_shape_at(Tq, q0, Tk, NH, NKV, HD);
     if (B * Tq == 0) return;
     float *Dsum = dsum_buffer(B, Tq, NH);
-    /* Hopper: the whole-sequence backward's sweep at an offset (its maps want 16-byte aligned tensors, lse's too; dkv
-     * takes 8-byte adds) */
-    if (cuda_attention_fa3_at && cuda_attention_fa3_backward && cuda_attention_wgmma && !cuda_attention_simple && attention_fa3_supported(HD, dqkv, dout) &&
-        attention_fa3_supported(HD, qkv, kv) && attention_fa3_supported(HD, out, out) && ((uintptr_t)lse % 16 | (uintptr_t)dkv % 8) == 0) {
+    /* Hopper: the whole-sequence backward's sweep at an offset (dkv takes 8-byte adds) */
+    if (cuda_attention_fa3_backward && use_fa3(HD, dqkv, dout, qkv, kv) && attention_fa3_supported(HD, out, out) && (uintptr_t)dkv % 8 == 0) {
         attention_dsum_cuda(Dsum, dout, out, B, Tq, NH, HD);
         attention_backward_at_fa3(dqkv, dkv, dout, qkv, kv, lse, Dsum, B, Tq, q0, Tk, NH, NKV, HD);
         return;
