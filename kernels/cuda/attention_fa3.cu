@@ -9,7 +9,11 @@
  * tensor map over qkv seen as (B, T, columns)) for the queries once and then for
  * each key tile's K and V, 128 rows a tile, into a ring of shared-memory stages
  * (four at HD = 64, two at 128), each stage with a barrier that says K landed,
- * one that says V landed and one that says both consumers are done with it.
+ * one that says V landed, and two that say both consumers are done with its K
+ * and with its V. K is given back as soon as its scores are in registers, a
+ * whole tile before V (FlashAttention-3 pipelines K and V apart the same way):
+ * with two stages the next K could otherwise only be asked for once the slower
+ * consumer had finished the tile, and each tile would wait for its copy.
  * The other two warpgroups are consumers of 64 query rows each, sharing every
  * K/V tile: S = Q K^T as wgmma m64n128k16 from shared memory, the online
  * softmax on the registers S came back in, and O += P V with P packed straight
@@ -115,16 +119,19 @@ template <int N> __device__ __forceinline__ void fa3_keep(uint32_t (&a)[N][4]) {
  * kcol + (NKV+g)*HD (both maps' boxes: 64 columns x 128 rows x 1 sequence). The whole sequence: tkv = tq, kcol =
  * NH*HD, qoff = 0, Tk = Tq; a chunk at an offset (kernels/attention.h's offset form): tkv over kv (B,Tk,2*NKV*HD),
  * kcol = 0. Grid (B*NH, query tiles), the last (longest) first. Shared: Q (two 64-column halves of 128 rows), then
- * K of stages 0..S-1, V of stages 0..S-1, then the barriers. */
+ * K of stages 0..S-1, V of stages 0..S-1, then the barriers. kearly = 1 (cuda_attention_fa3_early_k): a stage's K is
+ * given back when its scores are in registers; 0: with its V, once the tile's P V is done (as before 2026-12-07,
+ * kept to measure the difference). */
 template <typename T, int HD, int S, bool PP> __global__ void __launch_bounds__(FA3_THREADS, 1)
 fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tkv, T *out, float *lse, int Tq, int qoff,
-                   int Tk, int NH, int NKV, int kcol, float scale) {
+                   int Tk, int NH, int NKV, int kcol, float scale, int kearly) {
 #if WG_ON
     WG_TILES;
     constexpr uint32_t HALF_Q = FA3_BM * 128, HALF_K = FA3_BN * 128;   /* bytes of one 64-column half */
     constexpr uint32_t QBYTES = HALF_Q * (HD / 64), KBYTES = HALF_K * (HD / 64);
     uint32_t sQ = tiles_base(smraw), sK = sQ + QBYTES, sV = sK + S * KBYTES, bars = sV + S * KBYTES;
-    uint32_t barQ = bars, barK = bars + 8, barV = barK + 8 * S, barE = barV + 8 * S;   /* barK + 8 * stage, ... */
+    /* barK + 8 * stage, ...: K landed, V landed, the consumers are done with K (barEK) and with V (barEV) */
+    uint32_t barQ = bars, barK = bars + 8, barV = barK + 8 * S, barEK = barV + 8 * S, barEV = barEK + 8 * S;
     int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
     int q0 = (gridDim.y - 1 - blockIdx.y) * FA3_BM, g0 = qoff + q0;   /* the tile's first query, here and in the sequence */
     /* key tiles 0..nk-1: the last holds the tile's last query's own key. At qoff = 0 (BM = BN) it is the diagonal tile
@@ -136,7 +143,8 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
         for (int st = 0; st < S; st++) {
             mbar_init(barK + 8 * st, 1);
             mbar_init(barV + 8 * st, 1);
-            mbar_init(barE + 8 * st, 8);   /* one arrival a consumer warp */
+            mbar_init(barEK + 8 * st, 8);   /* one arrival a consumer warp */
+            mbar_init(barEV + 8 * st, 8);
         }
         mbar_init_fence();
     }
@@ -149,11 +157,12 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
             for (int hf = 0; hf < HD / 64; hf++) tma_load3(sQ + hf * HALF_Q, &tq, h * HD + hf * 64, q0, b, barQ);
             for (int it = 0; it < nk; it++) {
                 int j = nk - 1 - it, st = it % S;
-                mbar_wait(barE + 8 * st, ((it / S) & 1) ^ 1);
+                mbar_wait(barEK + 8 * st, ((it / S) & 1) ^ 1);
                 mbar_expect_tx(barK + 8 * st, KBYTES);
 #pragma unroll
                 for (int hf = 0; hf < HD / 64; hf++)
                     tma_load3(sK + st * KBYTES + hf * HALF_K, &tkv, kcol + kvh * HD + hf * 64, j * FA3_BN, b, barK + 8 * st);
+                mbar_wait(barEV + 8 * st, ((it / S) & 1) ^ 1);
                 mbar_expect_tx(barV + 8 * st, KBYTES);
 #pragma unroll
                 for (int hf = 0; hf < HD / 64; hf++)
@@ -182,6 +191,8 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
     if (PP) named_arrive(FA3_TURN + 1 - c, 256);
     wg_wait<0>();
     wg_keep(s);
+    bool lane0 = tid % 32 == 0;
+    if (kearly && lane0) mbar_arrive(barEK);   /* the first tile's K is done with */
     fa3_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, Tk, sl2, true);
     for (int it = 0; it < nk; it++) {
         bool more = it + 1 < nk;
@@ -199,12 +210,16 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
         if (PP && (c == 0 || more)) named_arrive(FA3_TURN + 1 - c, 256);   /* (consumer 1's last turn is never waited for) */
         wg_wait<1>();
         wg_keep(s);
+        if (kearly && more && lane0) mbar_arrive(barEK + 8 * sn);   /* the next tile's K is done with */
         /* ... these run; a tile is masked where it holds a key after the block's first query (never at qoff = 0) */
         if (more) fa3_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, Tk, sl2, (nk - 1 - it) * FA3_BN > g0 + 1);
         wg_wait<0>();
         wg_keep(o);
         fa3_keep(pa);
-        if (tid % 32 == 0) mbar_arrive(barE + 8 * st);   /* this warp is done with the stage */
+        if (lane0) {   /* this warp is done with the stage's V (and, kearly = 0, its K) */
+            mbar_arrive(barEV + 8 * st);
+            if (!kearly) mbar_arrive(barEK + 8 * st);
+        }
         if (more) {
 #pragma unroll
             for (int i = 0; i < HD / 2; i++) o[i] *= corr[i % 4 / 2];
@@ -264,17 +279,18 @@ CUtensorMap fa3_tensor_map(const void *base, int B, int T_, int cols, int box_ro
 long cuda_attention_fa3_launches = 0;
 
 int cuda_attention_fa3_pingpong = 1;
+int cuda_attention_fa3_early_k = 1;
 
 template <typename T, int HD, int S, bool PP> static void launch_as(const CUtensorMap &tq, const CUtensorMap &tkv, void *out, float *lse,
                                                                      int B, int Tq, int qoff, int Tk, int NH, int NKV, int kcol) {
-    size_t smem = (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (1 + 3 * S);
+    size_t smem = (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (1 + 4 * S);
     static size_t raised = 0;
     if (raised < smem) {
         cudaCheck(cudaFuncSetAttribute(fa3_forward_kernel<T, HD, S, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         raised = smem;
     }
     fa3_forward_kernel<T, HD, S, PP><<<dim3(B * NH, ceil_div(Tq, FA3_BM)), FA3_THREADS, smem, cuda_stream>>>(
-        tq, tkv, (T *)out, lse, Tq, qoff, Tk, NH, NKV, kcol, 1.0f / sqrtf((float)HD));
+        tq, tkv, (T *)out, lse, Tq, qoff, Tk, NH, NKV, kcol, 1.0f / sqrtf((float)HD), cuda_attention_fa3_early_k);
     launchCheck();
 }
 /* kv NULL: the whole sequence, K and V from qkv; else the chunk of Tq queries at qoff against kv's Tk keys */
