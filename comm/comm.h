@@ -26,6 +26,9 @@ struct Backend;
  * GROUP_DPCP: dp x cp, the ranks holding the same weights: gradients are summed and ZeRO shards over it */
 typedef enum { GROUP_WORLD, GROUP_DP, GROUP_TP, GROUP_PP, GROUP_MP, GROUP_CP, GROUP_DPCP, GROUP_COUNT } CommGroup;
 enum { COMM_AUTO, COMM_NCCL, COMM_MPI };   /* config key comm_backend: auto|nccl|mpi */
+/* The layout keys' largest values: dp's, and pp's, cp's and tp's (train/config.c's rows, and the doctor's same keys) */
+#define COMM_MAX_DP 65536
+#define COMM_MAX_AXIS 1024
 extern const char *const comm_group_names[GROUP_COUNT];
 
 typedef struct CommImpl CommImpl;   /* the transport's state (comm/comm_impl.h) */

@@ -13,17 +13,24 @@
  * GPU (or with --device=cpu) the GPU sections are skipped and it says so; the
  * sweep then runs over MPI between CPU ranks.
  *
+ * With the trainer's layout keys (--dp --pp --cp --tp) it builds the grid as
+ * training does and checks each axis's groups too: a sum that must come out
+ * right and a timed all-reduce and all-gather per axis.
+ *
  * The report's pieces, one file each: doctor.c (options, order, the init),
  * tally.c (each finding printed and counted, for every section),
  * doctor_env.c (versions and environment), doctor_net.c (hosts, interfaces,
  * reaching rank 0), doctor_gpu.c (GPUs and links through NVML, loaded at run
  * time so the binary runs where there is no driver), doctor_sweep.c (the
- * bandwidth sweep and the pairs). */
+ * bandwidth sweep and the pairs), doctor_axes.c (the grid's groups, axis by
+ * axis). */
 #pragma once
 #include "../comm/comm.h"
 #include "tally.h"
 
 int doctor_main(int argc, char **argv);
+/* Before --nproc=N starts N ranks (train/main.c): a layout whose product is not N is refused here, once, in words. */
+void doctor_check_before_launch(int argc, char **argv);
 
 /* ---- shared by the doctor's files: the tally (doctor/tally.h), and what each section gives the others ---- */
 
@@ -71,3 +78,22 @@ typedef struct {
 /* links[i * world + j]: what connects ranks i and j (the same on every rank). */
 /* Sets c->timeout_s per operation while it runs (scaled with the bytes), and puts it back. */
 void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, DoctorTally *t);
+/* "8 B", "64 KiB", "1 GiB": a power of two's size, as the tables print it. */
+void doctor_size_text(size_t bytes, char *buf, size_t size);
+
+/* doctor_axes.c: the groups of the grid that --dp, --pp, --cp and --tp build (comm_init's), axis by axis */
+typedef struct {
+    int kind;                   /* tests only (--fault): DOCTOR_FAULT_SUM: rank gives a wrong value to the checked sum over group;
+                                 * DOCTOR_FAULT_STALL: rank never joins it (the watchdog ends the job) */
+    CommGroup group;
+    int rank;
+} DoctorFault;
+enum { DOCTOR_FAULT_NONE, DOCTOR_FAULT_SUM, DOCTOR_FAULT_STALL };
+/* --fault=sum|stall:axis=A:rank=R (A: tp, cp, pp, dp, dpcp, tppp); dies in words on anything else. */
+void doctor_axes_fault(const char *spec, DoctorFault *f);
+/* Before watchdog_start: a rank that ends while an axis is being checked (the watchdog's stall, an error) says which. */
+void doctor_axes_watch(void);
+/* Each group of more than one rank: a checked device all-reduce and all-gather and a host sum, then the all-reduce
+ * timed at 64 KiB and at large bytes, the all-gather at large; one line per axis, a PROBLEM naming each axis that fails.
+ * Sets c->timeout_s per operation while it runs (scaled with the bytes), and puts it back. */
+void doctor_axes(Comm *c, size_t large, const DoctorFault *fault, DoctorTally *t);

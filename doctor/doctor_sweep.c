@@ -82,7 +82,7 @@ static const char *verdict(double measured, double nominal, LinkKind kind) {
     return r >= 0.6 ? "ok" : r >= 0.25 ? "below what the link should give" : "slow";
 }
 
-static void size_text(size_t b, char *buf, size_t size) {
+void doctor_size_text(size_t b, char *buf, size_t size) {
     if (b >= (1u << 30)) snprintf(buf, size, "%zu GiB", b >> 30);
     else if (b >= (1u << 20)) snprintf(buf, size, "%zu MiB", b >> 20);
     else if (b >= 1024) snprintf(buf, size, "%zu KiB", b >> 10);
@@ -93,7 +93,7 @@ static void size_text(size_t b, char *buf, size_t size) {
 static void pairs(const Comm *c, const DoctorLink *links, void *a, void *b, size_t bytes, DoctorTally *t) {
     int n = c->world_size, me = c->rank, lead = me == 0, count = 0;
     char name[16], sz[32];
-    size_text(bytes, sz, sizeof sz);
+    doctor_size_text(bytes, sz, sizeof sz);
     if (lead) printf("\npairs: each pair of ranks alone exchanges %s both ways at once (send/recv), against its link's nominal rate each way\n", sz);
     for (int i = 0; i < n; i++)
         for (int j = i + 1; j < n; j++) {
@@ -142,7 +142,7 @@ void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, Docto
     size_t *counts = callocCheck(n, sizeof(size_t));
     char sz[32], name[16];
     if (lead) {
-        size_text(max, sz, sizeof sz);
+        doctor_size_text(max, sz, sizeof sz);
         printf("\nbandwidth sweep: %d rank(s) through %s, fp32 sums, 8 B to %s (--max_bytes, memory) while the next size fits in %g s\n"
                "  (--sweep_seconds); each operation's deadline: --timeout=%g s plus ten times what the size before took\n"
                "  time per operation, then %s in GB/s: algbw = bytes / time; busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n\n"
@@ -157,7 +157,7 @@ void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, Docto
     char row[256];
     for (size_t bytes = 8; bytes <= max; bytes *= 2) {
         double t_row = now_seconds();
-        size_text(bytes, sz, sizeof sz);
+        doctor_size_text(bytes, sz, sizeof sz);
         int len = snprintf(row, sizeof row, "  %9s", sz);
         for (int k = 0; k < N_OPS; k++) {
             size_t real = real_bytes((Op)k, bytes, n);
@@ -183,7 +183,7 @@ void doctor_sweep(Comm *c, const DoctorLink *links, const SweepOptions *o, Docto
     c->timeout_s = base_timeout;
     if (lead && stopped) {
         char next[32];
-        size_text(stopped * 2, next, sizeof next);
+        doctor_size_text(stopped * 2, next, sizeof next);
         printf("  (stopped after %s: %.1f s spent, and %s would take about %.1f s more, past --sweep_seconds=%g;\n"
                "   a larger --sweep_seconds measures further)\n", sz, spent, next, next_s, o->seconds);
     }

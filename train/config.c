@@ -5,6 +5,7 @@
 #include "../common/util.h"
 #include "../common/options.h"
 #include "../parallel/schedule.h"
+#include "../comm/comm.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
@@ -53,11 +54,11 @@ const ConfigField config_fields[] = {
     F(compute_weights, FIELD_CHOICE, "keep", 0, 0, "keep|per_layer", "system", "the bf16/fp16 weights the model runs with: keep = a compute-dtype copy of all of them, refreshed by the optimizer; per_layer = no copy: each layer, the embedding and the head are cast from the fp32 master just before they run (forward, recompute, backward) into a buffer for one layer (the embedding's and head's place lies in the recompute buffers when recompute is on): the same results, ~2 bytes/param less; not with zero=1 and dp > 1. No effect in fp32, where the master is the compute copy"),
     F(loss_scale_init, FIELD_FLOAT, "65536", 1, 1e30, NULL, "system", "fp16 only: starting dynamic loss scale (x2 after 2000 clean steps, x0.5 and the step skipped on overflow)"),
     F(max_skipped_steps, FIELD_INT, "100", 1, 1000000, NULL, "system", "fp16 and fp8: steps in a row skipped for inf/nan gradients before the run stops (exit 1); fp16 also stops when its scale would fall under 1"),
-    F(dp, FIELD_INT, "1", 1, 65536, NULL, "parallel", "data-parallel ranks: each trains on its own part of every step's batch (world = dp * pp * cp * tp)"),
-    F(tp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "tensor-parallel ranks: every layer's heads and FFN columns and the vocabulary split tp ways (Megatron); tp must divide n_heads, n_kv_heads and ffn_dim; keep it within the GPUs of one host"),
-    F(cp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "context-parallel ranks: each sequence is cut into 2*cp chunks and cp rank r holds chunks r and 2*cp-1-r (equal causal work), so activations are 1/cp; attention all-gathers K/V over the cp ranks every layer (docs/context-parallel.md); seq_len must divide by 2*cp; the weights and gradients are the same on every cp rank (reduced over dp x cp)"),
+    F(dp, FIELD_INT, "1", 1, COMM_MAX_DP, NULL, "parallel", "data-parallel ranks: each trains on its own part of every step's batch (world = dp * pp * cp * tp)"),
+    F(tp, FIELD_INT, "1", 1, COMM_MAX_AXIS, NULL, "parallel", "tensor-parallel ranks: every layer's heads and FFN columns and the vocabulary split tp ways (Megatron); tp must divide n_heads, n_kv_heads and ffn_dim; keep it within the GPUs of one host"),
+    F(cp, FIELD_INT, "1", 1, COMM_MAX_AXIS, NULL, "parallel", "context-parallel ranks: each sequence is cut into 2*cp chunks and cp rank r holds chunks r and 2*cp-1-r (equal causal work), so activations are 1/cp; attention all-gathers K/V over the cp ranks every layer (docs/context-parallel.md); seq_len must divide by 2*cp; the weights and gradients are the same on every cp rank (reduced over dp x cp)"),
     F(sequence_parallel, FIELD_BOOL, "0", 0, 1, NULL, "parallel", "with tp > 1: norms, residual stream and adds on batch_size*seq_len/tp tokens per rank, the tp all-reduces become reduce-scatter + all-gather (less activation memory, same bytes sent)"),
-    F(pp, FIELD_INT, "1", 1, 1024, NULL, "parallel", "pipeline stages: each holds consecutive layers (embedding on the first, head on the last)"),
+    F(pp, FIELD_INT, "1", 1, COMM_MAX_AXIS, NULL, "parallel", "pipeline stages: each holds consecutive layers (embedding on the first, head on the last)"),
     F(pp_schedule, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|gpipe|interleaved|zb1|zbv", "parallel", "pipeline schedule; interleaved runs pp_virtual chunks of layers per stage; zb1 = zero-bubble ZB-H1: the backward split into B (input gradients) and W (weight gradients), W filling 1F1B's drain bubble, at 1F1B's micro-batches in flight; zbv = ZB-V: the same with two chunks a stage in V order (stage 0 holds the first and the last layers; n_layers must divide by 2*pp) (docs/pipeline-parallel.md)"),
     F(zb1_memory, FIELD_CHOICE, "1f1b", 0, 0, "1f1b|busiest", "parallel", "pp_schedule=zb1: what each stage holds from a micro-batch's forward to its W. 1f1b: stage s at most 1F1B's own pp-s micro-batches, each stage idle (pp-1)(F+B) of a step (2/3 of 1F1B's); busiest: every stage up to pp, 1F1B's busiest stage's (stage 0), for ZB-H1's (pp-1)(F+B-W) (1/3 of 1F1B's) — the later stages hold more than under 1F1B, the last stage's W stores its logits' gradients (docs/pipeline-parallel.md)"),
     F(pp_virtual, FIELD_INT, "2", 1, 64, NULL, "parallel", "pp_schedule=interleaved: model chunks per stage (n_layers must divide by pp*pp_virtual)"),

@@ -152,6 +152,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "plot")) return plot_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "memory")) return memory_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "doctor")) {   /* --nproc=N: re-run under mpirun first, as training does */
+        doctor_check_before_launch(argc - 1, argv + 1);
         launch_nproc(argc, argv);
         return doctor_main(argc - 1, argv + 1);
     }
