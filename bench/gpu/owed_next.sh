@@ -40,7 +40,8 @@ case ${PART:-1} in
 2)  sweep() { PYTHONUNBUFFERED=1 timeout 70 python3 .peer/torch_llama.py --cfg $1 --modes bf16-compile --T $2 --B $3 2>/dev/null | grep '^{'
               timeout 50 build/bench/bench_train --preset=$1 --device=cuda --steps=20 --precision=bf16 --seq_len=$2 --batch_size=$3 2>&1 | grep -E '^\{'; }
     for T in 1024 2048 4096 8192 16384 32768; do sweep l124m $T $(( T >= 16384 ? 1 : 16384 / T )) >>"$OUT/sweep.log"; log "l124m T=$T ${SECONDS}s"; done
-    for T in 4096 8192; do sweep l350m $T $(( 16384 / T )) >>"$OUT/sweep.log"; log "l350m T=$T ${SECONDS}s"; done ;;
+    for hd in 64 128; do timeout 90 python3 bench/gpu/sdpa_time.py --hd $hd >>"$OUT/sdpa.log" 2>&1; log "sdpa $hd rc=$? ${SECONDS}s"; done
+    for T in 4096 8192; do (( SECONDS < 500 )) || break; sweep l350m $T $(( 16384 / T )) >>"$OUT/sweep.log"; log "l350m T=$T ${SECONDS}s"; done ;;
 3)  timeout 90 stdbuf -oL build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 "$OUT/q8.log")"
     grep -E '^FAIL|drift' "$OUT/q8.log" | head >>"$OUT/summary.log"
     OUT=/tmp/q8 timeout 400 bench/gpu/q8_quality.sh >"$OUT/quality.log" 2>&1; log "q8_quality rc=$? ${SECONDS}s" ;;
