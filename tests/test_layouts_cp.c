@@ -14,6 +14,16 @@
 #include "../model/context.h"
 
 static const double loss_tol = 1e-6;
+/* Tensors (optimizer moments included) where a value is rounded coarsely, so that sums in another order can move it a
+ * whole step: 8-bit AdamW and fp8. On the CPU cp's sums are nearly one rank's (measured 2.3e-5 and 3.4e-5 a tensor),
+ * so they are held to 1e-4 and bf16's 1e-2. On the GPU they are not: a cp rank's attention runs the offset form's
+ * kernels, whose key tiles start at its chunk, so its gradients differ from one rank's in their last bits (the fp32
+ * rows: 2.5e-6 through NCCL, H100, 2026-12-07). There a code one step from one rank's reads as ~1e-4 in a second
+ * moment's relative L2 (measured 1.26e-4), so the 8-bit rows take issue 52's bound for 8-bit layouts on every tensor
+ * (test_layouts_q8's 5e-4); and an fp8 cast (3 mantissa bits) one step apart is 6-12% of an element, which a second
+ * moment squares (measured 1.06e-2), so fp8 takes 3e-2. The delayed scales are still asserted equal. */
+static double q8_tensor_tol(void) { return nccl_hosts ? 5e-4 : 1e-4; }
+static double fp8_tensor_tol(void) { return nccl_hosts ? 3e-2 : 1e-2; }
 
 /* The banner says the run was context parallel: the path this test is about was taken. */
 static void said_cp(const char *args, int cp) {
@@ -62,9 +72,9 @@ static void cp_combined(void) {
 /* 8-bit AdamW: the same elements quantized alike on every layout (test_layouts_q8's rule), against its own reference */
 static void cp_q8(void) {
     if (train("refq8", 1, "--optimizer=adamw8bit --adamw8bit_min_numel=1024")) { CHECK(0, "the 8-bit reference failed:\n%s", out); return; }
-    layout_tol("refq8", "cp2q8", 2, "--cp=2 --optimizer=adamw8bit --adamw8bit_min_numel=1024", loss_tol, 1e-4);
+    layout_tol("refq8", "cp2q8", 2, "--cp=2 --optimizer=adamw8bit --adamw8bit_min_numel=1024", loss_tol, q8_tensor_tol());
     said_cp("--cp=2 --optimizer=adamw8bit", 2);
-    layout_tol("refq8", "dp2cp2q8", 4, "--dp=2 --cp=2 --zero=1 --optimizer=adamw8bit --adamw8bit_min_numel=1024", loss_tol, 1e-4);
+    layout_tol("refq8", "dp2cp2q8", 4, "--dp=2 --cp=2 --zero=1 --optimizer=adamw8bit --adamw8bit_min_numel=1024", loss_tol, q8_tensor_tol());
 }
 
 /* bf16: within its rounding, as the other layouts' */
@@ -86,10 +96,10 @@ static int fp8_scales(const char *name, long *scales, int cap) {
 }
 
 /* precision=fp8: the maxima behind the delayed scales are reduced over the world, so over the cp ranks' tokens too:
- * one rank's scales at every step, and its losses and tensors to bf16's tolerance */
+ * one rank's scales at every step, its losses to bf16's tolerance and its tensors to fp8_tensor_tol() */
 static void cp_fp8(void) {
     if (train("ref8", 1, "--precision=fp8")) { CHECK(0, "the fp8 reference failed:\n%s", out); return; }
-    layout_tol("ref8", "cp2f8", 2, "--cp=2 --precision=fp8", bf16, 1e-2);
+    layout_tol("ref8", "cp2f8", 2, "--cp=2 --precision=fp8", bf16, fp8_tensor_tol());
     said_cp("--cp=2 --precision=fp8", 2);
     long a[8], b[8];
     int na = fp8_scales("ref8", a, 8), nb = fp8_scales("cp2f8", b, 8), same = na == nb && na == 3;
@@ -99,8 +109,8 @@ static void cp_fp8(void) {
 
 /* The 4D case: all four axes split at once, dp x pp x cp x tp = 2 x 2 x 2 x 2 on 16 ranks and 2 x 2 x 4 x 2 on 32 (8
  * ranks leave one axis whole: dp x pp x cp and pp x cp x tp above), with sequence parallelism, ZeRO-3 over dp x cp
- * and recompute: fp32 with AdamW at cp = 2 to the table's tolerances, 8-bit AdamW at cp = 4 to its own (weights 1e-4,
- * test_layouts_q8's), and every feature of the list at once, precision=fp8 and 8-bit AdamW included, to fp8's
+ * and recompute: fp32 with AdamW at cp = 2 to the table's tolerances, 8-bit AdamW at cp = 4 to its own (q8_tensor_tol(),
+ * test_layouts_q8's per tensor), and every feature of the list at once, precision=fp8 and 8-bit AdamW included, to fp8's
  * tolerance under tp (test_layouts_fp8's TP_TENSORS: tp sums in another order, so a max on a scale's boundary may
  * round to the next power of two: a norm weight's first moment, the most sensitive tensor, measured 0.086, the figure and
  * tensor of the same layout without cp, dp x pp x tp on 8 ranks). */
@@ -144,7 +154,7 @@ static void cp_4d(void) {
     layout_tol("ref", "cp4d", 16, a16, loss_tol, fp32);
     said_4d("cp4d", a16, 16, 2, 0, 0);
     if (!nccl_hosts) {   /* 32 NCCL test hosts on one GPU: more CUDA contexts than the table wants to hold at once */
-        layout_tol("refq8", "cp4d4", 32, a32, loss_tol, 1e-4);
+        layout_tol("refq8", "cp4d4", 32, a32, loss_tol, q8_tensor_tol());
         said_4d("cp4d4", a32, 32, 4, 1, 0);
     }
     if (train("ref8q8", 1, "--precision=fp8 " Q8)) { CHECK(0, "the fp8 + 8-bit reference failed:\n%s", out); return; }
