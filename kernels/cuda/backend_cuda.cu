@@ -311,9 +311,9 @@ extern "C" const Backend *backend_cuda(DType act) {
         cuda_attention_wgmma = hopper && (!a || !*a || want_hopper);
         cuda_attention_fa3 = hopper && (!a || !*a || cuda_attention_fa3_backward);
         if (hopper && (!a || !*a)) cuda_attention_fa3_backward = 2;   /* the default: fa3's backward where wgmma's stores no dS */
-        /* context parallelism's chunks on the fa3 kernels: only with LLM3D_ATTENTION=fa3 until a GPU run has checked them
-         * (tests/gpu/test_cuda_attention_at.c; 2026-12-07 they compile and have not run); else the mma.sync kernels */
-        cuda_attention_fa3_at = cuda_attention_fa3_backward == 1;
+        /* context parallelism's chunks on the fa3 kernels wherever the fa3 forward runs (tests/gpu/test_cuda_attention_at.c
+         * passed on an H100, 2026-12-07: 1.4-2.4x the mma.sync kernels at an offset); else the mma.sync kernels */
+        cuda_attention_fa3_at = cuda_attention_fa3;
         if (!cuda_attention_wgmma && !cuda_attention_simple) {   /* said once, at start-up */
             if (hopper) fprintf(stderr, "llm3d: attention: LLM3D_ATTENTION=mma; the portable mma.sync kernels run\n");
             else fprintf(stderr, "llm3d: attention: GPU %d (%s, sm_%d%d) %s; the portable mma.sync kernels run\n", dev, prop.name,

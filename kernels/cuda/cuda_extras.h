@@ -36,7 +36,7 @@ extern int cuda_attention_fa3_early_k;      /* 1 (default): a stage's K is given
 int attention_fa3_supported(int HD, const void *out, const void *qkv); /* 1: bf16/fp16, HD 64 or 128, 16-byte aligned */
 AttentionForward attention_forward_fa3;     /* attention_forward_cuda's contract, on an sm_90a GPU where it is supported */
 AttentionForwardAt attention_forward_at_fa3; /* attention_forward_at_cuda's contract (context parallelism), the same kernel */
-extern int cuda_attention_fa3_at;           /* 1: the offset form (context parallelism) runs the fa3 forward and backward where they take the shape; backend_cuda sets it only for LLM3D_ATTENTION=fa3 until they have run on a GPU */
+extern int cuda_attention_fa3_at;           /* 1: the offset form (context parallelism) runs the fa3 forward and backward where they take the shape; backend_cuda sets it wherever the fa3 forward runs (Hopper's default) */
 void attention_backward_at_fa3(void *dqkv, float *dkv, const void *dout, const void *qkv, const void *kv, const float *lse, const float *Dsum,
                                int B, int Tq, int q0, int Tk, int NH, int NKV, int HD); /* attention_backward_at_cuda's contract after the Dsum pass, by the fa3 backward's sweep (counted in cuda_attention_fa3_backward_launches) */
 void attention_dsum_cuda(float *Dsum, const void *dout, const void *out, int B, int T, int NH, int HD); /* Dsum (B,NH,T) = rowwise dout . out (attention.cu's pass) */

@@ -35,7 +35,7 @@ static void test_chunk(const char *path, int B, int n, int C, int j, int NH, int
     cuda_attention_simple = !strcmp(path, "simple");
     cuda_attention_fa3 = fa3;
     cuda_attention_fa3_backward = fa3;   /* (Hopper's default is on: "mma" must turn it off) */
-    cuda_attention_fa3_at = fa3;         /* (off by default until this test has passed on a GPU) */
+    cuda_attention_fa3_at = fa3;         /* (on by default on Hopper: each path forced here) */
     gpu->attention_forward_at(gout, glse, gqkv, gkv, B, C, q0, T, NH, NKV, HD);
     gpu->attention_backward_at(gdq, gdkv, gdy, gqkv, gkv, gout_cpu, glse_cpu, B, C, q0, T, NH, NKV, HD);
     cuda_attention_simple = was;
