@@ -9,7 +9,7 @@
  * (sdpa_time.py --hd 128 takes the same). Per T one JSON line: ms and TFLOP/s
  * (the causal count 4*B*NH*T*T*HD/2) of the fa3 forward with and without
  * ping-pong between its consumer warpgroups (FA3_PINGPONG=0: without only) and with each stage's K given back
- * with its V (fa3_klate_fwd, the hand-back before 2026-12-07), of the fa3 backward (2.5x
+ * with its V (fa3_klate_fwd, the hand-back before 2026-12-07) and on a persistent grid (fa3_persist_fwd), of the fa3 backward (2.5x
  * the forward's count; dQ accumulated by the dk/dv kernel, at HD 128 fa3_bwd_s2 with two Q/dout stages and two
  * staged dQ tiles, and fa3_bwd_sweep: by a second sweep; the model's
  * backward takes whichever attention_dq_accumulates says), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
@@ -153,6 +153,9 @@ int main(int argc, char **argv) {
         cuda_attention_fa3_early_k = 0;   /* each stage's K given back with its V, as before 2026-12-07 */
         row("fa3_klate_fwd", &c, f, 0);
         cuda_attention_fa3_early_k = 1;
+        cuda_attention_fa3_persistent = 1;   /* one block an SM, each walking items */
+        row("fa3_persist_fwd", &c, f, 0);
+        cuda_attention_fa3_persistent = 0;
         if (cuda_attention_fa3_launches == before) die("bench_attention: the fa3 forward did not run (HD=%d)", HD);
         long bbefore = cuda_attention_fa3_backward_launches;
         int fa3b = cuda_attention_fa3_backward;   /* (2 by default: where wgmma's would store no dS; the rows below force each) */

@@ -33,8 +33,10 @@
  * query can see no key of the first (its row stays empty until the second).
  *
  * Output goes from registers to global memory (4-byte stores, as the wgmma
- * forward). Not yet here (docs/performance.md's attention section says what was
- * measured): a persistent grid and a TMA store of O. The maps over rows
+ * forward). The grid is a block a work item (query tile of a sequence and
+ * head) or, switched (cuda_attention_fa3_persistent, not yet measured), one
+ * block an SM walking the items, so that the next item's copies run under this
+ * one's output. Not yet here: a TMA store of O. The maps over rows
  * (fa3_tensor_map, fa3_tensor_map_rows) are the backward's too. */
 #include "attention_fa3.cuh"
 #include "attention_wgmma.cuh"
@@ -118,32 +120,34 @@ template <int N> __device__ __forceinline__ void fa3_keep(uint32_t (&a)[N][4]) {
  * qoff .. qoff+Tq-1 against the keys 0 .. Tk-1 read through tkv, K of KV head g at column kcol + g*HD and its V at
  * kcol + (NKV+g)*HD (both maps' boxes: 64 columns x 128 rows x 1 sequence). The whole sequence: tkv = tq, kcol =
  * NH*HD, qoff = 0, Tk = Tq; a chunk at an offset (kernels/attention.h's offset form): tkv over kv (B,Tk,2*NKV*HD),
- * kcol = 0. Grid (B*NH, query tiles), the last (longest) first. Shared: Q (two 64-column halves of 128 rows), then
- * K of stages 0..S-1, V of stages 0..S-1, then the barriers. kearly = 1 (cuda_attention_fa3_early_k): a stage's K is
- * given back when its scores are in registers; 0: with its V, once the tile's P V is done (as before 2026-12-07,
- * kept to measure the difference). */
+ * kcol = 0. Work items: the BNH = B*NH (sequence, head) pairs times the query tiles, item i = query tile
+ * ntq-1 - i/BNH of pair i%BNH (the last, longest tiles first); block x takes items x, x + gridDim.x, ... A grid of
+ * one block an item runs each once; a persistent grid (one block an SM, cuda_attention_fa3_persistent) walks them,
+ * its producer copying the next item's Q and first K/V tiles while the consumers write this one's output.
+ * The K/V ring's stages and phases run on across items (n counts the block's tiles so far). Shared: Q (two
+ * 64-column halves of 128 rows), then K of stages 0..S-1, V of stages 0..S-1, then the barriers. kearly = 1
+ * (cuda_attention_fa3_early_k): a stage's K is given back when its scores are in registers; 0: with its V, once
+ * the tile's P V is done (as before 2026-12-07, kept to measure the difference). */
 template <typename T, int HD, int S, bool PP> __global__ void __launch_bounds__(FA3_THREADS, 1)
 fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tkv, T *out, float *lse, int Tq, int qoff,
-                   int Tk, int NH, int NKV, int kcol, float scale, int kearly) {
+                   int Tk, int BNH, int NH, int NKV, int kcol, float scale, int kearly) {
 #if WG_ON
     WG_TILES;
     constexpr uint32_t HALF_Q = FA3_BM * 128, HALF_K = FA3_BN * 128;   /* bytes of one 64-column half */
     constexpr uint32_t QBYTES = HALF_Q * (HD / 64), KBYTES = HALF_K * (HD / 64);
     uint32_t sQ = tiles_base(smraw), sK = sQ + QBYTES, sV = sK + S * KBYTES, bars = sV + S * KBYTES;
-    /* barK + 8 * stage, ...: K landed, V landed, the consumers are done with K (barEK) and with V (barEV) */
-    uint32_t barQ = bars, barK = bars + 8, barV = barK + 8 * S, barEK = barV + 8 * S, barEV = barEK + 8 * S;
-    int b = blockIdx.x / NH, h = blockIdx.x % NH, kvh = h / (NH / NKV);
-    int q0 = (gridDim.y - 1 - blockIdx.y) * FA3_BM, g0 = qoff + q0;   /* the tile's first query, here and in the sequence */
-    /* key tiles 0..nk-1: the last holds the tile's last query's own key. At qoff = 0 (BM = BN) it is the diagonal tile
-     * and the only one masked; at an offset the tile's queries can straddle two key tiles, both masked (below) */
-    int nk = (qoff + min(q0 + FA3_BM, Tq) - 1) / FA3_BN + 1;
+    /* barQ: Q landed, barQE: the consumers are done with it; barK + 8 * stage, ...: K landed, V landed, the consumers
+     * are done with K (barEK) and with V (barEV) */
+    uint32_t barQ = bars, barQE = bars + 8, barK = bars + 16, barV = barK + 8 * S, barEK = barV + 8 * S, barEV = barEK + 8 * S;
+    int ntq = (Tq + FA3_BM - 1) / FA3_BM, items = ntq * BNH;
     int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
         mbar_init(barQ, 1);
+        mbar_init(barQE, 8);   /* one arrival a consumer warp */
         for (int st = 0; st < S; st++) {
             mbar_init(barK + 8 * st, 1);
             mbar_init(barV + 8 * st, 1);
-            mbar_init(barEK + 8 * st, 8);   /* one arrival a consumer warp */
+            mbar_init(barEK + 8 * st, 8);
             mbar_init(barEV + 8 * st, 8);
         }
         mbar_init_fence();
@@ -152,93 +156,111 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
     if (wg == 0) {   /* ---- the producer ---- */
         regs_down<FA_REGS_PRODUCER>();
         if (threadIdx.x == 0) {
-            mbar_expect_tx(barQ, QBYTES);
+            int u = 0;   /* K/V tiles copied so far: stage u % S, phase (u / S) & 1 */
+            for (int item = blockIdx.x, n = 0; item < items; item += gridDim.x, n++) {
+                int bh = item % BNH, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = (ntq - 1 - item / BNH) * FA3_BM;
+                int nk = (qoff + min(q0 + FA3_BM, Tq) - 1) / FA3_BN + 1;
+                mbar_wait(barQE, (n & 1) ^ 1);   /* the previous item's queries are done with */
+                mbar_expect_tx(barQ, QBYTES);
 #pragma unroll
-            for (int hf = 0; hf < HD / 64; hf++) tma_load3(sQ + hf * HALF_Q, &tq, h * HD + hf * 64, q0, b, barQ);
-            for (int it = 0; it < nk; it++) {
-                int j = nk - 1 - it, st = it % S;
-                mbar_wait(barEK + 8 * st, ((it / S) & 1) ^ 1);
-                mbar_expect_tx(barK + 8 * st, KBYTES);
+                for (int hf = 0; hf < HD / 64; hf++) tma_load3(sQ + hf * HALF_Q, &tq, h * HD + hf * 64, q0, b, barQ);
+                for (int it = 0; it < nk; it++, u++) {
+                    int j = nk - 1 - it, st = u % S, ph = ((u / S) & 1) ^ 1;
+                    mbar_wait(barEK + 8 * st, ph);
+                    mbar_expect_tx(barK + 8 * st, KBYTES);
 #pragma unroll
-                for (int hf = 0; hf < HD / 64; hf++)
-                    tma_load3(sK + st * KBYTES + hf * HALF_K, &tkv, kcol + kvh * HD + hf * 64, j * FA3_BN, b, barK + 8 * st);
-                mbar_wait(barEV + 8 * st, ((it / S) & 1) ^ 1);
-                mbar_expect_tx(barV + 8 * st, KBYTES);
+                    for (int hf = 0; hf < HD / 64; hf++)
+                        tma_load3(sK + st * KBYTES + hf * HALF_K, &tkv, kcol + kvh * HD + hf * 64, j * FA3_BN, b, barK + 8 * st);
+                    mbar_wait(barEV + 8 * st, ph);
+                    mbar_expect_tx(barV + 8 * st, KBYTES);
 #pragma unroll
-                for (int hf = 0; hf < HD / 64; hf++)
-                    tma_load3(sV + st * KBYTES + hf * HALF_K, &tkv, kcol + (NKV + kvh) * HD + hf * 64, j * FA3_BN, b, barV + 8 * st);
+                    for (int hf = 0; hf < HD / 64; hf++)
+                        tma_load3(sV + st * KBYTES + hf * HALF_K, &tkv, kcol + (NKV + kvh) * HD + hf * 64, j * FA3_BN, b, barV + 8 * st);
+                }
             }
         }
         return;
     }
-    /* ---- the consumers: warpgroup c owns query rows q0 + 64c .. q0 + 64c + 63 ---- */
+    /* ---- the consumers: warpgroup c owns query rows q0 + 64c .. q0 + 64c + 63 of each item ---- */
     regs_up<FA_REGS_CONSUMER>();
     int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
-    int row[2] = {g0 + 64 * c + 16 * w + g, g0 + 64 * c + 16 * w + g + 8};   /* positions in the sequence */
+    bool lane0 = tid % 32 == 0;
     uint32_t qa = sQ + c * 64 * 128;
     float sl2 = scale * LOG2E;
-    float s[64], o[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, corr[2];
-    uint32_t pa[8][4], pn[8][4];
+    int u = 0;   /* K/V tiles consumed so far, as the producer counts them */
+    for (int item = blockIdx.x, n = 0; item < items; item += gridDim.x, n++) {
+        int bh = item % BNH, b = bh / NH, h = bh % NH, q0 = (ntq - 1 - item / BNH) * FA3_BM, g0 = qoff + q0;
+        /* key tiles 0..nk-1: the last holds the tile's last query's own key. At qoff = 0 (BM = BN) it is the diagonal
+         * tile and the only one masked; at an offset the tile's queries can straddle two key tiles, both masked */
+        int nk = (qoff + min(q0 + FA3_BM, Tq) - 1) / FA3_BN + 1;
+        int row[2] = {g0 + 64 * c + 16 * w + g, g0 + 64 * c + 16 * w + g + 8};   /* positions in the sequence */
+        float s[64], o[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}, corr[2];
+        uint32_t pa[8][4], pn[8][4];
 #pragma unroll
-    for (int i = 0; i < HD / 2; i++) o[i] = 0;
-    mbar_wait(barQ, 0);
-    mbar_wait(barK, 0);
-    if (PP && c == 1) named_arrive(FA3_TURN, 256);   /* consumer 0 issues first */
-    if (PP) named_sync(FA3_TURN + c, 256);
-    wg_fence();
-    fa3_scores<T, HD>(s, qa, sK, HALF_Q, HALF_K);   /* the diagonal tile first, the only one masked */
-    wg_commit();
-    if (PP) named_arrive(FA3_TURN + 1 - c, 256);
-    wg_wait<0>();
-    wg_keep(s);
-    bool lane0 = tid % 32 == 0;
-    if (kearly && lane0) mbar_arrive(barEK);   /* the first tile's K is done with */
-    fa3_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, Tk, sl2, true);
-    for (int it = 0; it < nk; it++) {
-        bool more = it + 1 < nk;
-        int st = it % S, nx = it + more, sn = nx % S;
-        /* the last iteration scores its own tile again, unused: every iteration issues the same products (no branch
-         * around a wgmma) */
-        mbar_wait(barK + 8 * sn, (nx / S) & 1);
-        mbar_wait(barV + 8 * st, (it / S) & 1);
+        for (int i = 0; i < HD / 2; i++) o[i] = 0;
+        int st0 = u % S;
+        mbar_wait(barQ, n & 1);
+        mbar_wait(barK + 8 * st0, (u / S) & 1);
+        if (PP && c == 1) named_arrive(FA3_TURN, 256);   /* consumer 0 issues first */
         if (PP) named_sync(FA3_TURN + c, 256);
         wg_fence();
-        fa3_scores<T, HD>(s, qa, sK + sn * KBYTES, HALF_Q, HALF_K);   /* scores of the next tile */
+        fa3_scores<T, HD>(s, qa, sK + st0 * KBYTES, HALF_Q, HALF_K);   /* the diagonal tile first, the only one masked */
         wg_commit();
-        fa3_pv<T, HD>(o, pa, sV + st * KBYTES, HALF_K);               /* o += P V of this one, still running while ... */
-        wg_commit();
-        if (PP && (c == 0 || more)) named_arrive(FA3_TURN + 1 - c, 256);   /* (consumer 1's last turn is never waited for) */
-        wg_wait<1>();
-        wg_keep(s);
-        if (kearly && more && lane0) mbar_arrive(barEK + 8 * sn);   /* the next tile's K is done with */
-        /* ... these run; a tile is masked where it holds a key after the block's first query (never at qoff = 0) */
-        if (more) fa3_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, Tk, sl2, (nk - 1 - it) * FA3_BN > g0 + 1);
+        if (PP) named_arrive(FA3_TURN + 1 - c, 256);
         wg_wait<0>();
-        wg_keep(o);
-        fa3_keep(pa);
-        if (lane0) {   /* this warp is done with the stage's V (and, kearly = 0, its K) */
-            mbar_arrive(barEV + 8 * st);
-            if (!kearly) mbar_arrive(barEK + 8 * st);
+        wg_keep(s);
+        if (kearly && lane0) mbar_arrive(barEK + 8 * st0);   /* the first tile's K is done with */
+        fa3_softmax<T>(s, pa, m, l, corr, (nk - 1) * FA3_BN, row, Tk, sl2, true);
+        for (int it = 0; it < nk; it++) {
+            bool more = it + 1 < nk;
+            int st = (u + it) % S, sn = (u + it + 1) % S;
+            /* the last iteration scores Q against its own V tile, unused: every iteration issues the same products (no
+             * branch around a wgmma), and this stage's V is still this consumer's (its K may already hold the next
+             * item's keys) */
+            uint32_t knext = more ? sK + sn * KBYTES : sV + st * KBYTES;
+            if (more) mbar_wait(barK + 8 * sn, ((u + it + 1) / S) & 1);
+            mbar_wait(barV + 8 * st, ((u + it) / S) & 1);
+            if (PP) named_sync(FA3_TURN + c, 256);
+            wg_fence();
+            fa3_scores<T, HD>(s, qa, knext, HALF_Q, HALF_K);   /* scores of the next tile */
+            wg_commit();
+            fa3_pv<T, HD>(o, pa, sV + st * KBYTES, HALF_K);     /* o += P V of this one, still running while ... */
+            wg_commit();
+            if (PP && (c == 0 || more)) named_arrive(FA3_TURN + 1 - c, 256);   /* (consumer 1's last turn is never waited for) */
+            wg_wait<1>();
+            wg_keep(s);
+            if (kearly && more && lane0) mbar_arrive(barEK + 8 * sn);   /* the next tile's K is done with */
+            /* ... these run; a tile is masked where it holds a key after the block's first query (never at qoff = 0) */
+            if (more) fa3_softmax<T>(s, pn, m, l, corr, (nk - 2 - it) * FA3_BN, row, Tk, sl2, (nk - 1 - it) * FA3_BN > g0 + 1);
+            wg_wait<0>();
+            wg_keep(o);
+            fa3_keep(pa);
+            if (lane0) {   /* this warp is done with the stage's V (and, kearly = 0, its K) */
+                mbar_arrive(barEV + 8 * st);
+                if (!kearly) mbar_arrive(barEK + 8 * st);
+            }
+            if (more) {
+#pragma unroll
+                for (int i = 0; i < HD / 2; i++) o[i] *= corr[i % 4 / 2];
+#pragma unroll
+                for (int i = 0; i < 32; i++) pa[i / 4][i % 4] = pn[i / 4][i % 4];
+            }
         }
-        if (more) {
+        u += nk;
+        if (lane0) mbar_arrive(barQE);   /* this warp's queries are done with: the producer may copy the next item's */
 #pragma unroll
-            for (int i = 0; i < HD / 2; i++) o[i] *= corr[i % 4 / 2];
+        for (int r = 0; r < 2; r++) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+            int tr = row[r] - qoff;   /* the query's row in the chunk */
+            if (tr >= Tq) continue;
+            T *y = out + ((size_t)b * Tq + tr) * NH * HD + h * HD;
+            float inv = 1.0f / l[r];
 #pragma unroll
-            for (int i = 0; i < 32; i++) pa[i / 4][i % 4] = pn[i / 4][i % 4];
+            for (int nt = 0; nt < HD / 8; nt++)
+                *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[4 * nt + 2 * r] * inv, o[4 * nt + 2 * r + 1] * inv);
+            if (t == 0) lse[((size_t)b * NH + h) * Tq + tr] = m[r] * scale + logf(l[r]);
         }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        int tr = row[r] - qoff;   /* the query's row in the chunk */
-        if (tr >= Tq) continue;
-        T *y = out + ((size_t)b * Tq + tr) * NH * HD + h * HD;
-        float inv = 1.0f / l[r];
-#pragma unroll
-        for (int nt = 0; nt < HD / 8; nt++)
-            *reinterpret_cast<uint32_t *>(y + nt * 8 + 2 * t) = pack2<T>(o[4 * nt + 2 * r] * inv, o[4 * nt + 2 * r + 1] * inv);
-        if (t == 0) lse[((size_t)b * NH + h) * Tq + tr] = m[r] * scale + logf(l[r]);
     }
 #endif
 }
@@ -280,17 +302,25 @@ long cuda_attention_fa3_launches = 0;
 
 int cuda_attention_fa3_pingpong = 1;
 int cuda_attention_fa3_early_k = 1;
+int cuda_attention_fa3_persistent = 0;
 
 template <typename T, int HD, int S, bool PP> static void launch_as(const CUtensorMap &tq, const CUtensorMap &tkv, void *out, float *lse,
                                                                      int B, int Tq, int qoff, int Tk, int NH, int NKV, int kcol) {
-    size_t smem = (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (1 + 4 * S);
+    size_t smem = (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (2 + 4 * S);
     static size_t raised = 0;
+    static int sms = 0;
     if (raised < smem) {
         cudaCheck(cudaFuncSetAttribute(fa3_forward_kernel<T, HD, S, PP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         raised = smem;
     }
-    fa3_forward_kernel<T, HD, S, PP><<<dim3(B * NH, ceil_div(Tq, FA3_BM)), FA3_THREADS, smem, cuda_stream>>>(
-        tq, tkv, (T *)out, lse, Tq, qoff, Tk, NH, NKV, kcol, 1.0f / sqrtf((float)HD), cuda_attention_fa3_early_k);
+    if (!sms) {
+        int dev;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    }
+    int items = ceil_div(Tq, FA3_BM) * B * NH, grid = cuda_attention_fa3_persistent ? min(items, sms) : items;   /* one block an SM */
+    fa3_forward_kernel<T, HD, S, PP><<<grid, FA3_THREADS, smem, cuda_stream>>>(tq, tkv, (T *)out, lse, Tq, qoff, Tk, B * NH, NH, NKV, kcol,
+                                                                             1.0f / sqrtf((float)HD), cuda_attention_fa3_early_k);
     launchCheck();
 }
 /* kv NULL: the whole sequence, K and V from qkv; else the chunk of Tq queries at qoff against kv's Tk keys */

@@ -148,8 +148,9 @@ static void test_rope(int B, int T, int NH, int NKV, int HD, int pos0) {
 /* the warp-specialized Hopper kernels (attention_fa3.cu, attention_fa3_backward.cu), forward and backward, alone:
  * out, lse and dqkv against the CPU (RoPE's backward folded in at even T), the launches counted (the proof they ran,
  * not a fallback), a second forward and backward bitwise the same, and the forward without ping-pong between its
- * consumers, or with each stage's K given back with its V, bitwise the same too (the turns and the hand-back change
- * when products are issued and tiles copied, not what) */
+ * consumers, with each stage's K given back with its V, or on a persistent grid (a block an SM walking the items),
+ * bitwise the same too (the turns, the hand-back and the grid change when products are issued and tiles copied, not
+ * what) */
 static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     char shape[96];
     float theta = T % 2 ? 0.0f : 10000.0f;
@@ -165,9 +166,10 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     long launches = cuda_attention_fa3_launches, blaunches = cuda_attention_fa3_backward_launches;
     int was = cuda_attention_fa3, wasb = cuda_attention_fa3_backward, same = 1, bsame = 1;
     cuda_attention_fa3 = 1;
-    for (int run = 0; run < 4; run++) {   /* ping-pong, ping-pong again, without, then K given back with V */
+    for (int run = 0; run < 5; run++) {   /* ping-pong, ping-pong again, without, K given back with V, a persistent grid */
         cuda_attention_fa3_pingpong = run != 2;
         cuda_attention_fa3_early_k = run != 3;
+        cuda_attention_fa3_persistent = run == 4;
         poison(gout, bytes);
         gpu->attention_forward(gout, glse, gqkv, B, T, NH, NKV, HD);
         gpu->download(run ? other : first, gout, bytes);
@@ -211,13 +213,14 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     cuda_attention_fa3_backward = wasb;
     cuda_attention_fa3_pingpong = 1;
     cuda_attention_fa3_early_k = 1;
-    int ran = cuda_attention_fa3_launches == launches + 4, bran = cuda_attention_fa3_backward_launches == blaunches + runs;
+    cuda_attention_fa3_persistent = 0;
+    int ran = cuda_attention_fa3_launches == launches + 5, bran = cuda_attention_fa3_backward_launches == blaunches + runs;
     printf("%s %-5s attention_fwd fa3 ran the warp-specialized kernel %s\n", ran ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(ran, "%s attention_fwd fa3 %s: the fa3 kernel did not run", dtype_name(act), shape);
-    printf("%s %-5s attention_fwd fa3 deterministic, with and without ping-pong, K given back early or with V %s\n", same ? "ok  " : "FAIL",
-           dtype_name(act), shape);
-    CHECK(same, "%s attention_fwd fa3 %s: a second forward (or one without ping-pong, or with K given back late) gave different bits",
-          dtype_name(act), shape);
+    printf("%s %-5s attention_fwd fa3 deterministic, with and without ping-pong, K given back early or with V, persistent %s\n",
+           same ? "ok  " : "FAIL", dtype_name(act), shape);
+    CHECK(same, "%s attention_fwd fa3 %s: a second forward (or one without ping-pong, with K given back late, or on a persistent grid) "
+          "gave different bits", dtype_name(act), shape);
     printf("%s %-5s attention_bwd fa3 ran the warp-specialized kernels %s\n", bran ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(bran, "%s attention_bwd fa3 %s: the fa3 backward did not run", dtype_name(act), shape);
     printf("%s %-5s attention_bwd fa3 accumulated dQ in the dk/dv kernel (%d times), then swept %s\n", fran ? "ok  " : "FAIL", dtype_name(act),
