@@ -50,7 +50,7 @@ case ${PART:-1} in
 3)  timeout 90 stdbuf -oL build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 "$OUT/q8.log")"
     grep -E '^FAIL|drift' "$OUT/q8.log" | head >>"$OUT/summary.log"
     OUT=/tmp/q8 timeout 400 bench/gpu/q8_quality.sh >"$OUT/quality.log" 2>&1; log "q8_quality rc=$? ${SECONDS}s" ;;
-4)  NCCL_PARTS="q8tiny cp" timeout 360 tests/gpu/nccl_layouts.sh >"$OUT/nccl.log" 2>&1; log "nccl q8tiny cp rc=$? $(tail -1 "$OUT/nccl.log")"
+4)  NCCL_PARTS="cp" timeout 360 tests/gpu/nccl_layouts.sh >"$OUT/nccl.log" 2>&1; log "nccl cp rc=$? $(tail -1 "$OUT/nccl.log")"
     grep -E 'FAIL' "$OUT/nccl.log" | head -20 >>"$OUT/summary.log"
     timeout 150 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"
     # the doctor's axis checks through NCCL (split communicators), four ranks on the one GPU
