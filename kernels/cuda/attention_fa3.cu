@@ -124,8 +124,9 @@ template <int N> __device__ __forceinline__ void fa3_keep(uint32_t (&a)[N][4]) {
  * ntq-1 - i/BNH of pair i%BNH (the last, longest tiles first); block x takes items x, x + gridDim.x, ... A grid of
  * one block an item runs each once; a persistent grid (one block an SM, cuda_attention_fa3_persistent) walks them,
  * its producer copying the next item's Q and first K/V tiles while the consumers write this one's output.
- * The K/V ring's stages and phases run on across items (n counts the block's tiles so far). Shared: Q (two
- * 64-column halves of 128 rows), then K of stages 0..S-1, V of stages 0..S-1, then the barriers. kearly = 1
+ * The K/V ring's stages and phases run on across items, and Q has two buffers (item n's is n % 2), so the next
+ * item's queries can be copied while this one's are still read. Shared: Q's two buffers (each two 64-column halves
+ * of 128 rows), then K of stages 0..S-1, V of stages 0..S-1, then the barriers. kearly = 1
  * (cuda_attention_fa3_early_k): a stage's K is given back when its scores are in registers; 0: with its V, once
  * the tile's P V is done (as before 2026-12-07, kept to measure the difference). */
 template <typename T, int HD, int S, bool PP> __global__ void __launch_bounds__(FA3_THREADS, 1)
@@ -135,15 +136,17 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
     WG_TILES;
     constexpr uint32_t HALF_Q = FA3_BM * 128, HALF_K = FA3_BN * 128;   /* bytes of one 64-column half */
     constexpr uint32_t QBYTES = HALF_Q * (HD / 64), KBYTES = HALF_K * (HD / 64);
-    uint32_t sQ = tiles_base(smraw), sK = sQ + QBYTES, sV = sK + S * KBYTES, bars = sV + S * KBYTES;
-    /* barQ: Q landed, barQE: the consumers are done with it; barK + 8 * stage, ...: K landed, V landed, the consumers
-     * are done with K (barEK) and with V (barEV) */
-    uint32_t barQ = bars, barQE = bars + 8, barK = bars + 16, barV = barK + 8 * S, barEK = barV + 8 * S, barEV = barEK + 8 * S;
+    uint32_t sQ = tiles_base(smraw), sK = sQ + 2 * QBYTES, sV = sK + S * KBYTES, bars = sV + S * KBYTES;
+    /* barQ + 8 * buffer: Q landed, barQE + 8 * buffer: the consumers are done with it; barK + 8 * stage, ...: K landed,
+     * V landed, the consumers are done with K (barEK) and with V (barEV) */
+    uint32_t barQ = bars, barQE = bars + 16, barK = bars + 32, barV = barK + 8 * S, barEK = barV + 8 * S, barEV = barEK + 8 * S;
     int ntq = (Tq + FA3_BM - 1) / FA3_BM, items = ntq * BNH;
     int wg = threadIdx.x / 128;
     if (threadIdx.x == 0) {
-        mbar_init(barQ, 1);
-        mbar_init(barQE, 8);   /* one arrival a consumer warp */
+        for (int qb = 0; qb < 2; qb++) {
+            mbar_init(barQ + 8 * qb, 1);
+            mbar_init(barQE + 8 * qb, 8);   /* one arrival a consumer warp */
+        }
         for (int st = 0; st < S; st++) {
             mbar_init(barK + 8 * st, 1);
             mbar_init(barV + 8 * st, 1);
@@ -160,10 +163,11 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
             for (int item = blockIdx.x, n = 0; item < items; item += gridDim.x, n++) {
                 int bh = item % BNH, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = (ntq - 1 - item / BNH) * FA3_BM;
                 int nk = (qoff + min(q0 + FA3_BM, Tq) - 1) / FA3_BN + 1;
-                mbar_wait(barQE, (n & 1) ^ 1);   /* the previous item's queries are done with */
-                mbar_expect_tx(barQ, QBYTES);
+                uint32_t qb = n & 1, bq = barQ + 8 * qb;
+                mbar_wait(barQE + 8 * qb, ((n >> 1) & 1) ^ 1);   /* the item before last's queries are done with */
+                mbar_expect_tx(bq, QBYTES);
 #pragma unroll
-                for (int hf = 0; hf < HD / 64; hf++) tma_load3(sQ + hf * HALF_Q, &tq, h * HD + hf * 64, q0, b, barQ);
+                for (int hf = 0; hf < HD / 64; hf++) tma_load3(sQ + qb * QBYTES + hf * HALF_Q, &tq, h * HD + hf * 64, q0, b, bq);
                 for (int it = 0; it < nk; it++, u++) {
                     int j = nk - 1 - it, st = u % S, ph = ((u / S) & 1) ^ 1;
                     mbar_wait(barEK + 8 * st, ph);
@@ -185,7 +189,6 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
     regs_up<FA_REGS_CONSUMER>();
     int c = wg - 1, tid = threadIdx.x % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
     bool lane0 = tid % 32 == 0;
-    uint32_t qa = sQ + c * 64 * 128;
     float sl2 = scale * LOG2E;
     int u = 0;   /* K/V tiles consumed so far, as the producer counts them */
     for (int item = blockIdx.x, n = 0; item < items; item += gridDim.x, n++) {
@@ -198,8 +201,9 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
         uint32_t pa[8][4], pn[8][4];
 #pragma unroll
         for (int i = 0; i < HD / 2; i++) o[i] = 0;
-        int st0 = u % S;
-        mbar_wait(barQ, n & 1);
+        int st0 = u % S, qb = n & 1;
+        uint32_t qa = sQ + qb * QBYTES + c * 64 * 128;   /* this consumer's 64 rows of the item's queries */
+        mbar_wait(barQ + 8 * qb, (n >> 1) & 1);
         mbar_wait(barK + 8 * st0, (u / S) & 1);
         if (PP && c == 1) named_arrive(FA3_TURN, 256);   /* consumer 0 issues first */
         if (PP) named_sync(FA3_TURN + c, 256);
@@ -247,7 +251,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
             }
         }
         u += nk;
-        if (lane0) mbar_arrive(barQE);   /* this warp's queries are done with: the producer may copy the next item's */
+        if (lane0) mbar_arrive(barQE + 8 * qb);   /* this warp is done with the buffer: the producer may refill it */
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -306,7 +310,7 @@ int cuda_attention_fa3_persistent = 0;
 
 template <typename T, int HD, int S, bool PP> static void launch_as(const CUtensorMap &tq, const CUtensorMap &tkv, void *out, float *lse,
                                                                      int B, int Tq, int qoff, int Tk, int NH, int NKV, int kcol) {
-    size_t smem = (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (2 + 4 * S);
+    size_t smem = 2 * (size_t)FA3_BM * HD * 2 + 2 * S * (size_t)FA3_BN * HD * 2 + 8 * (4 + 4 * S);
     static size_t raised = 0;
     static int sms = 0;
     if (raised < smem) {
