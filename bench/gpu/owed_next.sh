@@ -8,7 +8,8 @@
 #     default), the offset-form test (fa3 at an offset is now cp's default), the model test with fa3, the 8-bit GPU
 #     test, bench_attention at HD 64 and 128 (new row fa3_persist_fwd: if it beats fa3_fwd, set
 #     cuda_attention_fa3_persistent = 1 where T is short, then PART=2; BENCH_CP=4 rows), then Nsight Compute on the
-#     forward and racecheck with source lines while time is left.
+#     accumulating dk/dv kernel (HD 64, 16k) and the forward (HD 64, 1k) while time is left (racecheck: Z's result
+#     stands, bench/gpu/racecheck_fa3.sh alone reruns it).
 #   2 (issue 55, the step): the l124m sweep at T = 1k..32k, SDPA alone at HD 64 and 128, l350m at 4k and 8k, the
 #     peer before each (carry .peer).
 #   3 (issue 52, done in Z): the 8-bit AdamW GPU test, then the 1,000-step l124m quality run
@@ -36,12 +37,15 @@ case ${PART:-1} in
     [ -z "${QUICK:-}" ] || exit 0   # QUICK=1: the checks alone (little device time left)
     CPB=$(grep -q ' 0 failed' "$OUT/at.log" && echo 4 || echo 0)   # one cp=4 rank's share too, once the offset test passed
     for hd in 64 128; do BENCH_CP=$CPB timeout 150 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
-    if (( SECONDS < 380 )); then   # the forward at head dim 128 is 16-26% under cuDNN: its profile (issue 55, item 4)
-        OUT=$OUT KERNELS=fa3_forward bench/gpu/ncu_fa3.sh 128 8192 >/tmp/ncu.log 2>&1; log "ncu forward 128 ${SECONDS}s"
-        grep -E 'Duration|Registers Per|Issue Slots Busy|No Eligible|Compute \(SM\) Throughput' /tmp/ncu.log | head -12 >>"$OUT/summary.log"; fi
-    (( SECONDS < 420 )) || { log "no time left for racecheck"; exit 0; }
-    if (( SECONDS < 300 )); then HDS="64 128"; else HDS=64; fi
-    OUT=$OUT HDS=$HDS bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck ${SECONDS}s: $(grep -c Error "$OUT/racecheck.log") distinct error lines" ;;
+    # the backward at head dim 64 from 16k is 1-8% under cuDNN and sets the long-T step: a profile of the accumulating
+    # dk/dv kernel with source counters (the last one predates the accumulator), then the forward at T = 1024 (the
+    # default and the persistent grid, 6-15% under cuDNN there)
+    if (( SECONDS < 400 )); then OUT=$OUT KERNELS=fa3_dkv bench/gpu/ncu_fa3.sh 64 16384 >/tmp/ncu.log 2>&1; log "ncu dkv 64 ${SECONDS}s"
+        grep -E 'Duration|Issue Slots Busy|No Eligible|Compute \(SM\) Throughput' /tmp/ncu.log | head -8 >>"$OUT/summary.log"; fi
+    for skip in 0 54; do (( SECONDS < 480 )) || break   # the default grid's row, then the persistent grid's (the fourth)
+        OUT=$OUT KERNELS=fa3_forward SKIP=$skip bench/gpu/ncu_fa3.sh 64 1024 >/tmp/ncu2.log 2>&1; log "ncu forward 64 1024 skip $skip ${SECONDS}s"
+        grep -E 'Duration|Issue Slots Busy|No Eligible|Achieved Active' /tmp/ncu2.log | head -8 >>"$OUT/summary.log"; done
+    ;;
 2)  sweep() { PYTHONUNBUFFERED=1 timeout 70 python3 .peer/torch_llama.py --cfg $1 --modes bf16-compile --T $2 --B $3 2>/dev/null | grep '^{'
               timeout 50 build/bench/bench_train --preset=$1 --device=cuda --steps=20 --precision=bf16 --seq_len=$2 --batch_size=$3 2>&1 | grep -E '^\{'; }
     for T in 1024 2048 4096 8192 16384 32768; do sweep l124m $T $(( T >= 16384 ? 1 : 16384 / T )) >>"$OUT/sweep.log"; log "l124m T=$T ${SECONDS}s"; done
