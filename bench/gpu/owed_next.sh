@@ -17,12 +17,14 @@
 #   4 (issue 53): the NCCL layout table's cp part on one GPU (q8tiny passed in Z; cp's 8-bit and fp8 rows with the tolerances
 #     set after Z's run, the fa3 offset kernels now the default), then cp's memory per rank (owed: the measured peaks
 #     of docs/context-parallel.md's table), then the doctor's axis checks (dp x cp) through NCCL.
-#   run: PART=1 bench/gpu/owed_next.sh
+#   run: ALT=.alt PART=1 bench/gpu/owed_next.sh, carry [".peer", ".alt"]: .alt (ignored, made in session Z) holds the
+#     forward as measured in Z (git show 2e00925:kernels/cuda/attention_fa3.cu, plus the persistent switch's variable,
+#     which it ignores), swapped in if the probe hangs, so a hang of the new persistent grid costs 25 s, not the call
 source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 case ${PART:-1} in
 1)  # a backward that hangs shows in seconds at T = 300; with ALT (a folder of kernel files, carried) set, it swaps those in
     probe() { for hd in 64 128; do LLM3D_ATTENTION=fa3 timeout 25 build/gpu/bench_attention $hd 300 >/dev/null 2>&1 || return 1; done; }
-    if ! probe; then log "the fa3 backward hangs or fails at T = 300 (${SECONDS}s)"
+    if ! probe; then log "an fa3 kernel (forward, on either grid, or backward) hangs or fails at T = 300 (${SECONDS}s)"
         [ -n "${ALT:-}" ] || exit 1
         cp "$ALT"/* kernels/cuda/ && make -j16 gpu >/tmp/b2.log 2>&1 && probe || { log "and so does $ALT's"; exit 1; }
         log "$ALT's kernels swapped in: $(ls "$ALT" | tr '\n' ' ')(${SECONDS}s)"; fi
