@@ -52,6 +52,12 @@ AttentionBackwardAt attention_backward_at_cpu, attention_backward_at_cuda;
  * scratch of the backend's own, which the memory plan then counts. */
 #define ATTENTION_DS_CAP ((size_t)144 << 20)
 #define ATTENTION_DS_MAX_T 1024
+/* Where the wgmma backward would store dS tiles, Hopper's default still runs the fa3 backward from this T, its dQ by
+ * the second sweep: the plan counts the tiles there (in the model's lent buffer), not a dQ accumulator, so the memory
+ * is the same. H100, 2026-12-07 (bench_attention, l124m's heads, B = 16): at T = 1024 the fa3 backward with the sweep
+ * took 0.334 ms against the wgmma backward's 0.374 with its stored tiles (0.310 with the accumulator); shorter T was
+ * not measured, so the wgmma backward keeps it. */
+#define ATTENTION_FA3_BWD_MIN_T 1024
 static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap) {
     if (HD != 64 || B <= 0 || T <= 0 || NH <= 0 || T > ATTENTION_DS_MAX_T) return 0;
     size_t nt = ((size_t)T + 63) / 64, per_seq = (size_t)NH * (nt * (nt + 1) / 2) * 64 * 64 * 2;
@@ -62,7 +68,8 @@ static inline size_t attention_ds_bytes(int B, int T, int NH, int HD, size_t cap
 
 /* Hopper's fa3 backward adds dQ up in its dk/dv kernel (an fp32 accumulator, five products a tile) rather than
  * sweeping for it again (seven), except at head dim 128 below this T, where the sweep measured faster (H100,
- * 2026-12-07: 255 against 214 TFLOP/s at T = 1024, 330 against 302 at 2048; 379 against 388 at 4096) */
+ * 2026-12-07: 255 against 214 TFLOP/s at T = 1024, 330 against 302 at 2048; 379 against 388 at 4096), and where the
+ * plan counts dS tiles instead (attention_backward_scratch: the accumulator runs only where the plan has it) */
 #define ATTENTION_DQ_ACC_MIN_T_HD128 4096
 static inline int attention_dq_accumulates(int T, int HD) { return HD == 64 || (HD == 128 && T >= ATTENTION_DQ_ACC_MIN_T_HD128); }
 

@@ -12,7 +12,7 @@
  * with its V (fa3_klate_fwd, the hand-back before 2026-12-07) and on a persistent grid (fa3_persist_fwd), of the fa3 backward (2.5x
  * the forward's count; dQ accumulated by the dk/dv kernel, at HD 128 fa3_bwd_s2 with two Q/dout stages and two
  * staged dQ tiles, and fa3_bwd_sweep: by a second sweep; the model's
- * backward takes whichever attention_dq_accumulates says), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
+ * backward takes the accumulator where attention_backward_scratch counts it), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
  * With BENCH_CP=cp also one context-parallel rank's share (its two chunks at their offsets against the gathered
  * K/V: 1/cp of the causal count) by the offset form's fa3 and mma.sync kernels (cp_rows).
  * The idea and the timing are bench_cuda_ops.c's: 3 warm-ups, then the median

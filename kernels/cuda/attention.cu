@@ -332,9 +332,11 @@ extern "C" void attention_backward_cuda(void *dqkv, const void *dout, const void
                                         int B, int T_, int NH, int NKV, int HD, float rope_theta, void *work, size_t work_bytes) {
     check_shape(NH, NKV, HD);
     /* 1 (LLM3D_ATTENTION=fa3): always; 2 (Hopper's default, with the fa3 forward): where the wgmma backward would
-     * store no dS tiles, so attention_backward_scratch stays the same whichever runs */
+     * store no dS tiles, and from ATTENTION_FA3_BWD_MIN_T where it would (there with the dQ sweep, which keeps nothing
+     * the plan lacks), so attention_backward_scratch stays the same whichever runs */
     int fa3 = cuda_attention_fa3_backward == 1 ||
-              (cuda_attention_fa3_backward == 2 && cuda_attention_fa3 && attention_ds_bytes(B, T_, NH, HD, cuda_attention_ds_cap) == 0);
+              (cuda_attention_fa3_backward == 2 && cuda_attention_fa3 &&
+               (attention_ds_bytes(B, T_, NH, HD, cuda_attention_ds_cap) == 0 || T_ >= ATTENTION_FA3_BWD_MIN_T));
     if (fa3 && cuda_attention_wgmma && !cuda_attention_simple) {
         if (attention_fa3_supported(HD, dqkv, qkv) && attention_fa3_supported(HD, dout, out)) {   /* Dsum, then the two kernels */
             if (B * T_ > 0)

@@ -18,7 +18,7 @@
  * tiles of 64 keys from the diagonal down, computing S, dP and dS again and
  * accumulating dQ += dS K.
  *
- * dQ without the second sweep (the default where attention_dq_accumulates:
+ * dQ without the second sweep (the default where the plan counts the accumulator, attention_backward_scratch:
  * cuda_attention_fa3_dq forces either). The dk/dv kernel already has dS: each consumer writes
  * its dS^T tile to shared memory beside the other's, and dQ over the block's
  * 128 keys is one more product (dS as an MN-major A operand, K from the block's
@@ -512,7 +512,7 @@ template <typename K> static void raise_smem(K kernel, size_t smem, size_t *rais
 }
 
 int cuda_attention_fa3_dq_stages128 = 1;   /* HD 128, accumulating: 1 three Q/dout stages and one staged dQ tile; 2 two and two */
-int cuda_attention_fa3_dq = 0;   /* 0: attention_dq_accumulates decides; 1: the accumulator; 2: the sweep */
+int cuda_attention_fa3_dq = 0;   /* 0: the accumulator where the plan counts it (attention_backward_scratch); 1: the accumulator; 2: the sweep */
 long cuda_attention_fa3_dq_fused_launches = 0;   /* 1: dQ by the second sweep (fa3_dq_kernel) instead of the dk/dv kernel's accumulator */
 
 /* the fp32 dQ accumulator and its per-tile turn counters (zeroed here, on the stream, every call) */
@@ -544,7 +544,7 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
     size_t smem_fused = 4 * tile + 2 * SF * tile + (size_t)SF * 128 * 4 + 8 * (1 + 2 * SF) + 2 * 16384 + NSTG * FB_DQ_TILE(HD) + 8 * (4 + 2 * NSTG);
     size_t smem_q = 4 * tile + 2 * S * tile + 8 * (1 + 2 * S);
     dim3 kv_grid(B * NKV, ceil_div(Te, 128)), q_grid(B * NH, ceil_div(Tq, 128));
-    if (!kv && (cuda_attention_fa3_dq == 1 || (cuda_attention_fa3_dq == 0 && attention_dq_accumulates(T_, HD)))) {
+    if (!kv && (cuda_attention_fa3_dq == 1 || (cuda_attention_fa3_dq == 0 && attention_backward_scratch(B, T_, NH, HD, cuda_act).dq_accum))) {
         static size_t raised = 0;
         raise_smem(fa3_dkv_kernel<T, HD, SF, NSTG>, smem_fused, &raised);
         int ntq = ceil_div(T_, 64), *turn;
