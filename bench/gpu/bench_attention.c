@@ -11,7 +11,8 @@
  * ping-pong between its consumer warpgroups (FA3_PINGPONG=0: without only) and with each stage's K given back
  * with its V (fa3_klate_fwd, the hand-back before 2026-12-07) and on a persistent grid (fa3_persist_fwd), of the fa3 backward (2.5x
  * the forward's count; dQ accumulated by the dk/dv kernel, at HD 128 fa3_bwd_s2 with two Q/dout stages and two
- * staged dQ tiles, and fa3_bwd_sweep: by a second sweep; the model's
+ * staged dQ tiles, at HD 64 fa3_bwd_lag with each item's dQ product issued an item late, and fa3_bwd_sweep: by a
+ * second sweep; the model's
  * backward takes the accumulator where attention_backward_scratch counts it), and at HD = 64 of the wgmma and mma forwards and the wgmma backward.
  * With BENCH_CP=cp also one context-parallel rank's share (its two chunks at their offsets against the gathered
  * K/V: 1/cp of the causal count) by the offset form's fa3 and mma.sync kernels (cp_rows).
@@ -167,6 +168,10 @@ int main(int argc, char **argv) {
             cuda_attention_fa3_dq_stages128 = 2;
             row("fa3_bwd_s2", &c, 2.5 * f, 0);
             cuda_attention_fa3_dq_stages128 = 1;
+        } else {   /* the experiment: each item's dQ product issued an item late, so the consumers do not wait in step */
+            cuda_attention_fa3_dq_lag = 1;
+            row("fa3_bwd_lag", &c, 2.5 * f, 0);
+            cuda_attention_fa3_dq_lag = 0;
         }
         cuda_attention_fa3_dq = 2;   /* dQ by the second sweep, as before the accumulator */
         row("fa3_bwd_sweep", &c, 2.5 * f, 0);

@@ -4,10 +4,10 @@
 # PART=1..3 (and 4's q8tiny/cp NCCL parts) on an H100 at 21:58-22:20: the figures are in docs/performance.md,
 # docs/context-parallel.md and docs/adamw8bit.md. To try the backward's lse/Dsum by TMA again: `git revert 3f4ac8d`,
 # with the current kernel files in a carried folder as ALT (PART=1 below).
-#   1 (issue 55, kernels): the fa3 op checks (new since Z: the forward on a persistent grid, bitwise against the
-#     default), the offset-form test (fa3 at an offset is now cp's default), the model test with fa3, the 8-bit GPU
-#     test, bench_attention at HD 64 and 128 (new row fa3_persist_fwd: if it beats fa3_fwd, set
-#     cuda_attention_fa3_persistent = 1 where T is short, then PART=2; BENCH_CP=4 rows), then Nsight Compute on the
+#   1 (issue 55, kernels): the fa3 op checks (new since Z: the forward on a persistent grid, and at HD 64 the
+#     backward's dQ product an item late, each bitwise against the default), the offset-form test (fa3 at an offset is now cp's default), the model test with fa3, the 8-bit GPU
+#     test, bench_attention at HD 64 and 128 (new rows fa3_persist_fwd and fa3_bwd_lag: where they beat fa3_fwd and
+#     fa3_bwd, make them the default there, then PART=2; BENCH_CP=4 rows), then Nsight Compute on the
 #     accumulating dk/dv kernel (HD 64, 16k) and the forward (HD 64, 1k) while time is left (racecheck: Z's result
 #     stands, bench/gpu/racecheck_fa3.sh alone reruns it).
 #   2 (issue 55, the step): the l124m sweep at T = 1k..32k, SDPA alone at HD 64 and 128, l350m at 4k and 8k, the
@@ -18,8 +18,9 @@
 #     set after Z's run, the fa3 offset kernels now the default), then cp's memory per rank (owed: the measured peaks
 #     of docs/context-parallel.md's table), then the doctor's axis checks (dp x cp) through NCCL.
 #   run: ALT=.alt PART=1 bench/gpu/owed_next.sh, carry [".peer", ".alt"]: .alt (ignored, made in session Z) holds the
-#     forward as measured in Z (git show 2e00925:kernels/cuda/attention_fa3.cu, plus the persistent switch's variable,
-#     which it ignores), swapped in if the probe hangs, so a hang of the new persistent grid costs 25 s, not the call
+#     forward and backward as measured in Z (2e00925's attention_fa3.cu, b90075a's attention_fa3_backward.cu, each
+#     plus the new switch's variable, which it ignores), swapped in if the probe hangs, so a hang of the persistent
+#     grid or the late dQ product costs 25 s, not the call
 source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 case ${PART:-1} in
 1)  # a backward that hangs shows in seconds at T = 300; with ALT (a folder of kernel files, carried) set, it swaps those in

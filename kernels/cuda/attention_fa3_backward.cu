@@ -32,7 +32,11 @@
  * the turns rarely wait; each block waits only on blocks launched before it.
  * A last small kernel rotates dQ back through RoPE into dqkv. Five products a
  * tile instead of seven, for fp32 memory linear in T (B*NH*T*HD*4 bytes);
- * docs/performance.md has both measured.
+ * docs/performance.md has both measured. The dQ product needs both consumers'
+ * dS^T tiles, so each waits for the other every item; at head dim 64,
+ * switched (cuda_attention_fa3_dq_lag, LAG; not yet measured), it is issued
+ * during the next item instead, when the other's tile is long in. The single
+ * products, epilogues and the turns' memory order are attention_fa3_backward.cuh's.
  *
  * Context parallelism's chunks (kernels/attention.h's offset form) run the
  * sweep's two kernels, the whole sequence's arithmetic: queries at positions
@@ -46,99 +50,10 @@
  * Within a consumer, tile i's dV/dK (or dQ) products run while tile i+1's S and
  * dP are issued; the two consumers of a block fill each other's gaps. RoPE's
  * backward is folded into the epilogues (the contract of kernels/attention.h). */
-#include "attention_fa3.cuh"
-#include "attention_wgmma.cuh"
+#include "attention_fa3_backward.cuh"
 #include <math.h>
 extern "C" {
 #include "cuda_extras.h"
-}
-
-#define FB_THREADS 384   /* a producer warpgroup and two consumers */
-#define FB_BOX 8192      /* bytes of one TMA box: 64 rows x 64 columns, 128-byte swizzled */
-
-/* RoPE's inverse frequencies (rope_inv_freq), when on */
-struct FbRope { int on; float f[64]; };
-
-/* d (64 x 64) = A (64 rows at a, HD columns in 64-column boxes ahalf bytes apart) @ B (64 rows at b, boxes bhalf
- * apart)^T: HD/16 k-steps of 16 columns (32 bytes) */
-template <typename T, int HD> __device__ __forceinline__ void fb_rows(float d[32], uint32_t a, uint32_t b, uint32_t ahalf, uint32_t bhalf) {
-    wg_ss_first<T>(d, wg_desc(a), wg_desc(b));
-#pragma unroll
-    for (int kk = 1; kk < HD / 16; kk++) {
-        uint32_t hf = kk / 4, col = 32 * (kk % 4);
-        wg_ss<T>(d, wg_desc(a + hf * ahalf + col), wg_desc(b + hf * bhalf + col), 1);
-    }
-}
-/* d (64 x HD) += A (64 x 64 in registers, 4 k-steps) @ M (64 rows at m, MN-major, HD columns in boxes mhalf apart) */
-template <typename T, int HD> __device__ __forceinline__ void fb_regs_times(float d[HD / 2], const uint32_t a[4][4], uint32_t m, uint32_t mhalf) {
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-        if constexpr (HD == 64) wg_rs<T>(d, a[kk], fa_desc(m + 2048 * kk, mhalf));
-        else fa_rs128<T>(d, a[kk], fa_desc(m + 2048 * kk, mhalf));
-    }
-}
-
-/* this thread's rows pos[2] of a 64 x HD accumulator d, rotated by -angle when fr (kernels/cpu/rope.c's backward:
- * column i pairs with i + HD/2, fragment nt + HD/16 of the same thread), then stored into the HD columns at row
- * pointers y[2] (NULL: past T) */
-template <typename T, int HD> __device__ __forceinline__ void fb_store(float d[HD / 2], const int pos[2], T *const y[2], const FbRope *fr) {
-    int t = threadIdx.x % 4;
-    if (fr) {
-#pragma unroll
-        for (int nt = 0; nt < HD / 16; nt++)
-#pragma unroll
-            for (int r = 0; r < 2; r++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int i = nt * 8 + 2 * t + e, a = 4 * nt + 2 * r + e, b = a + HD / 4;
-                    float sn, cs;
-                    sincosf((float)pos[r] * fr->f[i], &sn, &cs);
-                    sn = -sn;
-                    float x1 = d[a], x2 = d[b];
-                    d[a] = x1 * cs - x2 * sn;
-                    d[b] = x2 * cs + x1 * sn;
-                }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (!y[r]) continue;
-#pragma unroll
-        for (int nt = 0; nt < HD / 8; nt++) *reinterpret_cast<uint32_t *>(y[r] + nt * 8 + 2 * t) = pack2<T>(d[4 * nt + 2 * r], d[4 * nt + 2 * r + 1]);
-    }
-}
-/* this thread's rows of a 64 x HD accumulator d added, in fp32, into the HD columns at row pointers y[2] (NULL: none;
- * 8-byte aligned): a plain read-add-write, the element being this thread's alone */
-template <int HD> __device__ __forceinline__ void fb_add(const float d[HD / 2], float *const y[2]) {
-    int t = threadIdx.x % 4;
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        if (!y[r]) continue;
-#pragma unroll
-        for (int nt = 0; nt < HD / 8; nt++) {
-            float2 *p = reinterpret_cast<float2 *>(y[r] + nt * 8 + 2 * t);
-            float2 a = *p;
-            *p = make_float2(a.x + d[4 * nt + 2 * r], a.y + d[4 * nt + 2 * r + 1]);
-        }
-    }
-}
-
-/* ---- dQ in the dk/dv kernel (DQ): each block adds its keys' part of every query tile's dQ into an fp32 accumulator,
- * the key blocks of a tile one after another in key order (a counter per tile says whose turn it is), so the sum is
- * the same bits every run without a second sweep. A tile of the accumulator is 64 rows x HD fp32 in the staged order:
- * [HD/64 column halves][16 float2 j][128 consumer threads] (thread tid's accumulators 2j, 2j+1 of its half), so a
- * consumer writes it to shared memory without bank conflicts and the copy engine adds it to L2 in one piece. */
-#define FB_DQ_TILE(HD) (64 * (HD) * 4)   /* bytes of one query tile's dQ, fp32 */
-
-__device__ __forceinline__ int ld_acquire(const int *p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void st_release(int *p, int v) {
-    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void fence_async_global() {
-    WG_ASM("fence.proxy.async.global;\n" ::: "memory");
 }
 
 /* dk, dv of 128 keys of one (b, kv head), summed over the group's query heads: grid (B*NKV, key blocks), the longest
@@ -157,7 +72,7 @@ __device__ __forceinline__ void fence_async_global() {
  * DQ: dq_acc (B,NH,ntq tiles) of FB_DQ_TILE bytes and turn (B,NH,ntq) zeroed ints; dQ = dS K over this block's 128
  * keys, by each consumer for HD/64 == 2 its column half, for HD 64 the consumer of the item's parity; producer warp
  * 2 adds the staged tile when the tile's counter says the key blocks before this one have. */
-template <typename T, int HD, int S, int NSTG> __global__ void __launch_bounds__(FB_THREADS, 1)
+template <typename T, int HD, int S, int NSTG, bool LAG = false> __global__ void __launch_bounds__(FB_THREADS, 1)
 fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tdo, T *dqkv, const float *lse, const float *Dsum,
                int Tq, int NH, int NKV, float scale, const FbRope fr, float *dq_acc, int *turn,
                const __grid_constant__ CUtensorMap tkv, float *dkv, int qoff, int Tk, int kcol) {
@@ -281,6 +196,20 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         }
         pend = -1;
     };
+    /* (DQ) item L's dQ = dS K once both consumers' dS^T tiles of it are in (HD 64: by the consumer of L's parity). LAG:
+     * issued while the next item runs rather than right after this consumer's own tile, so that the consumers do not
+     * wait for each other every item */
+    auto issue_dq = [&](int L) {
+        if (HD == 64 && L % 2 != c) return;
+        int p = L % 2, hf = HD == 64 ? 0 : c;
+        mbar_wait(barDF + 8 * p, (L / 2) & 1);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)   /* k-steps of 16 keys: dS^T rows (keys) x K rows, both MN-major */
+            wg_ss_mn<T>(dq, wg_desc(sDS + p * 16384 + 2048 * kk), wg_desc(sK + hf * KHALF + (kk / 4) * FB_BOX + 2048 * (kk % 4)), kk);
+        wg_commit();
+        pend = L;
+    };
     mbar_wait(barKV, 0);
     for (int it = 0; it < items; it++) {
         /* every item runs the same products (no branch around a wgmma): a tile wholly before our keys (the first of
@@ -317,16 +246,8 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
             stage_ds_tile(smraw + (sDS - sK) + p * 16384 + c * 8192, da);
             __syncwarp();
             if (tid % 32 == 0) mbar_arrive(barDF + 8 * p);
-            if (HD == 128 || it % 2 == c) {   /* HD 64: the item's whole dQ, by the consumer of its parity */
-                int hf = HD == 64 ? 0 : c;
-                mbar_wait(barDF + 8 * p, (it / 2) & 1);
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < 8; kk++)   /* k-steps of 16 keys: dS^T rows (keys) x K rows, both MN-major */
-                    wg_ss_mn<T>(dq, wg_desc(sDS + p * 16384 + 2048 * kk), wg_desc(sK + hf * KHALF + (kk / 4) * FB_BOX + 2048 * (kk % 4)), kk);
-                wg_commit();
-                pend = it;
-            }
+            if constexpr (!LAG) issue_dq(it);
+            else if (it) issue_dq(it - 1);   /* an item late: the other consumer's dS^T tile is in by then */
         }
         if constexpr (HD == 128) {   /* no registers for both at once (dK, dV are 128 a thread): the other consumer overlaps */
             wg_wait<0>();
@@ -336,6 +257,14 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                 wg_keep(dq);
                 if (pend >= 0) stage_dq();
             }
+        }
+    }
+    if constexpr (DQ && LAG) {
+        if (items) {   /* the last item's dQ, after the one before it is staged (the same registers) */
+            wg_wait<0>();
+            wg_keep(dq);
+            if (pend >= 0) stage_dq();
+            issue_dq(items - 1);
         }
     }
     wg_wait<0>();
@@ -512,6 +441,7 @@ template <typename K> static void raise_smem(K kernel, size_t smem, size_t *rais
 }
 
 int cuda_attention_fa3_dq_stages128 = 1;   /* HD 128, accumulating: 1 three Q/dout stages and one staged dQ tile; 2 two and two */
+int cuda_attention_fa3_dq_lag = 0;   /* 1: at head dim 64 each item's dQ product issued during the next item (issue_dq, LAG); 0: at once */
 int cuda_attention_fa3_dq = 0;   /* 0: the accumulator where the plan counts it (attention_backward_scratch); 1: the accumulator; 2: the sweep */
 long cuda_attention_fa3_dq_fused_launches = 0;   /* 1: dQ by the second sweep (fa3_dq_kernel) instead of the dk/dv kernel's accumulator */
 
@@ -545,12 +475,15 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
     size_t smem_q = 4 * tile + 2 * S * tile + 8 * (1 + 2 * S);
     dim3 kv_grid(B * NKV, ceil_div(Te, 128)), q_grid(B * NH, ceil_div(Tq, 128));
     if (!kv && (cuda_attention_fa3_dq == 1 || (cuda_attention_fa3_dq == 0 && attention_backward_scratch(B, T_, NH, HD, cuda_act).dq_accum))) {
-        static size_t raised = 0;
-        raise_smem(fa3_dkv_kernel<T, HD, SF, NSTG>, smem_fused, &raised);
+        static size_t raised[2] = {0, 0};
+        auto kernel = fa3_dkv_kernel<T, HD, SF, NSTG, false>;
+        int lag = 0;   /* (head dim 64 only: at 128 the late product spills 128-160 bytes) */
+        if constexpr (HD == 64) if ((lag = cuda_attention_fa3_dq_lag != 0)) kernel = fa3_dkv_kernel<T, HD, SF, NSTG, true>;
+        raise_smem(kernel, smem_fused, &raised[lag]);
         int ntq = ceil_div(T_, 64), *turn;
         float *acc = dq_accumulator(B, ntq, NH, HD, &turn);
-        fa3_dkv_kernel<T, HD, SF, NSTG><<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr,
-                                                                                           acc, turn, tq, nullptr, 0, T_, NH * HD);
+        kernel<<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr, acc, turn, tq, nullptr, 0,
+                                                                 T_, NH * HD);
         launchCheck();
         fa3_dq_store_kernel<T, HD><<<dim3(B * NH, ntq), 128, 0, cuda_stream>>>((T *)dqkv, acc, T_, NH, NKV, fr);
         launchCheck();

@@ -28,6 +28,7 @@ extern long cuda_attention_fa3_backward_launches; /* its launches (the op test's
 extern long cuda_attention_fa3_dq_fused_launches; /* backward launches that accumulated dQ in the dk/dv kernel (the op test's proof) */
 extern int cuda_attention_fa3_dq_stages128;  /* head dim 128, the accumulating backward: 1 (default) three Q/dout stages and one staged dQ tile, 2 two and two (an experiment: bench_attention's fa3_bwd_s2) */
 extern int cuda_attention_fa3_dq;           /* the fa3 backward's dQ: 0 (default) accumulated where the plan counts it (attention_backward_scratch), 1 accumulated by the dk/dv kernel in key-block order, 2 by a second sweep */
+extern int cuda_attention_fa3_dq_lag;       /* 1: the accumulating backward at head dim 64 issues each item's dQ product an item late (not yet measured); 0 (default): at once */
 void attention_backward_fa3(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B, int T, int NH,
                             int NKV, int HD, float rope_theta); /* after the Dsum pass, where attention_fa3_supported() holds */
 extern long cuda_attention_fa3_launches;    /* its launches (the op test's proof the path ran) */

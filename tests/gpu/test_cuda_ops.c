@@ -189,12 +189,14 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     float *glse_cpu = up_f32(lse, nl);
     cuda_attention_fa3_backward = 1;
     long fused = cuda_attention_fa3_dq_fused_launches;
-    /* dQ accumulated in key-block order twice, then by the second sweep; at HD 128 once more with two Q/dout stages
-     * and two staged dQ tiles (the same sums in the same order: the same bits) */
-    int runs = HD == 128 ? 4 : 3;
+    /* dQ accumulated in key-block order twice, then by the second sweep; once more accumulated: at HD 128 with two
+     * Q/dout stages and two staged dQ tiles, at HD 64 with each item's dQ product issued an item late (the same sums
+     * in the same order: the same bits) */
+    int runs = 4;
     for (int run = 0; run < runs; run++) {
         cuda_attention_fa3_dq = run == 2 ? 2 : 1;
         cuda_attention_fa3_dq_stages128 = run == 3 ? 2 : 1;
+        cuda_attention_fa3_dq_lag = run == 3;
         poison(gd, gbytes);
         gpu->attention_backward(gd, gdy, gqkv, gout_cpu, glse_cpu, B, T, NH, NKV, HD, theta, NULL, 0);
         gpu->download((run ? other : first) + bytes, gd, gbytes);
@@ -208,6 +210,7 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     }
     cuda_attention_fa3_dq = 0;
     cuda_attention_fa3_dq_stages128 = 1;
+    cuda_attention_fa3_dq_lag = 0;
     int fran = cuda_attention_fa3_dq_fused_launches == fused + runs - 1;
     cuda_attention_fa3 = was;
     cuda_attention_fa3_backward = wasb;
@@ -226,7 +229,8 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     printf("%s %-5s attention_bwd fa3 accumulated dQ in the dk/dv kernel (%d times), then swept %s\n", fran ? "ok  " : "FAIL", dtype_name(act),
            runs - 1, shape);
     CHECK(fran, "%s attention_bwd fa3 %s: the dk/dv kernel's dQ accumulation did not run %d times", dtype_name(act), shape, runs - 1);
-    printf("%s %-5s attention_bwd fa3 deterministic%s %s\n", bsame ? "ok  " : "FAIL", dtype_name(act), HD == 128 ? ", with 2 or 3 stages" : "", shape);
+    printf("%s %-5s attention_bwd fa3 deterministic%s %s\n", bsame ? "ok  " : "FAIL", dtype_name(act),
+           HD == 128 ? ", with 2 or 3 stages" : ", with dQ issued at once or an item late", shape);
     CHECK(bsame, "%s attention_bwd fa3 %s: a second backward gave different bits", dtype_name(act), shape);
     gpu->free(gqkv); gpu->free(gout); gpu->free(gdy); gpu->free(gd); gpu->free(gout_cpu); gpu->free(glse_cpu);
     free(qkv); free(dy); free(out); free(lse); free(dqkv); free(h); free(first); free(other);
