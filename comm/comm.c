@@ -33,6 +33,13 @@ int comm_group_colour(const Comm *c, CommGroup g, int r) {
     }
 }
 
+int comm_group_members(const Comm *c, CommGroup g, int r, int *out) {
+    int n = 0, colour = comm_group_colour(c, g, r);
+    for (int q = 0; q < c->world_size; q++)
+        if (comm_group_colour(c, g, q) == colour) out[n++] = q;
+    return n;
+}
+
 int comm_group_size(const Comm *c, CommGroup g) {
     switch (g) {
     case GROUP_WORLD: return c->world_size;

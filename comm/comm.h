@@ -67,8 +67,11 @@ static inline CommGroup comm_replica_group(const Comm *c) { return c->cp > 1 ? G
 /* World rank of the grid point (dp_rank, pp_rank, cp_rank, tp_rank). */
 int comm_world_rank(const Comm *c, int dp_rank, int pp_rank, int cp_rank, int tp_rank);
 /* Which group g world rank r belongs to: equal for the members of one group, different across groups
- * (the transports split their communicators by it; the watchdog lists a group's members by it). */
+ * (the transports split their communicators by it). */
 int comm_group_colour(const Comm *c, CommGroup g, int r);
+/* The world ranks of r's group of g, ascending (the group's own rank order), into out (room for comm_group_size);
+ * returns how many: what the watchdog names a stalled group by and the doctor checks a gather against. */
+int comm_group_members(const Comm *c, CommGroup g, int r, int *out);
 /* "mpi", "nccl" or "none". */
 const char *comm_transport_name(const Comm *c);
 /* 1 when this build has the NCCL transport. */

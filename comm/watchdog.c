@@ -58,14 +58,6 @@ static void sleep_ns(long ns) { struct timespec ts = {ns / 1000000000L, ns % 100
 
 static const char *group_name(int g) { return g == FLIGHT_P2P ? "send/recv" : comm_group_names[g]; }
 
-/* world ranks of my group g */
-static int members(const Comm *c, int g, int *out) {
-    int n = 0, mine = comm_group_colour(c, g, c->rank);
-    for (int r = 0; r < c->world_size; r++)
-        if (comm_group_colour(c, g, r) == mine) out[n++] = r;
-    return n;
-}
-
 #ifdef LLM3D_MPI
 static void my_answer(int group, Answer *a) {
     memset(a, 0, sizeof *a);
@@ -179,7 +171,7 @@ static void stall(const FlightOp *op) {
     int world = c->world_size, me = c->rank;
     int *m = callocCheck(world, sizeof(int)), *got = callocCheck(world, sizeof(int));
     Answer *ans = callocCheck(world, sizeof(Answer));
-    int n = op->group == FLIGHT_P2P ? (m[0] = op->peer, 1) : members(c, op->group, m);
+    int n = op->group == FLIGHT_P2P ? (m[0] = op->peer, 1) : comm_group_members(c, (CommGroup)op->group, c->rank, m);
     if (wd.use_mpi) ask(op->group, m, n, ans, got);
     size_t size = 16384 + 400 * (size_t)n;
     char *msg = mallocCheck(size), bytes[32], line[1024];

@@ -92,10 +92,11 @@ void doctor_axes_watch(void) {
 
 /* "[0 2 4]": the world ranks of r's group of g (the grid formula's), within size */
 static void group_text(const Comm *c, CommGroup g, int r, char *buf, size_t size) {
-    int len = snprintf(buf, size, "["), colour = comm_group_colour(c, g, r), n = 0;
-    for (int q = 0; q < c->world_size && len < (int)size - 8; q++)
-        if (comm_group_colour(c, g, q) == colour) len += snprintf(buf + len, size - len, "%s%d", n++ ? " " : "", q);
-    snprintf(buf + len, size - len, "%s]", n < comm_group_size(c, g) ? " ..." : "");
+    int *m = mallocCheck(comm_group_size(c, g) * sizeof(int)), n = comm_group_members(c, g, r, m), k = 0;
+    int len = snprintf(buf, size, "[");
+    for (; k < n && len < (int)size - 8; k++) len += snprintf(buf + len, size - len, "%s%d", k ? " " : "", m[k]);
+    snprintf(buf + len, size - len, "%s]", k < n ? " ..." : "");
+    free(m);
 }
 
 /* "[0 1] [2 3]": every group of g by its first rank, as many as fit in about 60 characters */
@@ -120,11 +121,9 @@ typedef struct {
 
 /* The checked all-reduce, all-gather and host sum over this rank's group of g; a wrong one is said in r->why. */
 static void check(const Comm *c, CommGroup g, void *a, void *b, const DoctorFault *f, Result *r) {
-    int n = comm_group_size(c, g), colour = comm_group_colour(c, g, c->rank), at = 0;
-    int *members = callocCheck(n, sizeof(int));
+    int *members = mallocCheck(comm_group_size(c, g) * sizeof(int)), n = comm_group_members(c, g, c->rank, members);
     double due = 0;
-    for (int q = 0; q < c->world_size; q++)
-        if (comm_group_colour(c, g, q) == colour) { due += q + 1; if (at < n) members[at++] = q; }
+    for (int q = 0; q < n; q++) due += members[q] + 1;
     float mine[CHECK_N], got[CHECK_N];
     for (int i = 0; i < CHECK_N; i++) mine[i] = (float)(c->rank + 1);
     if (f->kind == DOCTOR_FAULT_SUM && f->group == g && f->rank == c->rank) mine[CHECK_N - 1] += 1;   /* tests only */
