@@ -29,6 +29,9 @@ case ${PART:-1} in
         [ -n "${ALT:-}" ] || exit 1
         cp "$ALT"/* kernels/cuda/ && make -j16 gpu >/tmp/b2.log 2>&1 && probe || { log "and so does $ALT's"; exit 1; }
         log "$ALT's kernels swapped in: $(ls "$ALT" | tr '\n' ' ')(${SECONDS}s)"; fi
+    # does racecheck follow the lse/Dsum hand-off (lane 0 arrives after __syncwarp)? the protocol alone, both modes
+    nvcc -std=c++17 -arch=sm_90a -I kernels/cuda bench/gpu/racecheck_mbar.cu -o /tmp/rm && for m in 0 1; do
+        log "racecheck_mbar $m: $(timeout 60 compute-sanitizer --tool racecheck /tmp/rm $m 2>&1 | grep -E 'mode|SUMMARY' | tr '\n' ' ')"; done
     OPS_FA3_ONLY=1 timeout 150 stdbuf -oL build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log")"
     grep -E '^FAIL|^     (dq|dk|dv|out) ' "$OUT/ops.log" | head -40 >>"$OUT/summary.log"
     grep -q 'passed' "$OUT/ops.log" || { log "ops did not finish: the rest of PART=1 skipped"; exit 1; }
