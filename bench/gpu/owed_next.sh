@@ -63,7 +63,7 @@ case ${PART:-1} in
 4)  NCCL_PARTS="cp" timeout 360 tests/gpu/nccl_layouts.sh >"$OUT/nccl.log" 2>&1; log "nccl cp rc=$? $(tail -1 "$OUT/nccl.log")"
     grep -E 'FAIL' "$OUT/nccl.log" | head -20 >>"$OUT/summary.log"
     timeout 150 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"
-    # the doctor's axis checks through NCCL (split communicators), four ranks on the one GPU
-    LLM3D_NCCL_HOSTS_ON_ONE_GPU=1 timeout 90 build/train doctor --nproc=4 --dp=2 --cp=2 --device=cuda --comm_backend=nccl --sweep=0 \
-        --max_bytes=1M >/tmp/doc.log 2>&1; log "doctor axes nccl rc=$?"; grep -E '^  (cp|dp|dp x cp) |problem' /tmp/doc.log >>"$OUT/summary.log" ;;
+    # the doctor through NCCL: its hosts, transports, errors, and now the layout keys' axis checks (dp2 x cp2, tp2 x pp2)
+    OUT=/tmp/nd timeout 200 tests/gpu/nccl_doctor.sh >/tmp/nd.log 2>&1; log "nccl_doctor rc=$? ${SECONDS}s $(tail -1 /tmp/nd.log)"
+    grep -E 'FAIL|tp2 x pp2|dp2 x cp2' /tmp/nd.log | head -12 >>"$OUT/summary.log" ;;
 esac

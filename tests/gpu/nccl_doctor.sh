@@ -5,7 +5,8 @@
 # the bandwidth sweep through NCCL with a verdict that says it measured loopback
 # sockets, not NVLink; then two of the seed's errors provoked and answered with
 # the doctor's hint: NCCL_SOCKET_IFNAME naming no interface, and a rank that
-# cannot reach rank 0 (NCCL_COMM_ID at an unreachable address). Logs under
+# cannot reach rank 0 (NCCL_COMM_ID at an unreachable address); the layout keys'
+# axis checks (dp2 x cp2, tp2 x pp2) through NCCL's split communicators. Logs under
 # $OUT (or build/gpu)/nccl_doctor. Ends with "N passed, N failed".
 #   run: make -j16 && tests/gpu/nccl_doctor.sh
 source "$(dirname "$0")/nccl_common.sh"
@@ -27,6 +28,22 @@ for n in 2 4 8; do
           "$n hosts: the sweep reaches 4 MiB and its verdict says it measured loopback sockets, not NVLink"
     check 'grep -q "^doctor | 0 problem(s)" "$log"' "$n hosts: no problem found: $(tail -1 "$log")"
 done
+
+# the layout keys through NCCL (split communicators, one per group): every axis of more than one rank OK over the
+# members the grid formula gives (tests/test_doctor.sh has the same cases on CPU ranks, and the faults)
+axis_ok() { grep -qE "^  $1 +\| $2 ranks x [0-9]+ groups?: $3 \| sum, members, host sum right \| all-reduce 64 KiB [0-9.]+ GB/s \| all-gather 64 KiB [0-9.]+ GB/s \| OK$" "$log"; }
+axes_seen() { grep -cE "^  (tp|cp|pp|dp|dp x cp|tp x pp) +\| " "$log"; }
+echo "== the axes of dp2 x cp2 and tp2 x pp2, 4 test hosts"
+log="$LOGS/axes_dpcp.log"
+timeout 120 mpirun -np 4 build/train doctor --device=cuda --dp=2 --cp=2 --sweep=0 --max_bytes=64K >"$log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && grep -q "^doctor | 4 rank(s) on 4 host(s) | device cuda, .* | device collectives through nccl" "$log" && grep -q "^doctor | 0 problem(s)" "$log"' \
+      "dp2 x cp2 through NCCL, exit $rc: $(grep -m2 -E "^error|PROBLEM" "$log")"
+check 'axis_ok cp 2 "\[0 1\] \[2 3\]" && axis_ok dp 2 "\[0 2\] \[1 3\]" && axis_ok "dp x cp" 4 "\[0 1 2 3\]" && [ "$(axes_seen)" -eq 3 ]' \
+      "dp2 x cp2: cp, dp and dp x cp OK through NCCL: $(grep -E "^  (cp|dp) " "$log" | cut -c1-60 | tr '\n' ';')"
+log="$LOGS/axes_tppp.log"
+timeout 120 mpirun -np 4 build/train doctor --device=cuda --tp=2 --pp=2 --sweep=0 --max_bytes=64K >"$log" 2>&1; rc=$?
+check '[ $rc -eq 0 ] && axis_ok tp 2 "\[0 1\] \[2 3\]" && axis_ok pp 2 "\[0 2\] \[1 3\]" && axis_ok "tp x pp" 4 "\[0 1 2 3\]" && [ "$(axes_seen)" -eq 3 ]' \
+      "tp2 x pp2: tp, pp and tp x pp OK through NCCL, exit $rc: $(grep -E "^  (tp|pp) " "$log" | cut -c1-60 | tr '\n' ';')"
 
 echo "== NCCL_SOCKET_IFNAME naming no interface, 2 test hosts"
 log="$LOGS/ifname.log"
