@@ -60,9 +60,9 @@ case ${PART:-1} in
 3)  timeout 90 stdbuf -oL build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 "$OUT/q8.log")"
     grep -E '^FAIL|drift' "$OUT/q8.log" | head >>"$OUT/summary.log"
     OUT=/tmp/q8 timeout 400 bench/gpu/q8_quality.sh >"$OUT/quality.log" 2>&1; log "q8_quality rc=$? ${SECONDS}s" ;;
-4)  NCCL_PARTS="cp" timeout 360 tests/gpu/nccl_layouts.sh >"$OUT/nccl.log" 2>&1; log "nccl cp rc=$? $(tail -1 "$OUT/nccl.log")"
+4)  timeout 200 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"
+    NCCL_PARTS="cp" timeout 300 tests/gpu/nccl_layouts.sh >"$OUT/nccl.log" 2>&1; log "nccl cp rc=$? ${SECONDS}s $(tail -1 "$OUT/nccl.log")"
     grep -E 'FAIL' "$OUT/nccl.log" | head -20 >>"$OUT/summary.log"
-    timeout 150 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"
     # the doctor through NCCL: its hosts, transports, errors, and now the layout keys' axis checks (dp2 x cp2, tp2 x pp2)
     OUT=/tmp/nd timeout 200 tests/gpu/nccl_doctor.sh >/tmp/nd.log 2>&1; log "nccl_doctor rc=$? ${SECONDS}s $(tail -1 /tmp/nd.log)"
     grep -E 'FAIL|tp2 x pp2|dp2 x cp2' /tmp/nd.log | head -12 >>"$OUT/summary.log" ;;
