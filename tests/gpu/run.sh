@@ -13,11 +13,17 @@
 # (tests/gpu/nccl.sh: nccl_layouts.sh, nccl_faults.sh, nccl_doctor.sh, nccl_scale.sh;
 # docs/nccl-one-gpu.md). `--bench` also times every op at the l124m shape
 # (bench/gpu/bench_cuda_ops).
-# Logs go to build/gpu/*.log. Not part of `make test`: CI has no GPU.
+# --part=ops,model,long,nccl runs some of the four parts (ops: the op tests and
+# memcheck; model: the model tests and the refusals; long: long sequences and
+# cp's memory; nccl: tests/gpu/nccl.sh), so ten-minute device calls can run it
+# in pieces. Logs go to build/gpu/*.log. Not part of `make test`: CI has no GPU.
 # Ends with the summed "N passed, N failed"; exits non-zero on any failure.
 set -u
 cd "$(dirname "$0")/../.."
-bench=0; [ "${1:-}" = "--bench" ] && bench=1
+bench=0; parts="ops model long nccl"   # --part=LIST (comma-separated): some of them, e.g. a device call's share
+for a in "$@"; do case $a in --bench) bench=1 ;; --part=*) parts=${a#--part=}; parts=${parts//,/ } ;;
+    *) echo "usage: tests/gpu/run.sh [--bench] [--part=ops,model,long,nccl]"; exit 2 ;; esac; done
+want() { [[ " $parts " == *" $1 "* ]]; }
 
 mkdir -p build/gpu
 make -j"$(nproc)" all gpu >build/gpu-make.log 2>&1 || { tail -40 build/gpu-make.log; echo "0 passed, 1 failed"; exit 1; }
@@ -44,6 +50,7 @@ tally() {   # $1: log file; adds its closing line to the totals
 }
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
+if want ops; then
 echo "== op test"
 build/gpu/test_cuda_ops >build/gpu/test_cuda_ops.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint' build/gpu/test_cuda_ops.log | head -40
@@ -78,7 +85,9 @@ if command -v compute-sanitizer >/dev/null; then
 else
     echo "== compute-sanitizer not found: memcheck skipped"
 fi
+fi
 
+if want model; then
 echo "== model test (fixture fp32/bf16/fp16, KV cache, recompute, 20-step curves vs CPU, fp16 overflow)"
 build/gpu/test_cuda_model >build/gpu/test_cuda_model.log 2>&1; rc=$?
 grep -E '^FAIL|^error|hint|^fixture|^recompute|^loss curve|^fp16' build/gpu/test_cuda_model.log | head -40
@@ -113,7 +122,9 @@ off=$(grep '^{' build/gpu/fp8_plan.log | tail -1 | awk '{ match($0, /"peak_alloc
     match($0, /"predicted_bytes": [0-9]+/); q = substr($0, RSTART + 19, RLENGTH - 19); if (p > 0) printf "%.4f", (q - p) / p * 100 }')
 if [ -n "$off" ] && awk -v o="$off" 'BEGIN { exit !(o < 1 && o > -1) }'; then echo "   fp8 l124m: plan $off% from the peak"; passed=$((passed + 1))
 else echo "FAIL: fp8 l124m: plan ${off:-?}% from the peak (build/gpu/fp8_plan.log)"; tail -3 build/gpu/fp8_plan.log; failed=$((failed + 1)); fi
+fi
 
+if want long; then
 echo "== long sequences: the memory plan within 1% of the peak at T = 8192 and 32768; a batch that cannot fit refused, naming settings that would"
 for tb in "8192 2" "32768 1"; do
     set -- $tb
@@ -132,11 +143,14 @@ echo "== context parallelism's memory per rank on one GPU: l124m at T = 32k and 
 OUT=build/gpu tests/gpu/cp_memory.sh >build/gpu/cp_memory.log 2>&1; rc=$?
 grep -E '^  FAIL|^ +[0-9]+ +[124] ' build/gpu/cp_memory.log | head -20
 tally build/gpu/cp_memory.log $rc
+fi
 
+if want nccl; then
 echo "== NCCL on one GPU, every rank a test host (LLM3D_NCCL_HOSTS_ON_ONE_GPU=1): layouts, faults, doctor, the split"
 OUT=build/gpu tests/gpu/nccl.sh >build/gpu/nccl.log 2>&1; rc=$?
 grep -E '^  FAIL|^FAIL|^   nccl_' build/gpu/nccl.log | head -40
 tally build/gpu/nccl.log $rc
+fi
 
 if [ $bench = 1 ]; then
     echo "== l124m op timings (bf16)"
