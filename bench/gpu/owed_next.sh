@@ -48,6 +48,10 @@ case ${PART:-1} in
     # default and the persistent grid, 6-15% under cuDNN there)
     if (( SECONDS < 400 )); then OUT=$OUT KERNELS=fa3_dkv bench/gpu/ncu_fa3.sh 64 16384 >/tmp/ncu.log 2>&1; log "ncu dkv 64 ${SECONDS}s"
         grep -E 'Duration|Issue Slots Busy|No Eligible|Compute \(SM\) Throughput' /tmp/ncu.log | head -8 >>"$OUT/summary.log"; fi
+    # racecheck on the backward with every consumer thread releasing its stage (since session AA), head dim 64, last:
+    # it rebuilds with -lineinfo
+    if (( SECONDS < 420 )); then OUT=$OUT HDS=64 timeout 120 bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck fa3 64 ${SECONDS}s"
+        grep -E 'SUMMARY|\.cu:' "$OUT/racecheck.log" | head -6 >>"$OUT/summary.log"; fi
     for skip in 0 54; do (( SECONDS < 480 )) || break   # the default grid's row, then the persistent grid's (the fourth)
         OUT=$OUT KERNELS=fa3_forward SKIP=$skip bench/gpu/ncu_fa3.sh 64 1024 >/tmp/ncu2.log 2>&1; log "ncu forward 64 1024 skip $skip ${SECONDS}s"
         grep -E 'Duration|Issue Slots Busy|No Eligible|Achieved Active' /tmp/ncu2.log | head -8 >>"$OUT/summary.log"; done

@@ -98,7 +98,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         mbar_init(barKV, 1);
         for (int st = 0; st < S; st++) {
             mbar_init(barF + 8 * st, 1 + 32);   /* the copy's arrival (with its bytes) and warp 1's 32 */
-            mbar_init(barE + 8 * st, 8);        /* one arrival a consumer warp */
+            mbar_init(barE + 8 * st, 256);      /* every consumer thread, after its own reads of the stage's lse, Dsum */
         }
         if constexpr (DQ) {
             for (int p = 0; p < 2; p++) {
@@ -232,8 +232,9 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
             wg_keep(dq);
             if (pend >= 0) stage_dq();
         }
-        __syncwarp();   /* (every lane's reads of the stage's lse and Dsum are before the warp's arrival) */
-        if (it && tid % 32 == 0) mbar_arrive(barE + 8 * ((it - 1) % S));   /* this warp is done with the previous stage */
+        /* this thread is done with the previous stage: every thread arrives (CUTLASS's consumer release), after its
+         * own reads of warp 1's generic lse/Dsum stores, so the hand-off needs no warp-level step to be ordered */
+        if (it) mbar_arrive(barE + 8 * ((it - 1) % S));
         const float *L = LD + st * 128;
         probs_and_grads<T, true>(s, dp, pa, da, L, L + 64, kc, g0, Te, sl2, scale, g0 < kc + 64 || g0 + 64 > Te);
         wg_fence();
