@@ -35,25 +35,27 @@ case ${PART:-1} in
     OPS_FA3_ONLY=1 timeout 150 stdbuf -oL build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log")"
     grep -E '^FAIL|^     (dq|dk|dv|out) ' "$OUT/ops.log" | head -40 >>"$OUT/summary.log"
     grep -q 'passed' "$OUT/ops.log" || { log "ops did not finish: the rest of PART=1 skipped"; exit 1; }
-    timeout 60 stdbuf -oL build/gpu/test_cuda_attention_at >"$OUT/at.log" 2>&1; log "attention_at rc=$? $(tail -1 "$OUT/at.log")"
-    grep -E '^FAIL' "$OUT/at.log" | head >>"$OUT/summary.log"
+    timeout 60 stdbuf -oL build/gpu/test_cuda_attention_at >/tmp/at.log 2>&1; log "attention_at rc=$? $(tail -1 /tmp/at.log)"
+    grep -E '^FAIL' /tmp/at.log | head >>"$OUT/summary.log"
     LLM3D_ATTENTION=fa3 timeout 100 build/gpu/test_cuda_model >/tmp/m.log 2>&1; log "model fa3 rc=$? $(grep -E '^[0-9]+ passed' /tmp/m.log)"
-    timeout 60 stdbuf -oL build/gpu/test_adamw8bit_cuda >"$OUT/q8.log" 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 "$OUT/q8.log")"
-    grep -E '^FAIL|drift' "$OUT/q8.log" | head >>"$OUT/summary.log"
+    timeout 60 stdbuf -oL build/gpu/test_adamw8bit_cuda >/tmp/q8.log 2>&1; log "adamw8bit_cuda rc=$? $(tail -1 /tmp/q8.log)"
+    grep -E '^FAIL|drift' /tmp/q8.log | head >>"$OUT/summary.log"
     [ -z "${QUICK:-}" ] || exit 0   # QUICK=1: the checks alone (little device time left)
-    CPB=$(grep -q ' 0 failed' "$OUT/at.log" && echo 4 || echo 0)   # one cp=4 rank's share too, once the offset test passed
+    CPB=$(grep -q ' 0 failed' /tmp/at.log && echo 4 || echo 0)   # one cp=4 rank's share too, once the offset test passed
     for hd in 64 128; do BENCH_CP=$CPB timeout 150 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 32768 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
+    # context parallelism's measured memory per rank (issue 53's done-condition) while time is left
+    if (( SECONDS < 380 )); then timeout 170 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"; fi
+    # racecheck on the backward with every consumer thread releasing its stage (since session AA), head dim 64 (it
+    # rebuilds with -lineinfo: the profiles below see that build)
+    if (( SECONDS < 450 )); then OUT=$OUT HDS=64 timeout 120 bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck fa3 64 ${SECONDS}s"
+        grep -E 'SUMMARY|\.cu:' "$OUT/racecheck.log" | head -6 >>"$OUT/summary.log"; fi
     # the backward at head dim 64 from 16k is 1-8% under cuDNN and sets the long-T step: a profile of the accumulating
     # dk/dv kernel with source counters (the last one predates the accumulator), then the forward at T = 1024 (the
     # default and the persistent grid, 6-15% under cuDNN there)
-    if (( SECONDS < 400 )); then OUT=$OUT KERNELS=fa3_dkv bench/gpu/ncu_fa3.sh 64 16384 >/tmp/ncu.log 2>&1; log "ncu dkv 64 ${SECONDS}s"
+    if (( SECONDS < 470 )); then OUT=$OUT KERNELS=fa3_dkv NCU_LIMIT=90 bench/gpu/ncu_fa3.sh 64 16384 >/tmp/ncu.log 2>&1; log "ncu dkv 64 ${SECONDS}s"
         grep -E 'Duration|Issue Slots Busy|No Eligible|Compute \(SM\) Throughput' /tmp/ncu.log | head -8 >>"$OUT/summary.log"; fi
-    # racecheck on the backward with every consumer thread releasing its stage (since session AA), head dim 64, last:
-    # it rebuilds with -lineinfo
-    if (( SECONDS < 420 )); then OUT=$OUT HDS=64 timeout 120 bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck fa3 64 ${SECONDS}s"
-        grep -E 'SUMMARY|\.cu:' "$OUT/racecheck.log" | head -6 >>"$OUT/summary.log"; fi
-    for skip in 0 54; do (( SECONDS < 480 )) || break   # the default grid's row, then the persistent grid's (the fourth)
-        OUT=$OUT KERNELS=fa3_forward SKIP=$skip bench/gpu/ncu_fa3.sh 64 1024 >/tmp/ncu2.log 2>&1; log "ncu forward 64 1024 skip $skip ${SECONDS}s"
+    for skip in 0 54; do (( SECONDS < 510 )) || break   # the default grid's row, then the persistent grid's (the fourth)
+        OUT=$OUT KERNELS=fa3_forward SKIP=$skip NCU_LIMIT=60 bench/gpu/ncu_fa3.sh 64 1024 >/tmp/ncu2.log 2>&1; log "ncu forward 64 1024 skip $skip ${SECONDS}s"
         grep -E 'Duration|Issue Slots Busy|No Eligible|Achieved Active' /tmp/ncu2.log | head -8 >>"$OUT/summary.log"; done
     ;;
 2)  sweep() { PYTHONUNBUFFERED=1 timeout 70 python3 .peer/torch_llama.py --cfg $1 --modes bf16-compile --T $2 --B $3 2>/dev/null | grep '^{'
