@@ -8,7 +8,7 @@
 # dk/dv and dq kernels alone, KERNELS=fa3_forward the forward alone, either with the source counters (where the
 # warps stall, by instruction) added.
 # SKIP=n skips the first n matching launches (bench_attention's rows run 18 launches each: SKIP=54 with
-# KERNELS=fa3_forward is its fourth forward row, the persistent grid); NCU_LIMIT (seconds, default 300) caps ncu.. Writes $OUT/ncu_fa3_<HD>_<T>[_KERNELS][_skipN].txt and prints a short table of each kernel's headline figures.
+# KERNELS=fa3_forward is its fourth forward row, the persistent grid); NCU_LIMIT (seconds, default 300) caps ncu. Writes $OUT/ncu_fa3_<HD>_<T>[_KERNELS][_skipN].txt and prints a short table of each kernel's headline figures.
 #   run: make -j16 gpu && bench/gpu/ncu_fa3.sh [HD] [T]
 set -u
 hd=${1:-64}; T=${2:-8192}; OUT=${OUT:-build/gpu}; mkdir -p "$OUT"

@@ -47,7 +47,7 @@ case ${PART:-1} in
     if (( SECONDS < 380 )); then timeout 170 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"; fi
     # racecheck on the backward with every consumer thread releasing its stage (since session AA), head dim 64 (it
     # rebuilds with -lineinfo: the profiles below see that build)
-    if (( SECONDS < 450 )); then OUT=$OUT HDS=64 timeout 120 bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck fa3 64 ${SECONDS}s"
+    if (( SECONDS < 400 )); then OUT=$OUT HDS=64 bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck fa3 64 ${SECONDS}s"
         grep -E 'SUMMARY|\.cu:' "$OUT/racecheck.log" | head -6 >>"$OUT/summary.log"; fi
     # the backward at head dim 64 from 16k is 1-8% under cuDNN and sets the long-T step: a profile of the accumulating
     # dk/dv kernel with source counters (the last one predates the accumulator), then the forward at T = 1024 (the
