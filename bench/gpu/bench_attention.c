@@ -9,7 +9,8 @@
  * (sdpa_time.py --hd 128 takes the same). Per T one JSON line: ms and TFLOP/s
  * (the causal count 4*B*NH*T*T*HD/2) of the fa3 forward with and without
  * ping-pong between its consumer warpgroups (FA3_PINGPONG=0: without only) and with each stage's K given back
- * with its V (fa3_klate_fwd, the hand-back before 2026-12-07) and on a persistent grid (fa3_persist_fwd), of the fa3 backward (2.5x
+ * with its V (fa3_klate_fwd, the hand-back before 2026-12-07) and on either grid (fa3_persist_fwd: one block an SM walking the items, fa3_items_fwd: a block an item; fa3_fwd
+ * takes the first up to T = 4096), of the fa3 backward (2.5x
  * the forward's count; dQ accumulated by the dk/dv kernel, at HD 128 fa3_bwd_s2 with two Q/dout stages and two
  * staged dQ tiles, at HD 64 fa3_bwd_lag with each item's dQ product issued an item late, and fa3_bwd_sweep: by a
  * second sweep; the model's
@@ -17,7 +18,7 @@
  * With BENCH_CP=cp also one context-parallel rank's share (its two chunks at their offsets against the gathered
  * K/V: 1/cp of the causal count) by the offset form's fa3 and mma.sync kernels (cp_rows).
  * The idea and the timing are bench_cuda_ops.c's: 3 warm-ups, then the median
- * of 15 synchronized calls. */
+ * of 15 synchronized calls (BENCH_ONCE=1: one call a path, for compute-sanitizer). */
 #include "../../kernels/backend.h"
 #include "../../kernels/cuda/cuda_extras.h"
 #include "../../common/util.h"
@@ -52,19 +53,21 @@ static void once(const Call *c) {
         g->attention_backward(c->dqkv, c->dout, c->qkv, c->out, c->lse, c->B, c->T, c->NH, c->NKV, c->HD, 10000.0f, c->work, c->work_bytes);
     else g->attention_forward(c->out, c->lse, c->qkv, c->B, c->T, c->NH, c->NKV, c->HD);
 }
+static int once_only;   /* BENCH_ONCE=1: each path run once, untimed in effect (a tool's run: racecheck, memcheck) */
 /* median ms of 15 calls after 3 warm-ups (the offset form's when at) */
 static double median_ms(const Call *c, const AtCall *at) {
     double t[15];
-    for (int w = 0; w < 3; w++) at ? at_once(at) : once(c);
+    int warm = once_only ? 0 : 3, n = once_only ? 1 : 15;
+    for (int w = 0; w < warm; w++) at ? at_once(at) : once(c);
     g->synchronize();
-    for (int r = 0; r < 15; r++) {
+    for (int r = 0; r < n; r++) {
         double s = now_seconds();
         at ? at_once(at) : once(c);
         g->synchronize();
         t[r] = now_seconds() - s;
     }
-    qsort(t, 15, sizeof(double), cmp_d);
-    return t[7] * 1e3;
+    qsort(t, n, sizeof(double), cmp_d);
+    return t[n / 2] * 1e3;
 }
 static void *rand_dev(size_t n, unsigned seed) {
     float *h = mallocCheck(n * 4);
@@ -129,6 +132,8 @@ int main(int argc, char **argv) {
         Ts[nT++] = (int)v;
     }
     if (!nT) { int d[5] = {2048, 4096, 8192, 16384, 32768}; memcpy(Ts, d, sizeof d); nT = 5; }
+    const char *one = getenv("BENCH_ONCE");
+    once_only = one && !strcmp(one, "1");
     const char *pp = getenv("FA3_PINGPONG");
     int pingpong = !pp || strcmp(pp, "0");   /* FA3_PINGPONG=0: the fa3 forward without ping-pong only */
     const char *cps = getenv("BENCH_CP");
@@ -154,8 +159,10 @@ int main(int argc, char **argv) {
         cuda_attention_fa3_early_k = 0;   /* each stage's K given back with its V, as before 2026-12-07 */
         row("fa3_klate_fwd", &c, f, 0);
         cuda_attention_fa3_early_k = 1;
-        cuda_attention_fa3_persistent = 1;   /* one block an SM, each walking items */
+        cuda_attention_fa3_persistent = 1;   /* one block an SM, each walking items (the default up to T = 4096) */
         row("fa3_persist_fwd", &c, f, 0);
+        cuda_attention_fa3_persistent = 2;   /* a block an item (the default past T = 4096) */
+        row("fa3_items_fwd", &c, f, 0);
         cuda_attention_fa3_persistent = 0;
         if (cuda_attention_fa3_launches == before) die("bench_attention: the fa3 forward did not run (HD=%d)", HD);
         long bbefore = cuda_attention_fa3_backward_launches;

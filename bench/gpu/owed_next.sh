@@ -72,4 +72,18 @@ case ${PART:-1} in
     # the doctor through NCCL: its hosts, transports, errors, and now the layout keys' axis checks (dp2 x cp2, tp2 x pp2)
     OUT=/tmp/nd timeout 200 tests/gpu/nccl_doctor.sh >/tmp/nd.log 2>&1; log "nccl_doctor rc=$? ${SECONDS}s $(tail -1 /tmp/nd.log)"
     grep -E 'FAIL|tp2 x pp2|dp2 x cp2' /tmp/nd.log | head -12 >>"$OUT/summary.log" ;;
+5)  # session AA's second call: the forward's zigzag walk and its default grid by T, racecheck with every consumer thread
+    # releasing its stage, and cp's memory with the one-rank line read right
+    probe() { for hd in 64 128; do LLM3D_ATTENTION=fa3 timeout 25 build/gpu/bench_attention $hd 300 >/dev/null 2>&1 || return 1; done; }
+    if ! probe; then log "an fa3 kernel hangs or fails at T = 300 (${SECONDS}s)"
+        [ -n "${ALT:-}" ] || exit 1
+        cp "$ALT"/* kernels/cuda/ && make -j16 gpu >/tmp/b2.log 2>&1 && probe || { log "and so does $ALT's"; exit 1; }
+        log "$ALT's kernels swapped in (${SECONDS}s)"; fi
+    OPS_FA3_ONLY=1 timeout 150 stdbuf -oL build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log") ${SECONDS}s"
+    grep -E '^FAIL' "$OUT/ops.log" | head -20 >>"$OUT/summary.log"
+    timeout 60 stdbuf -oL build/gpu/test_cuda_attention_at >/tmp/at.log 2>&1; log "attention_at rc=$? $(tail -1 /tmp/at.log) ${SECONDS}s"
+    for hd in 64 128; do timeout 120 build/gpu/bench_attention $hd 1024 2048 4096 8192 16384 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done
+    timeout 170 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"
+    if (( SECONDS < 330 )); then OUT=$OUT HDS=64 RC_LIMIT=200 bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck fa3 64 ${SECONDS}s"
+        grep -E 'SUMMARY|\.cu:' "$OUT/racecheck.log" | head -6 >>"$OUT/summary.log"; fi ;;
 esac

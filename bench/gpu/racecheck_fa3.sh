@@ -10,6 +10,6 @@ export CFLAGS="-O3 -Wno-error" NVCCFLAGS="-O3 -lineinfo -Xcompiler -Wno-error"
 make -j16 gpu >/tmp/b.log 2>&1 || { grep -E " error" /tmp/b.log | head; exit 1; }
 for hd in ${HDS:-64 128}; do
   echo "== HD $hd"
-  LLM3D_ATTENTION=fa3 timeout 120 compute-sanitizer --tool racecheck --racecheck-report hazard --show-backtrace no \
+  BENCH_ONCE=1 LLM3D_ATTENTION=fa3 timeout "${RC_LIMIT:-240}" compute-sanitizer --tool racecheck --racecheck-report hazard --show-backtrace no \
       build/gpu/bench_attention $hd 300 2>&1 | grep -E 'Error|access at|\.cu:|SUMMARY' | sed 's/(CUtensorMap_st[^)]*)//' | sort | uniq -c | sort -rn | head -30
 done | tee "$OUT/racecheck.log"

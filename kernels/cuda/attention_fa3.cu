@@ -34,8 +34,8 @@
  *
  * Output goes from registers to global memory (4-byte stores, as the wgmma
  * forward). The grid is a block a work item (query tile of a sequence and
- * head) or, switched (cuda_attention_fa3_persistent, not yet measured), one
- * block an SM walking the items, so that the next item's copies run under this
+ * head) or, up to T = 4096 (FA3_PERSIST_MAX_T, measured), one block an SM
+ * walking the items in a zigzag, so that the next item's copies run under this
  * one's output. Not yet here: a TMA store of O. The maps over rows
  * (fa3_tensor_map, fa3_tensor_map_rows) are the backward's too. */
 #include "attention_fa3.cuh"
@@ -111,6 +111,14 @@ template <typename T, int HD> __device__ __forceinline__ void fa3_pv(float o[HD 
         else fa_rs128<T>(o, pa[kk], fa_desc(v + 2048 * kk, vhalf));
     }
 }
+/* the block's n-th work item: rounds of gridDim.x items, walked forward in even rounds and backward in odd ones, so
+ * that on a persistent grid, where items shrink with their index (the longest first), every block's items add up to
+ * about the same work (a plain stride gave block 0 9% more than the average at T = 8192, B = 2, 132 SMs: the
+ * persistent grid was 4-5% slower there, 2026-12-08). Only the last round is partial, so the first n past the
+ * items ends the walk; a grid of a block an item has one round. */
+__device__ __forceinline__ int fa3_item(int n) {
+    return n * gridDim.x + (n & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+}
 template <int N> __device__ __forceinline__ void fa3_keep(uint32_t (&a)[N][4]) {
 #pragma unroll
     for (int i = 0; i < 4 * N; i++) asm volatile("" : "+r"(a[i / 4][i % 4])::"memory");
@@ -121,8 +129,8 @@ template <int N> __device__ __forceinline__ void fa3_keep(uint32_t (&a)[N][4]) {
  * kcol + (NKV+g)*HD (both maps' boxes: 64 columns x 128 rows x 1 sequence). The whole sequence: tkv = tq, kcol =
  * NH*HD, qoff = 0, Tk = Tq; a chunk at an offset (kernels/attention.h's offset form): tkv over kv (B,Tk,2*NKV*HD),
  * kcol = 0. Work items: the BNH = B*NH (sequence, head) pairs times the query tiles, item i = query tile
- * ntq-1 - i/BNH of pair i%BNH (the last, longest tiles first); block x takes items x, x + gridDim.x, ... A grid of
- * one block an item runs each once; a persistent grid (one block an SM, cuda_attention_fa3_persistent) walks them,
+ * ntq-1 - i/BNH of pair i%BNH (the last, longest tiles first); block x takes one item a round (fa3_item). A grid of
+ * one block an item runs each once; a persistent grid (one block an SM, where cuda_attention_fa3_persistent says) walks them,
  * its producer copying the next item's Q and first K/V tiles while the consumers write this one's output.
  * The K/V ring's stages and phases run on across items, and Q has two buffers (item n's is n % 2), so the next
  * item's queries can be copied while this one's are still read. Shared: Q's two buffers (each two 64-column halves
@@ -160,7 +168,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
         regs_down<FA_REGS_PRODUCER>();
         if (threadIdx.x == 0) {
             int u = 0;   /* K/V tiles copied so far: stage u % S, phase (u / S) & 1 */
-            for (int item = blockIdx.x, n = 0; item < items; item += gridDim.x, n++) {
+            for (int n = 0, item; (item = fa3_item(n)) < items; n++) {
                 int bh = item % BNH, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = (ntq - 1 - item / BNH) * FA3_BM;
                 int nk = (qoff + min(q0 + FA3_BM, Tq) - 1) / FA3_BN + 1;
                 uint32_t qb = n & 1, bq = barQ + 8 * qb;
@@ -191,7 +199,7 @@ fa3_forward_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant
     bool lane0 = tid % 32 == 0;
     float sl2 = scale * LOG2E;
     int u = 0;   /* K/V tiles consumed so far, as the producer counts them */
-    for (int item = blockIdx.x, n = 0; item < items; item += gridDim.x, n++) {
+    for (int n = 0, item; (item = fa3_item(n)) < items; n++) {
         int bh = item % BNH, b = bh / NH, h = bh % NH, q0 = (ntq - 1 - item / BNH) * FA3_BM, g0 = qoff + q0;
         /* key tiles 0..nk-1: the last holds the tile's last query's own key. At qoff = 0 (BM = BN) it is the diagonal
          * tile and the only one masked; at an offset the tile's queries can straddle two key tiles, both masked */
@@ -306,6 +314,12 @@ long cuda_attention_fa3_launches = 0;
 
 int cuda_attention_fa3_pingpong = 1;
 int cuda_attention_fa3_early_k = 1;
+/* 0: the persistent grid up to FA3_PERSIST_MAX_T queries, a block an item past it; 1: always persistent; 2: never.
+ * H100, 2026-12-08 (bench_attention, ~16k tokens a call; before fa3_item's zigzag): persistent against a block an item,
+ * TFLOP/s, HD 64: 230/204 at 1k, 294/275 at 2k, 341/339 at 4k, 365/381 at 8k, 385/405 at 16k; HD 128: 353/319,
+ * 462/435, 532/525, 550/597, 596/633. At short T a block's work is a few key tiles, and the next item's Q and first
+ * K/V copied under this one's output pay; at long T it gained nothing and its fixed walk left some SMs idle at the end. */
+#define FA3_PERSIST_MAX_T 4096
 int cuda_attention_fa3_persistent = 0;
 
 template <typename T, int HD, int S, bool PP> static void launch_as(const CUtensorMap &tq, const CUtensorMap &tkv, void *out, float *lse,
@@ -322,7 +336,8 @@ template <typename T, int HD, int S, bool PP> static void launch_as(const CUtens
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
-    int items = ceil_div(Tq, FA3_BM) * B * NH, grid = cuda_attention_fa3_persistent ? min(items, sms) : items;   /* one block an SM */
+    int persistent = cuda_attention_fa3_persistent == 1 || (cuda_attention_fa3_persistent == 0 && Tq <= FA3_PERSIST_MAX_T);
+    int items = ceil_div(Tq, FA3_BM) * B * NH, grid = persistent ? min(items, sms) : items;   /* one block an SM */
     fa3_forward_kernel<T, HD, S, PP><<<grid, FA3_THREADS, smem, cuda_stream>>>(tq, tkv, (T *)out, lse, Tq, qoff, Tk, B * NH, NH, NKV, kcol,
                                                                              1.0f / sqrtf((float)HD), cuda_attention_fa3_early_k);
     launchCheck();

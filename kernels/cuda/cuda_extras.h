@@ -34,7 +34,7 @@ void attention_backward_fa3(void *dqkv, const void *dout, const void *qkv, const
 extern long cuda_attention_fa3_launches;    /* its launches (the op test's proof the path ran) */
 extern int cuda_attention_fa3_pingpong;     /* 1 (default): its two consumer warpgroups take turns issuing products; 0: each issues freely */
 extern int cuda_attention_fa3_early_k;      /* 1 (default): a stage's K is given back once its scores are in; 0: with its V */
-extern int cuda_attention_fa3_persistent;   /* 1: the fa3 forward's grid is one block an SM, each walking items; 0 (default): a block an item */
+extern int cuda_attention_fa3_persistent;   /* the fa3 forward's grid: 0 (default) one block an SM walking items up to T = 4096 (FA3_PERSIST_MAX_T), a block an item past it; 1 always the first; 2 always the second */
 int attention_fa3_supported(int HD, const void *out, const void *qkv); /* 1: bf16/fp16, HD 64 or 128, 16-byte aligned */
 AttentionForward attention_forward_fa3;     /* attention_forward_cuda's contract, on an sm_90a GPU where it is supported */
 AttentionForwardAt attention_forward_at_fa3; /* attention_forward_at_cuda's contract (context parallelism), the same kernel */

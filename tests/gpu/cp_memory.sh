@@ -25,10 +25,12 @@ for T in 32768 65536; do
             --sample_tokens=0 --checkpoint_every=-1 --run_dir="$d/$name" >"$LOGS/$name.log" 2>&1; rc=$?
         act=$(grep -m1 '^memory | predicted' "$LOGS/$name.log" | grep -o 'activations [0-9.]* [KMG]iB' | awk '{print $2, $3}')
         act_b=$([ -n "$act" ] && bytes $act)
-        if [ "$cp" -eq 1 ]; then   # one rank: "measured peak allocated X: prediction +y%"
-            peak=$(grep -o 'measured peak allocated [0-9.]* [KMG]iB' "$LOGS/$name.log" | awk '{print $4, $5}')
+        if [ "$cp" -eq 1 ]; then   # one rank (train/memory_report.c): "memory | measured: peak allocated X (...); prediction off
+            # by +y%" or "...; the prediction is exact to 0.05%"
+            peak=$(grep -o '^memory | measured: peak allocated [0-9.]* [KMG]iB' "$LOGS/$name.log" | awk '{print $6, $7}')
             peak_b=$([ -n "$peak" ] && bytes $peak)
-            worst=$(grep -o 'prediction [-+][0-9.]*%' "$LOGS/$name.log" | tr -d '%+-' | awk '{print $2}' | sort -g | tail -1)
+            worst=$(grep -o 'prediction off by [-+][0-9.]*%' "$LOGS/$name.log" | tr -d '%+-' | awk '{print $4}')
+            [ -z "$worst" ] && grep -q '^memory | measured: .*the prediction is exact to 0.05%' "$LOGS/$name.log" && worst=0
             plan0=$(grep -m1 '^memory | predicted' "$LOGS/$name.log" | grep -o 'total [0-9.]* [KMG]iB' | awk '{print $2, $3}')
             plan_b=$([ -n "$plan0" ] && bytes $plan0)
             ranks=1; lines=$([ -n "$peak" ] && echo 1 || echo 0)

@@ -166,10 +166,10 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     long launches = cuda_attention_fa3_launches, blaunches = cuda_attention_fa3_backward_launches;
     int was = cuda_attention_fa3, wasb = cuda_attention_fa3_backward, same = 1, bsame = 1;
     cuda_attention_fa3 = 1;
-    for (int run = 0; run < 5; run++) {   /* ping-pong, ping-pong again, without, K given back with V, a persistent grid */
+    for (int run = 0; run < 6; run++) {   /* ping-pong, again, without, K given back with V, a persistent grid, a block an item */
         cuda_attention_fa3_pingpong = run != 2;
         cuda_attention_fa3_early_k = run != 3;
-        cuda_attention_fa3_persistent = run == 4;
+        cuda_attention_fa3_persistent = run == 4 ? 1 : run == 5 ? 2 : 0;
         poison(gout, bytes);
         gpu->attention_forward(gout, glse, gqkv, B, T, NH, NKV, HD);
         gpu->download(run ? other : first, gout, bytes);
@@ -217,12 +217,12 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     cuda_attention_fa3_pingpong = 1;
     cuda_attention_fa3_early_k = 1;
     cuda_attention_fa3_persistent = 0;
-    int ran = cuda_attention_fa3_launches == launches + 5, bran = cuda_attention_fa3_backward_launches == blaunches + runs;
+    int ran = cuda_attention_fa3_launches == launches + 6, bran = cuda_attention_fa3_backward_launches == blaunches + runs;
     printf("%s %-5s attention_fwd fa3 ran the warp-specialized kernel %s\n", ran ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(ran, "%s attention_fwd fa3 %s: the fa3 kernel did not run", dtype_name(act), shape);
-    printf("%s %-5s attention_fwd fa3 deterministic, with and without ping-pong, K given back early or with V, persistent %s\n",
+    printf("%s %-5s attention_fwd fa3 deterministic, with and without ping-pong, K given back early or with V, persistent grid or a block an item %s\n",
            same ? "ok  " : "FAIL", dtype_name(act), shape);
-    CHECK(same, "%s attention_fwd fa3 %s: a second forward (or one without ping-pong, with K given back late, or on a persistent grid) "
+    CHECK(same, "%s attention_fwd fa3 %s: a second forward (or one without ping-pong, with K given back late, on a persistent grid or a block an item) "
           "gave different bits", dtype_name(act), shape);
     printf("%s %-5s attention_bwd fa3 ran the warp-specialized kernels %s\n", bran ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(bran, "%s attention_bwd fa3 %s: the fa3 backward did not run", dtype_name(act), shape);
