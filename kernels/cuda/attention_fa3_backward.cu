@@ -11,9 +11,10 @@
  * tiles at and after the block's keys (64 rows of Q and of dout a tile, by TMA,
  * into a ring of shared-memory stages; one of its warps copies the tile's lse
  * and Dsum beside them). A consumer computes S^T = K Q^T and dP^T = V dout^T,
- * P^T = exp(S^T scale - lse) and dS^T = P^T (dP^T - Dsum) scale on the
- * registers they came back in, and accumulates dV += P^T dout and dK += dS^T Q
- * with P^T and dS^T straight from those registers as A operands. dq (the sweep): the
+ * P^T = exp(S^T scale - lse) and dS^T = P^T (dP^T - Dsum) on the
+ * registers they came back in, and accumulates dV += P^T dout and
+ * dK += dS^T Q with P^T and dS^T straight from those registers as A operands
+ * (the softmax scale goes on dK's and dQ's sums once, not on every dS). dq (the sweep): the
  * forward's shape (128 queries a block, two consumers of 64), streaming K and V
  * tiles of 64 keys from the diagonal down, computing S, dP and dS again and
  * accumulating dQ += dS K.
@@ -144,7 +145,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
                 for (int e = lane; e < 64; e += 32) {
                     int q = q0 + e;
                     size_t at = ((size_t)b * NH + h) * Tq + q;
-                    ld[e] = q < Tq ? lse[at] : 0.0f;
+                    ld[e] = q < Tq ? lse[at] * LOG2E : 0.0f;   /* (in log2 units: probs_and_grads' RAW) */
                     ld[64 + e] = q < Tq ? Dsum[at] : 0.0f;
                 }
                 __syncwarp();
@@ -236,7 +237,7 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
          * own reads of warp 1's generic lse/Dsum stores, so the hand-off needs no warp-level step to be ordered */
         if (it) mbar_arrive(barE + 8 * ((it - 1) % S));
         const float *L = LD + st * 128;
-        probs_and_grads<T, true>(s, dp, pa, da, L, L + 64, kc, g0, Te, sl2, scale, g0 < kc + 64 || g0 + 64 > Te);
+        probs_and_grads<T, true, true>(s, dp, pa, da, L, L + 64, kc, g0, Te, sl2, scale, g0 < kc + 64 || g0 + 64 > Te);
         wg_fence();
         fb_regs_times<T, HD>(dv, pa, q + QB, FB_BOX);   /* dV += P^T dout */
         fb_regs_times<T, HD>(dk, da, q, FB_BOX);        /* dK += dS^T Q, both running while the next item's S^T, dP^T are issued */
@@ -275,6 +276,8 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
         wg_keep(dq);
         if (pend >= 0) stage_dq();
     }
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dk[i] *= scale;   /* (dS^T came without it: probs_and_grads' RAW) */
     int pos[2] = {kc + w * 16 + g, kc + w * 16 + g + 8};   /* keys past Te (zeros from the map) are not stored */
     if (!DQ && dkv) {   /* the offset form: fp32 sums added into dkv's rows b*Tk + key, no RoPE */
         size_t KVW = (size_t)2 * NKV * HD;
@@ -300,11 +303,11 @@ fa3_dkv_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ C
 #endif
 }
 
-/* (DQ) the accumulated dQ (dq_acc's staged order) into dqkv's q part, rotated back through RoPE when on: grid
+/* (DQ) the accumulated dQ (dq_acc's staged order) times the softmax scale into dqkv's q part, rotated back through RoPE when on: grid
  * (B*NH, query tiles), 128 threads, thread tid taking its accumulators in both halves of RoPE's pairs (column i and
  * i + HD/2: for HD 64 float2 j and j + 8 of one half, for HD 128 float2 j of both halves) */
 template <typename T, int HD> __global__ void __launch_bounds__(128) fa3_dq_store_kernel(T *dqkv, const float *dq_acc, int T_, int NH, int NKV,
-                                                                                        const FbRope fr) {
+                                                                                        float scale, const FbRope fr) {
     int b = blockIdx.x / NH, h = blockIdx.x % NH, qt = blockIdx.y, tid = threadIdx.x;
     int w = tid / 32, g = tid % 32 / 4, t = tid % 4;
     const float2 *a = reinterpret_cast<const float2 *>(dq_acc + (((size_t)b * NH + h) * gridDim.y + qt) * (FB_DQ_TILE(HD) / 4)) + tid;
@@ -314,7 +317,7 @@ template <typename T, int HD> __global__ void __launch_bounds__(128) fa3_dq_stor
         int pos = qt * 64 + w * 16 + g + 8 * (j % 2), col = 8 * (j / 2) + 2 * t;   /* col < HD/2: the pair's first */
         if (pos >= T_) continue;
         float2 x1 = a[j * 128], x2 = a[(HD == 64 ? j + 8 : j + 16) * 128];
-        float u[2] = {x1.x, x1.y}, v[2] = {x2.x, x2.y};
+        float u[2] = {x1.x * scale, x1.y * scale}, v[2] = {x2.x * scale, x2.y * scale};   /* (the sums of dS K: dS came unscaled) */
         if (fr.on)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
@@ -417,13 +420,15 @@ fa3_dq_kernel(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CU
         wg_keep(da);
         __syncwarp();
         if (it && tid % 32 == 0) mbar_arrive(barE + 8 * ((it - 1) % S));
-        probs_and_grads<T, false>(s, dp, nullptr, da, L, D, qc, 64 * j, Te, sl2, scale, 64 * j + 63 > qc);
+        probs_and_grads<T, false, true>(s, dp, nullptr, da, L, D, qc, 64 * j, Te, sl2, scale, 64 * j + 63 > qc);
         wg_fence();
         fb_regs_times<T, HD>(dq, da, k, FB_BOX);   /* dQ += dS K, running while the next tile's S, dP are issued */
         wg_commit();
     }
     wg_wait<0>();
     wg_keep(dq);
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++) dq[i] *= scale;   /* (dS came without it: probs_and_grads' RAW) */
     size_t QKV = (size_t)(NH + 2 * NKV) * HD;
     T *y[2];
 #pragma unroll
@@ -486,7 +491,7 @@ template <typename T, int HD, int S, int SF, int NSTG> static void backward(void
         kernel<<<kv_grid, FB_THREADS, smem_fused, cuda_stream>>>(tq, tdo, (T *)dqkv, lse, Dsum, T_, NH, NKV, scale, fr, acc, turn, tq, nullptr, 0,
                                                                  T_, NH * HD);
         launchCheck();
-        fa3_dq_store_kernel<T, HD><<<dim3(B * NH, ntq), 128, 0, cuda_stream>>>((T *)dqkv, acc, T_, NH, NKV, fr);
+        fa3_dq_store_kernel<T, HD><<<dim3(B * NH, ntq), 128, 0, cuda_stream>>>((T *)dqkv, acc, T_, NH, NKV, scale, fr);
         launchCheck();
         cuda_attention_fa3_backward_launches++;
         cuda_attention_fa3_dq_fused_launches++;

@@ -38,23 +38,25 @@ template <typename T> __device__ __forceinline__ void scores_as_a4(uint32_t a[4]
 }
 /* a score tile's ds = p * (dp - D) * scale, p = 2^(s*scale*log2 e - L), L = lse * log2 e: masked where the query is
  * before the key or past T; packs p (when pp, the dk/dv kernel's P^T @ dout) and ds as A operands. COLS: the dk/dv
- * kernel's transposed tile (rows keys r0.., columns queries c0..; lse (base e, scaled here: no pass and barrier over
- * the staged values) and D per column, indexed in shared memory); else the dq kernel's (rows queries r0.., columns
- * keys c0..; L and D of this thread's two rows). Both Hopper backwards use it (attention_wgmma_backward.cu,
- * attention_fa3_backward.cu) */
-template <typename T, bool COLS> __device__ __forceinline__ void probs_and_grads(float s[32], float dp[32], uint32_t (*pp)[4],
-                                                                                 uint32_t ds[4][4], const float *L, const float *D,
-                                                                                 int r0, int c0, int T_, float sl2, float scale, bool mask) {
+ * kernel's transposed tile (rows keys r0.., columns queries c0..; lse and D per column, indexed in shared memory,
+ * lse in base e and scaled here: no pass and barrier over the staged values); else the dq kernel's (rows queries
+ * r0.., columns keys c0..; L and D of this thread's two rows). RAW (the fa3 backward): COLS's lse already times
+ * log2 e where it was staged, and ds = p * (dp - D) without the scale, which the kernel applies once to each
+ * product's sum instead (dK, dQ: a multiply a value a block, not one a score a tile). Both Hopper backwards use it
+ * (attention_wgmma_backward.cu, attention_fa3_backward.cu) */
+template <typename T, bool COLS, bool RAW = false>
+__device__ __forceinline__ void probs_and_grads(float s[32], float dp[32], uint32_t (*pp)[4], uint32_t ds[4][4], const float *L, const float *D,
+                                                int r0, int c0, int T_, float sl2, float scale, bool mask) {
     int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4, w = threadIdx.x % 128 / 32;   /* w: the warp in its warpgroup */
 #pragma unroll
     for (int i = 0; i < 32; i++) {
         int rl = w * 16 + g + (i % 4 / 2) * 8, cl = i / 4 * 8 + 2 * t + (i & 1);   /* row, column within the tile */
         int q = COLS ? c0 + cl : r0 + rl, k = COLS ? r0 + rl : c0 + cl;
-        float Li = COLS ? L[cl] * LOG2E : L[i % 4 / 2], Di = COLS ? D[cl] : D[i % 4 / 2];
+        float Li = COLS ? (RAW ? L[cl] : L[cl] * LOG2E) : L[i % 4 / 2], Di = COLS ? D[cl] : D[i % 4 / 2];
         float p = ex2(fmaf(s[i], sl2, -Li));
         if (mask && (k > q || q >= T_)) p = 0.0f;
         s[i] = p;
-        dp[i] = p * (dp[i] - Di) * scale;
+        dp[i] = RAW ? p * (dp[i] - Di) : p * (dp[i] - Di) * scale;
     }
     if (pp) scores_as_a4<T>(pp, s);
     scores_as_a4<T>(ds, dp);
