@@ -86,4 +86,11 @@ case ${PART:-1} in
     timeout 170 tests/gpu/cp_memory.sh >"$OUT/cp_memory.log" 2>&1; log "cp_memory rc=$? ${SECONDS}s $(tail -1 "$OUT/cp_memory.log")"
     if (( SECONDS < 330 )); then OUT=$OUT HDS=64 RC_LIMIT=200 bench/gpu/racecheck_fa3.sh >/dev/null 2>&1; log "racecheck fa3 64 ${SECONDS}s"
         grep -E 'SUMMARY|\.cu:' "$OUT/racecheck.log" | head -6 >>"$OUT/summary.log"; fi ;;
+6)  # PART=5 in brief (little device time): the checks of the new defaults, then a few bench points
+    probe() { for hd in 64 128; do LLM3D_ATTENTION=fa3 timeout 25 build/gpu/bench_attention $hd 300 >/dev/null 2>&1 || return 1; done; }
+    probe || { log "an fa3 kernel hangs or fails at T = 300 (${SECONDS}s)"; exit 1; }
+    OPS_FA3_ONLY=1 timeout 100 stdbuf -oL build/gpu/test_cuda_ops >"$OUT/ops.log" 2>&1; log "ops rc=$? $(grep -cE '^FAIL' "$OUT/ops.log") FAIL; $(tail -1 "$OUT/ops.log") ${SECONDS}s"
+    grep -E '^FAIL' "$OUT/ops.log" | head -20 >>"$OUT/summary.log"
+    timeout 40 stdbuf -oL build/gpu/test_cuda_attention_at >/tmp/at.log 2>&1; log "attention_at rc=$? $(tail -1 /tmp/at.log) ${SECONDS}s"
+    for hd in 64 128; do (( SECONDS < 150 )) || break; timeout 40 build/gpu/bench_attention $hd 1024 16384 >>"$OUT/bench.log" 2>&1; log "bench $hd rc=$? ${SECONDS}s"; done ;;
 esac
