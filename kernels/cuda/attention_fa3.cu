@@ -113,9 +113,9 @@ template <typename T, int HD> __device__ __forceinline__ void fa3_pv(float o[HD 
 }
 /* the block's n-th work item: rounds of gridDim.x items, walked forward in even rounds and backward in odd ones, so
  * that on a persistent grid, where items shrink with their index (the longest first), every block's items add up to
- * about the same work (a plain stride gave block 0 8% more than the average at T = 8192, B = 2, 132 SMs, the zigzag 0.2%: the
- * persistent grid was 4-5% slower there, 2026-12-08). Only the last round is partial, so the first n past the
- * items ends the walk; a grid of a block an item has one round. */
+ * about the same work (at T = 8192, B = 2, 132 SMs a plain stride gave block 0 8% more than the average, the zigzag
+ * 0.2%; the persistent grid with the stride was 4-5% slower there, 2026-12-08). Only the last round is partial, so
+ * the first n past the items ends the walk; a grid of a block an item has one round. */
 __device__ __forceinline__ int fa3_item(int n) {
     return n * gridDim.x + (n & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
 }
