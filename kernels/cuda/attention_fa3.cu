@@ -114,7 +114,7 @@ template <typename T, int HD> __device__ __forceinline__ void fa3_pv(float o[HD 
 /* the block's n-th work item: rounds of gridDim.x items, walked forward in even rounds and backward in odd ones, so
  * that on a persistent grid, where items shrink with their index (the longest first), every block's items add up to
  * about the same work (at T = 8192, B = 2, 132 SMs a plain stride gave block 0 8% more than the average, the zigzag
- * 0.2%; the persistent grid with the stride was 4-5% slower there, 2026-12-08). Only the last round is partial, so
+ * 0.2%; the persistent grid with the stride was 4-8% slower there, 2026-12-08). Only the last round is partial, so
  * the first n past the items ends the walk; a grid of a block an item has one round. */
 __device__ __forceinline__ int fa3_item(int n) {
     return n * gridDim.x + (n & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
@@ -321,6 +321,7 @@ int cuda_attention_fa3_early_k = 1;
  * K/V copied under this one's output pay; at long T it gained nothing and its fixed walk left some SMs idle at the end. */
 #define FA3_PERSIST_MAX_T 4096
 int cuda_attention_fa3_persistent = 0;
+long cuda_attention_fa3_persistent_launches = 0;
 
 template <typename T, int HD, int S, bool PP> static void launch_as(const CUtensorMap &tq, const CUtensorMap &tkv, void *out, float *lse,
                                                                      int B, int Tq, int qoff, int Tk, int NH, int NKV, int kcol) {
@@ -338,6 +339,7 @@ template <typename T, int HD, int S, bool PP> static void launch_as(const CUtens
     }
     int persistent = cuda_attention_fa3_persistent == 1 || (cuda_attention_fa3_persistent == 0 && Tq <= FA3_PERSIST_MAX_T);
     int items = ceil_div(Tq, FA3_BM) * B * NH, grid = persistent ? min(items, sms) : items;   /* one block an SM */
+    cuda_attention_fa3_persistent_launches += persistent;
     fa3_forward_kernel<T, HD, S, PP><<<grid, FA3_THREADS, smem, cuda_stream>>>(tq, tkv, (T *)out, lse, Tq, qoff, Tk, B * NH, NH, NKV, kcol,
                                                                              1.0f / sqrtf((float)HD), cuda_attention_fa3_early_k);
     launchCheck();

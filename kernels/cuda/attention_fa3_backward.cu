@@ -35,7 +35,7 @@
  * tile instead of seven, for fp32 memory linear in T (B*NH*T*HD*4 bytes);
  * docs/performance.md has both measured. The dQ product needs both consumers'
  * dS^T tiles, so each waits for the other every item; at head dim 64,
- * switched (cuda_attention_fa3_dq_lag, LAG; not yet measured), it is issued
+ * switched (cuda_attention_fa3_dq_lag, LAG; H100 2026-12-08: within 3% either way, so off), it is issued
  * during the next item instead, when the other's tile is long in. The single
  * products, epilogues and the turns' memory order are attention_fa3_backward.cuh's.
  *

@@ -28,13 +28,14 @@ extern long cuda_attention_fa3_backward_launches; /* its launches (the op test's
 extern long cuda_attention_fa3_dq_fused_launches; /* backward launches that accumulated dQ in the dk/dv kernel (the op test's proof) */
 extern int cuda_attention_fa3_dq_stages128;  /* head dim 128, the accumulating backward: 1 (default) three Q/dout stages and one staged dQ tile, 2 two and two (an experiment: bench_attention's fa3_bwd_s2) */
 extern int cuda_attention_fa3_dq;           /* the fa3 backward's dQ: 0 (default) accumulated where the plan counts it (attention_backward_scratch), 1 accumulated by the dk/dv kernel in key-block order, 2 by a second sweep */
-extern int cuda_attention_fa3_dq_lag;       /* 1: the accumulating backward at head dim 64 issues each item's dQ product an item late (not yet measured); 0 (default): at once */
+extern int cuda_attention_fa3_dq_lag;       /* 1: the accumulating backward at head dim 64 issues each item's dQ product an item late (within 3% of the default either way, H100 2026-12-08); 0 (default): at once */
 void attention_backward_fa3(void *dqkv, const void *dout, const void *qkv, const float *lse, const float *Dsum, int B, int T, int NH,
                             int NKV, int HD, float rope_theta); /* after the Dsum pass, where attention_fa3_supported() holds */
 extern long cuda_attention_fa3_launches;    /* its launches (the op test's proof the path ran) */
 extern int cuda_attention_fa3_pingpong;     /* 1 (default): its two consumer warpgroups take turns issuing products; 0: each issues freely */
 extern int cuda_attention_fa3_early_k;      /* 1 (default): a stage's K is given back once its scores are in; 0: with its V */
 extern int cuda_attention_fa3_persistent;   /* the fa3 forward's grid: 0 (default) one block an SM walking items up to T = 4096 (FA3_PERSIST_MAX_T), a block an item past it; 1 always the first; 2 always the second */
+extern long cuda_attention_fa3_persistent_launches; /* forward launches on the persistent grid (the op test's proof the grid it asked for ran) */
 int attention_fa3_supported(int HD, const void *out, const void *qkv); /* 1: bf16/fp16, HD 64 or 128, 16-byte aligned */
 AttentionForward attention_forward_fa3;     /* attention_forward_cuda's contract, on an sm_90a GPU where it is supported */
 AttentionForwardAt attention_forward_at_fa3; /* attention_forward_at_cuda's contract (context parallelism), the same kernel */

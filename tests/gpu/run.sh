@@ -24,6 +24,8 @@ bench=0; parts="ops model long nccl"   # --part=LIST (comma-separated): some of 
 for a in "$@"; do case $a in --bench) bench=1 ;; --part=*) parts=${a#--part=}; parts=${parts//,/ } ;;
     *) echo "usage: tests/gpu/run.sh [--bench] [--part=ops,model,long,nccl]"; exit 2 ;; esac; done
 want() { [[ " $parts " == *" $1 "* ]]; }
+for p in $parts; do case $p in ops|model|long|nccl) ;; *) echo "tests/gpu/run.sh: --part names '$p'; the parts are ops, model, long, nccl"
+    echo "0 passed, 1 failed"; exit 2 ;; esac; done
 
 mkdir -p build/gpu
 make -j"$(nproc)" all gpu >build/gpu-make.log 2>&1 || { tail -40 build/gpu-make.log; echo "0 passed, 1 failed"; exit 1; }

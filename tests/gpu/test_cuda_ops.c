@@ -163,7 +163,7 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     cpu->attention_forward(out, lse, qkv, B, T, NH, NKV, HD);
     void *gqkv = up_act(qkv, nq), *gout = gpu->alloc(bytes, "t"), *gdy = up_act(dy, no), *gd = gpu->alloc(gbytes, "t");
     float *glse = (float *)((char *)gout + no * dtype_size(act));
-    long launches = cuda_attention_fa3_launches, blaunches = cuda_attention_fa3_backward_launches;
+    long launches = cuda_attention_fa3_launches, blaunches = cuda_attention_fa3_backward_launches, grid_runs[6];
     int was = cuda_attention_fa3, wasb = cuda_attention_fa3_backward, same = 1, bsame = 1;
     cuda_attention_fa3 = 1;
     for (int run = 0; run < 6; run++) {   /* ping-pong, again, without, K given back with V, a persistent grid, a block an item */
@@ -171,7 +171,9 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
         cuda_attention_fa3_early_k = run != 3;
         cuda_attention_fa3_persistent = run == 4 ? 1 : run == 5 ? 2 : 0;
         poison(gout, bytes);
+        long persist_before = cuda_attention_fa3_persistent_launches;
         gpu->attention_forward(gout, glse, gqkv, B, T, NH, NKV, HD);
+        grid_runs[run] = cuda_attention_fa3_persistent_launches - persist_before;
         gpu->download(run ? other : first, gout, bytes);
         if (run) same &= memcmp(first, other, bytes) == 0;
         if (run == 0) {
@@ -220,6 +222,11 @@ static void test_attention_fa3(int B, int T, int NH, int NKV, int HD) {
     int ran = cuda_attention_fa3_launches == launches + 6, bran = cuda_attention_fa3_backward_launches == blaunches + runs;
     printf("%s %-5s attention_fwd fa3 ran the warp-specialized kernel %s\n", ran ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(ran, "%s attention_fwd fa3 %s: the fa3 kernel did not run", dtype_name(act), shape);
+    int grids = grid_runs[4] == 1 && grid_runs[5] == 0;   /* the grid each forced run asked for is the one that ran */
+    printf("%s %-5s attention_fwd fa3 ran on the persistent grid when asked, a block an item when asked %s\n", grids ? "ok  " : "FAIL",
+           dtype_name(act), shape);
+    CHECK(grids, "%s attention_fwd fa3 %s: persistent launches %ld (asked), %ld (not asked)", dtype_name(act), shape, grid_runs[4],
+          grid_runs[5]);
     printf("%s %-5s attention_fwd fa3 deterministic, with and without ping-pong, K given back early or with V, persistent grid or a block an item %s\n",
            same ? "ok  " : "FAIL", dtype_name(act), shape);
     CHECK(same, "%s attention_fwd fa3 %s: a second forward (or one without ping-pong, with K given back late, on a persistent grid or a block an item) "
