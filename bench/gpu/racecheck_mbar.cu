@@ -16,7 +16,7 @@
  *   build and run (device): nvcc -std=c++17 -arch=sm_90a -I kernels/cuda bench/gpu/racecheck_mbar.cu -o /tmp/rm &&
  *     compute-sanitizer --tool racecheck /tmp/rm 0; compute-sanitizer --tool racecheck /tmp/rm 1
  * The program itself checks every read value (exit 1 on a wrong one). */
-#include "attention_wgmma.cuh"   /* smem_addr */
+#include "tensor_core.cuh"   /* smem_addr */
 #include "attention_fa3.cuh"
 #include <stdio.h>
 #include <stdlib.h>
